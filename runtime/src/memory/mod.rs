@@ -1,0 +1,1 @@
+//! HBM pool: placeholder, being written.

@@ -1,0 +1,68 @@
+//! The platform boundary. A platform speaks primitives only: it lists its
+//! chips, hands out memory segments and moves bytes. Everything above
+//! (pools, streams, ops) is written once, in the runtime.
+
+pub mod host;
+
+use std::any::Any;
+use std::sync::Arc;
+
+use crate::error::Result;
+
+/// One core of a chip that runs work: dense math or sparse lookups.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[repr(u32)]
+pub enum CoreKind {
+    TensorCore = 0,
+    SparseCore = 1,
+}
+
+/// What a frontend may learn about one chip.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct DeviceInfo {
+    /// Index among this runtime's visible chips, 0-based.
+    pub index: usize,
+    /// For example "tpurt emulated TPU (host)".
+    pub name: String,
+    /// Kind of chip, for example "host-tpu".
+    pub kind: String,
+    /// Bytes of HBM this chip offers.
+    pub hbm_capacity: u64,
+    pub tensor_cores: u32,
+    pub sparse_cores: u32,
+    /// Coordinates in the mesh; as many entries as the mesh has dimensions.
+    pub coords: Vec<u32>,
+}
+
+/// A contiguous range of device memory handed out by a platform. Dropping
+/// the last reference returns it to the platform.
+pub trait DeviceMemory: Send + Sync + std::fmt::Debug {
+    fn len(&self) -> u64;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Copy `src` into this segment at `offset`.
+    fn write(&self, offset: u64, src: &[u8]) -> Result<()>;
+    /// Copy from this segment at `offset` into `dst`.
+    fn read(&self, offset: u64, dst: &mut [u8]) -> Result<()>;
+    /// Copy `len` bytes to another segment of the same platform.
+    fn copy_to(&self, offset: u64, dst: &dyn DeviceMemory, dst_offset: u64, len: u64) -> Result<()>;
+    /// Set `len` bytes at `offset` to `value`.
+    fn fill(&self, offset: u64, len: u64, value: u8) -> Result<()>;
+    fn as_any(&self) -> &dyn Any;
+}
+
+pub type Segment = Arc<dyn DeviceMemory>;
+
+pub trait Platform: Send + Sync + std::fmt::Debug {
+    /// "host" or "xla".
+    fn name(&self) -> &str;
+    /// Version of the platform (for the compile cache key).
+    fn version(&self) -> String;
+    /// The mesh shape, for example [2, 2].
+    fn topology(&self) -> &[u32];
+    fn devices(&self) -> &[DeviceInfo];
+    /// A fresh segment of exactly `bytes` on chip `chip`. The pool decides
+    /// sizes and enforces capacity; the platform may still fail.
+    fn allocate_segment(&self, chip: usize, bytes: u64) -> Result<Segment>;
+}

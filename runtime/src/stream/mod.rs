@@ -1,0 +1,5 @@
+//! Streams and events.
+
+pub mod clock;
+
+pub use clock::{Fence, StreamClock, StreamId};

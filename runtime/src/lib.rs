@@ -2,9 +2,17 @@
 //! emulated TPU `host`, or a PJRT plugin later), one HBM pool per chip, and
 //! the streams and events that order work on each chip.
 
+pub mod buffer;
+pub mod copy;
 pub mod error;
 pub mod memory;
 pub mod platform;
+pub mod runtime;
 pub mod stream;
 
+pub use buffer::Buffer;
+pub use copy::Layout;
 pub use error::{Error, ErrorCode, Result};
+pub use platform::{CoreKind, DeviceInfo, Platform};
+pub use runtime::{HostDestination, HostReadback, HostSource, Runtime, RuntimeOptions};
+pub use stream::{Event, Fence, Stream, StreamId};

@@ -46,7 +46,8 @@ pub trait DeviceMemory: Send + Sync + std::fmt::Debug {
     /// Copy from this segment at `offset` into `dst`.
     fn read(&self, offset: u64, dst: &mut [u8]) -> Result<()>;
     /// Copy `len` bytes to another segment of the same platform.
-    fn copy_to(&self, offset: u64, dst: &dyn DeviceMemory, dst_offset: u64, len: u64) -> Result<()>;
+    fn copy_to(&self, offset: u64, dst: &dyn DeviceMemory, dst_offset: u64, len: u64)
+        -> Result<()>;
     /// Set `len` bytes at `offset` to `value`.
     fn fill(&self, offset: u64, len: u64, value: u8) -> Result<()>;
     fn as_any(&self) -> &dyn Any;

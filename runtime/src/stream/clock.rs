@@ -7,8 +7,13 @@
 //! task was submitted completes only after that task. Fences cost two atomic
 //! loads, which is why the HBM pool uses them for stream-ordered reuse.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crossbeam_utils::sync::{Parker, Unparker};
+
+use crate::error::{Error, Result};
 
 /// Process-wide unique stream id (never reused, so a stale id can't alias).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
@@ -28,11 +33,25 @@ impl StreamId {
     }
 }
 
+/// The first task that failed on a stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure {
+    /// Submission number of the failed task.
+    pub seq: u64,
+    pub task: String,
+    pub message: String,
+}
+
 #[derive(Debug)]
 pub struct StreamClock {
     id: StreamId,
     submitted: AtomicU64,
     completed: AtomicU64,
+    /// Threads (workers or hosts) to wake when a task completes.
+    waiters: Mutex<Vec<(u64, Unparker)>>,
+    has_waiters: AtomicBool,
+    poisoned: AtomicBool,
+    failure: Mutex<Option<Failure>>,
 }
 
 impl StreamClock {
@@ -41,6 +60,10 @@ impl StreamClock {
             id,
             submitted: AtomicU64::new(0),
             completed: AtomicU64::new(0),
+            waiters: Mutex::new(Vec::new()),
+            has_waiters: AtomicBool::new(false),
+            poisoned: AtomicBool::new(false),
+            failure: Mutex::new(None),
         })
     }
 
@@ -64,6 +87,89 @@ impl StreamClock {
     /// Mark task `seq` finished. Tasks finish in order, so this is a store.
     pub fn complete(&self, seq: u64) {
         self.completed.store(seq, Ordering::SeqCst);
+        if self.has_waiters.load(Ordering::SeqCst) {
+            let waiters = {
+                let mut w = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
+                self.has_waiters.store(false, Ordering::SeqCst);
+                std::mem::take(&mut *w)
+            };
+            for (_, w) in waiters {
+                w.unpark();
+            }
+        }
+    }
+
+    /// Ask to be woken at the next completion. Register first, then check
+    /// the condition, then park: a completion in between is never lost.
+    /// A waiter that registers again under the same `token` before being
+    /// woken is kept once.
+    pub fn add_waiter(&self, token: u64, waiter: &Unparker) {
+        let mut w = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
+        if token == 0 || !w.iter().any(|(t, _)| *t == token) {
+            w.push((token, waiter.clone()));
+        }
+        self.has_waiters.store(true, Ordering::SeqCst);
+    }
+
+    /// Block the calling thread until the first `seq` tasks have finished.
+    pub fn wait_for(&self, seq: u64) {
+        if self.completed() >= seq {
+            return;
+        }
+        let parker = Parker::new();
+        loop {
+            self.add_waiter(0, parker.unparker());
+            if self.completed() >= seq {
+                return;
+            }
+            // The timeout is only a safety net; completions unpark us.
+            parker.park_timeout(Duration::from_millis(50));
+            if self.completed() >= seq {
+                return;
+            }
+        }
+    }
+
+    /// Record the first failure; later ones are consequences of it.
+    pub fn poison(&self, failure: Failure) {
+        let mut f = self.failure.lock().unwrap_or_else(|e| e.into_inner());
+        if f.is_none() {
+            *f = Some(failure);
+            self.poisoned.store(true, Ordering::SeqCst);
+        }
+    }
+
+    pub fn is_poisoned(&self) -> bool {
+        self.poisoned.load(Ordering::SeqCst)
+    }
+
+    pub fn failure(&self) -> Option<Failure> {
+        if !self.is_poisoned() {
+            return None;
+        }
+        self.failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The error to report for work up to submission `seq`, if any failed.
+    pub fn error_up_to(&self, seq: u64) -> Result<()> {
+        match self.failure() {
+            Some(f) if f.seq <= seq => Err(Error::StreamPoisoned {
+                stream: self.id.0,
+                task: f.task,
+                message: f.message,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Forget the failure (the caller has drained the stream first).
+    pub fn clear_failure(&self) {
+        let mut f = self.failure.lock().unwrap_or_else(|e| e.into_inner());
+        *f = None;
+        self.poisoned.store(false, Ordering::SeqCst);
     }
 
     pub fn submitted(&self) -> u64 {
@@ -103,6 +209,20 @@ impl Fence {
     pub fn clock(&self) -> &Arc<StreamClock> {
         &self.clock
     }
+
+    /// Block until complete; then report whether the covered work failed.
+    pub fn wait(&self) -> Result<()> {
+        self.clock.wait_for(self.seq);
+        self.clock.error_up_to(self.seq)
+    }
+
+    /// Complete, and if so, whether the covered work failed.
+    pub fn query(&self) -> Result<bool> {
+        if !self.is_complete() {
+            return Ok(false);
+        }
+        self.clock.error_up_to(self.seq).map(|_| true)
+    }
 }
 
 #[cfg(test)]
@@ -124,5 +244,40 @@ mod tests {
         c.complete(s2);
         assert!(f2.is_complete());
         assert!(c.is_idle());
+    }
+
+    #[test]
+    fn wait_for_wakes_on_completion_from_another_thread() {
+        let c = StreamClock::new(StreamId::fresh());
+        let seq = c.submit();
+        let f = c.fence();
+        let c2 = Arc::clone(&c);
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            c2.complete(seq);
+        });
+        f.wait().unwrap();
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn failure_is_reported_for_covered_work_only() {
+        let c = StreamClock::new(StreamId::fresh());
+        let s1 = c.submit();
+        let before = c.fence();
+        let s2 = c.submit();
+        c.complete(s1);
+        c.poison(Failure {
+            seq: s2,
+            task: "copy".into(),
+            message: "boom".into(),
+        });
+        c.complete(s2);
+        let after = c.fence();
+        assert_eq!(before.query(), Ok(true));
+        let e = after.wait().unwrap_err();
+        assert!(e.to_string().contains("task 'copy' failed: boom"), "{e}");
+        c.clear_failure();
+        assert!(after.wait().is_ok());
     }
 }

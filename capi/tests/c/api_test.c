@@ -1,0 +1,350 @@
+/* Exercises the whole tpurt C ABI through include/tpurt.h, bad inputs
+ * included. Built and run by capi/tests/c_api.rs; exits non-zero on the
+ * first failed check and prints what failed. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tpurt.h"
+
+static int checks = 0;
+
+#define FAIL(...)                                                   \
+  do {                                                              \
+    fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                 \
+    fprintf(stderr, __VA_ARGS__);                                   \
+    fprintf(stderr, "\n");                                          \
+    exit(1);                                                        \
+  } while (0)
+
+/* The call must succeed. */
+#define OK(call)                                                            \
+  do {                                                                      \
+    tpurt_status *s_ = (call);                                              \
+    checks++;                                                               \
+    if (s_) FAIL("%s failed: %s", #call, tpurt_status_message(s_));         \
+  } while (0)
+
+/* The call must fail with `code` and a message containing `needle`. */
+#define ERR(call, code, needle)                                                \
+  do {                                                                         \
+    tpurt_status *s_ = (call);                                                 \
+    checks++;                                                                  \
+    if (!s_) FAIL("%s succeeded; expected code %d", #call, (int)(code));       \
+    if (tpurt_status_code(s_) != (code))                                       \
+      FAIL("%s: code %u, expected %d (%s)", #call, tpurt_status_code(s_),      \
+           (int)(code), tpurt_status_message(s_));                             \
+    if (!strstr(tpurt_status_message(s_), (needle)))                           \
+      FAIL("%s: message \"%s\" lacks \"%s\"", #call,                          \
+           tpurt_status_message(s_), (needle));                                \
+    tpurt_status_destroy(s_);                                                  \
+  } while (0)
+
+#define CHECK(cond)                                   \
+  do {                                                \
+    checks++;                                         \
+    if (!(cond)) FAIL("check failed: %s", #cond);     \
+  } while (0)
+
+static tpurt_runtime make_runtime(uint32_t chips, uint64_t hbm) {
+  tpurt_runtime_options o;
+  memset(&o, 0, sizeof o);
+  o.struct_size = sizeof o;
+  o.platform = "host";
+  o.host_chips = chips;
+  o.host_hbm_bytes = hbm;
+  tpurt_runtime rt;
+  OK(tpurt_runtime_create(&o, &rt));
+  return rt;
+}
+
+static void test_version_and_runtime(void) {
+  CHECK(tpurt_abi_version() == TPURT_ABI_VERSION);
+  CHECK(strlen(tpurt_version_string()) > 0);
+  CHECK(tpurt_status_code(NULL) == TPURT_CODE_OK);
+
+  tpurt_runtime rt = make_runtime(4, 64u << 20);
+  uint32_t n = 0;
+  OK(tpurt_device_count(rt, &n));
+  CHECK(n == 4);
+  uint32_t dims[4];
+  size_t nd = 0;
+  OK(tpurt_runtime_topology(rt, dims, 4, &nd));
+  CHECK(nd == 2 && dims[0] == 2 && dims[1] == 2);
+  ERR(tpurt_runtime_topology(rt, dims, 1, &nd), TPURT_CODE_INVALID_ARGUMENT, "holds 1");
+  char name[16];
+  size_t len = 0;
+  OK(tpurt_runtime_platform_name(rt, name, sizeof name, &len));
+  CHECK(strcmp(name, "host") == 0 && len == 4);
+
+  tpurt_device_properties p;
+  memset(&p, 0, sizeof p);
+  p.struct_size = sizeof p;
+  OK(tpurt_device_get_properties(rt, 3, &p));
+  CHECK(p.index == 3 && p.hbm_capacity_bytes == (64u << 20));
+  CHECK(p.tensor_cores == 1 && p.sparse_cores == 1);
+  CHECK(p.num_coords == 2 && p.coords[0] == 1 && p.coords[1] == 1);
+  CHECK(strstr(p.name, "emulated TPU") != NULL);
+  ERR(tpurt_device_get_properties(rt, 4, &p), TPURT_CODE_NOT_FOUND, "device 4");
+  ERR(tpurt_device_get_properties(rt, 0, NULL), TPURT_CODE_INVALID_ARGUMENT, "NULL");
+  /* An older caller with a shorter struct: only its part is written. */
+  struct {
+    size_t struct_size;
+    uint32_t index;
+    uint32_t guard;
+  } small;
+  small.struct_size = offsetof(tpurt_device_properties, name);
+  small.guard = 0xdeadbeef;
+  OK(tpurt_device_get_properties(rt, 2, (tpurt_device_properties *)&small));
+  CHECK(small.index == 2 && small.guard == 0xdeadbeef);
+  p.struct_size = 0;
+  ERR(tpurt_device_get_properties(rt, 0, &p), TPURT_CODE_INVALID_ARGUMENT, "struct_size");
+
+  /* Options: bad platform, bad topology, struct too small. */
+  tpurt_runtime_options o;
+  memset(&o, 0, sizeof o);
+  o.struct_size = sizeof o;
+  o.platform = "cuda";
+  tpurt_runtime bad;
+  ERR(tpurt_runtime_create(&o, &bad), TPURT_CODE_NOT_FOUND, "platform");
+  o.platform = "host";
+  o.host_chips = 3;
+  o.host_topology = "2x2";
+  ERR(tpurt_runtime_create(&o, &bad), TPURT_CODE_INVALID_ARGUMENT, "has 4 chips but 3");
+  o.struct_size = 2;
+  ERR(tpurt_runtime_create(&o, &bad), TPURT_CODE_INVALID_ARGUMENT, "struct_size");
+  ERR(tpurt_runtime_create(NULL, NULL), TPURT_CODE_INVALID_ARGUMENT, "out is NULL");
+
+  OK(tpurt_runtime_destroy(rt));
+  ERR(tpurt_runtime_destroy(rt), TPURT_CODE_INVALID_HANDLE, "destroyed already");
+  ERR(tpurt_device_count(rt, &n), TPURT_CODE_INVALID_HANDLE, "destroyed already");
+  tpurt_runtime null_rt = {0};
+  ERR(tpurt_device_count(null_rt, &n), TPURT_CODE_INVALID_HANDLE, "null");
+  tpurt_runtime forged = {0x1234};
+  ERR(tpurt_device_count(forged, &n), TPURT_CODE_INVALID_HANDLE, "not a tpurt_runtime");
+}
+
+static void test_buffers_and_copies(void) {
+  tpurt_runtime rt = make_runtime(2, 64u << 20);
+  tpurt_stream none = {0};
+  tpurt_buffer a, b, c;
+  OK(tpurt_buffer_allocate(rt, 0, 6 * sizeof(float), none, &a));
+  uint64_t size = 0;
+  uint32_t dev = 9;
+  OK(tpurt_buffer_get_info(a, &size, &dev));
+  CHECK(size == 24 && dev == 0);
+
+  /* Contiguous round trip. */
+  float host[6] = {1, 2, 3, 4, 5, 6}, back[6] = {0};
+  OK(tpurt_copy_host_to_device(host, sizeof host, a, NULL, none, 0));
+  OK(tpurt_copy_device_to_host(a, NULL, back, sizeof back, none, 0));
+  CHECK(memcmp(host, back, sizeof host) == 0);
+
+  /* Strided: read the 2x3 matrix transposed (3x2, strides 1,3). */
+  uint64_t tsizes[2] = {3, 2}, tstrides[2] = {1, 3};
+  tpurt_layout t;
+  memset(&t, 0, sizeof t);
+  t.struct_size = sizeof t;
+  t.ndim = 2;
+  t.elem_size = sizeof(float);
+  t.sizes = tsizes;
+  t.strides = tstrides;
+  float tr[6];
+  OK(tpurt_copy_device_to_host(a, &t, tr, sizeof tr, none, 0));
+  float expect_t[6] = {1, 4, 2, 5, 3, 6};
+  CHECK(memcmp(tr, expect_t, sizeof tr) == 0);
+
+  /* Device to device across chips, into a strided destination, async. */
+  OK(tpurt_buffer_allocate(rt, 1, 6 * sizeof(float), none, &b));
+  tpurt_stream s1;
+  tpurt_stream_options so;
+  memset(&so, 0, sizeof so);
+  so.struct_size = sizeof so;
+  so.priority = -1;
+  so.core = TPURT_CORE_TENSOR;
+  OK(tpurt_stream_create(rt, 1, &so, &s1));
+  OK(tpurt_copy_device_to_device(a, &t, b, NULL, s1, TPURT_COPY_ASYNC));
+  float b_host[6] = {0};
+  OK(tpurt_copy_device_to_host(b, NULL, b_host, sizeof b_host, s1, TPURT_COPY_ASYNC));
+  OK(tpurt_stream_synchronize(s1));
+  CHECK(memcmp(b_host, expect_t, sizeof b_host) == 0);
+
+  /* Async host-to-device stages its source: overwriting it at once is safe. */
+  float src[6] = {9, 9, 9, 9, 9, 9};
+  OK(tpurt_copy_host_to_device(src, sizeof src, b, NULL, s1, TPURT_COPY_ASYNC));
+  src[0] = -1;
+  OK(tpurt_copy_device_to_host(b, NULL, b_host, sizeof b_host, s1, 0));
+  CHECK(b_host[0] == 9);
+
+  OK(tpurt_buffer_fill(b, 0, 24, 0, none, 0));
+  OK(tpurt_copy_device_to_host(b, NULL, b_host, sizeof b_host, none, 0));
+  CHECK(b_host[5] == 0);
+
+  /* Bad inputs: sizes, layouts, flags, NULLs, handles. */
+  ERR(tpurt_copy_host_to_device(host, 8, a, NULL, none, 0), TPURT_CODE_INVALID_ARGUMENT, "has 8 bytes");
+  ERR(tpurt_copy_host_to_device(NULL, 24, a, NULL, none, 0), TPURT_CODE_INVALID_ARGUMENT, "src is NULL");
+  ERR(tpurt_copy_device_to_host(a, NULL, NULL, 24, none, 0), TPURT_CODE_INVALID_ARGUMENT, "dst is NULL");
+  ERR(tpurt_copy_host_to_device(host, 24, a, NULL, none, 0x80), TPURT_CODE_INVALID_ARGUMENT, "unknown copy flags");
+  uint64_t big_strides[2] = {100, 1};
+  t.strides = big_strides;
+  ERR(tpurt_copy_device_to_host(a, &t, tr, sizeof tr, none, 0), TPURT_CODE_INVALID_ARGUMENT, "reaches byte");
+  t.strides = tstrides;
+  t.ndim = 99;
+  ERR(tpurt_copy_device_to_host(a, &t, tr, sizeof tr, none, 0), TPURT_CODE_INVALID_ARGUMENT, "ndim is 99");
+  t.ndim = 2;
+  t.sizes = NULL;
+  ERR(tpurt_copy_device_to_host(a, &t, tr, sizeof tr, none, 0), TPURT_CODE_INVALID_ARGUMENT, "sizes is NULL");
+  tpurt_buffer wrong = {s1.handle};
+  ERR(tpurt_buffer_free(wrong), TPURT_CODE_INVALID_HANDLE, "is a tpurt_stream");
+  ERR(tpurt_buffer_allocate(rt, 7, 16, none, &c), TPURT_CODE_NOT_FOUND, "device 7");
+  ERR(tpurt_buffer_allocate(rt, 0, 16, s1, &c), TPURT_CODE_INVALID_ARGUMENT, "stream of device 1");
+
+  /* Out of memory is an error with the numbers, never an abort. */
+  ERR(tpurt_buffer_allocate(rt, 0, 1ull << 40, none, &c), TPURT_CODE_OUT_OF_MEMORY, "capacity");
+
+  OK(tpurt_buffer_free(a));
+  ERR(tpurt_buffer_free(a), TPURT_CODE_INVALID_HANDLE, "destroyed already");
+  ERR(tpurt_copy_device_to_host(a, NULL, back, sizeof back, none, 0), TPURT_CODE_INVALID_HANDLE, "destroyed already");
+  OK(tpurt_stream_destroy(s1));
+  ERR(tpurt_stream_destroy(s1), TPURT_CODE_INVALID_HANDLE, "destroyed already");
+  /* Destroying the runtime invalidates its remaining buffers. */
+  OK(tpurt_runtime_destroy(rt));
+  ERR(tpurt_buffer_free(b), TPURT_CODE_INVALID_HANDLE, "destroyed already");
+}
+
+static void test_streams_and_events(void) {
+  tpurt_runtime rt = make_runtime(2, 64u << 20);
+  tpurt_stream def, tc, sc;
+  OK(tpurt_stream_get_default(rt, 0, &def));
+  OK(tpurt_stream_create(rt, 0, NULL, &tc));
+  tpurt_stream_options so;
+  memset(&so, 0, sizeof so);
+  so.struct_size = sizeof so;
+  so.core = TPURT_CORE_SPARSE;
+  OK(tpurt_stream_create(rt, 0, &so, &sc));
+  uint32_t dev;
+  int32_t prio;
+  uint32_t core;
+  OK(tpurt_stream_get_info(sc, &dev, &prio, &core));
+  CHECK(dev == 0 && prio == 0 && core == TPURT_CORE_SPARSE);
+  so.core = 5;
+  tpurt_stream bad;
+  ERR(tpurt_stream_create(rt, 0, &so, &bad), TPURT_CODE_INVALID_ARGUMENT, "options.core is 5");
+
+  tpurt_event e0, e1, plain;
+  OK(tpurt_event_create(rt, TPURT_EVENT_TIMING, &e0));
+  OK(tpurt_event_create(rt, TPURT_EVENT_TIMING, &e1));
+  OK(tpurt_event_create(rt, 0, &plain));
+  ERR(tpurt_event_create(rt, 4, &plain), TPURT_CODE_INVALID_ARGUMENT, "unknown event flags");
+  bool done = false;
+  OK(tpurt_event_query(plain, &done));
+  CHECK(done); /* never recorded: complete */
+
+  /* A chain: tc writes, sc waits on an event, then copies. */
+  tpurt_buffer x, y;
+  OK(tpurt_buffer_allocate(rt, 0, 1 << 20, tc, &x));
+  OK(tpurt_buffer_allocate(rt, 0, 1 << 20, sc, &y));
+  OK(tpurt_event_record(e0, tc));
+  OK(tpurt_buffer_fill(x, 0, 1 << 20, 7, tc, TPURT_COPY_ASYNC));
+  OK(tpurt_event_record(e1, tc));
+  OK(tpurt_stream_wait_event(sc, e1));
+  OK(tpurt_copy_device_to_device(x, NULL, y, NULL, sc, TPURT_COPY_ASYNC));
+  OK(tpurt_buffer_record_stream(x, sc));
+  OK(tpurt_stream_wait_stream(def, sc));
+  unsigned char probe[4] = {0};
+  tpurt_layout l;
+  memset(&l, 0, sizeof l);
+  uint64_t four = 4;
+  l.struct_size = sizeof l;
+  l.offset_bytes = (1 << 20) - 4;
+  l.ndim = 1;
+  l.elem_size = 1;
+  l.sizes = &four;
+  OK(tpurt_copy_device_to_host(y, &l, probe, 4, def, 0));
+  CHECK(probe[0] == 7 && probe[3] == 7);
+  OK(tpurt_event_synchronize(e1));
+  float ms = -1;
+  OK(tpurt_event_elapsed_time(e0, e1, &ms));
+  CHECK(ms >= 0);
+  ERR(tpurt_event_elapsed_time(plain, e1, &ms), TPURT_CODE_FAILED_PRECONDITION, "without timing");
+  OK(tpurt_stream_query(sc, &done));
+  OK(tpurt_device_synchronize(rt, 0));
+  OK(tpurt_stream_query(sc, &done));
+  CHECK(done);
+  ERR(tpurt_stream_query(sc, NULL), TPURT_CODE_INVALID_ARGUMENT, "done is NULL");
+  ERR(tpurt_event_record(e0, (tpurt_stream){0}), TPURT_CODE_INVALID_HANDLE, "null");
+
+  /* A stream reset without a failure is harmless. */
+  OK(tpurt_stream_reset(sc));
+
+  /* Objects of two runtimes don't mix. */
+  tpurt_runtime other = make_runtime(1, 16u << 20);
+  tpurt_stream os;
+  OK(tpurt_stream_create(other, 0, NULL, &os));
+  ERR(tpurt_stream_wait_stream(sc, os), TPURT_CODE_INVALID_ARGUMENT, "different runtimes");
+  ERR(tpurt_event_record(e0, os), TPURT_CODE_INVALID_ARGUMENT, "different runtime");
+  OK(tpurt_runtime_destroy(other));
+  ERR(tpurt_stream_synchronize(os), TPURT_CODE_INVALID_HANDLE, "destroyed already");
+
+  OK(tpurt_buffer_free(x));
+  OK(tpurt_buffer_free(y));
+  OK(tpurt_event_destroy(e0));
+  ERR(tpurt_event_destroy(e0), TPURT_CODE_INVALID_HANDLE, "destroyed already");
+  OK(tpurt_stream_destroy(def));
+  /* The default stream itself lives on. */
+  OK(tpurt_stream_get_default(rt, 0, &def));
+  OK(tpurt_stream_synchronize(def));
+  OK(tpurt_runtime_destroy(rt));
+}
+
+static void test_memory_api(void) {
+  tpurt_runtime rt = make_runtime(1, 64u << 20);
+  tpurt_memory_stats st;
+  memset(&st, 0, sizeof st);
+  st.struct_size = sizeof st;
+  OK(tpurt_memory_get_stats(rt, 0, &st));
+  CHECK(st.allocated_bytes.current == 0 && st.capacity_bytes == (64u << 20));
+  tpurt_buffer bufs[8];
+  for (int i = 0; i < 8; i++) OK(tpurt_buffer_allocate(rt, 0, 3u << 20, (tpurt_stream){0}, &bufs[i]));
+  OK(tpurt_memory_get_stats(rt, 0, &st));
+  CHECK(st.allocated_bytes.current >= 24u << 20);
+  CHECK(st.reserved_bytes.current >= st.allocated_bytes.current);
+  CHECK(st.num_alloc == 8);
+  char *json = NULL;
+  OK(tpurt_memory_snapshot(rt, 0, &json));
+  CHECK(json && strstr(json, "\"segments\"") && strstr(json, "active_allocated"));
+  tpurt_string_free(json);
+  ERR(tpurt_memory_snapshot(rt, 0, NULL), TPURT_CODE_INVALID_ARGUMENT, "json is NULL");
+
+  /* OOM names what was asked and what is held. */
+  tpurt_buffer big;
+  tpurt_status *s = tpurt_buffer_allocate(rt, 0, 48u << 20, (tpurt_stream){0}, &big);
+  CHECK(s && tpurt_status_code(s) == TPURT_CODE_OUT_OF_MEMORY);
+  const char *m = tpurt_status_message(s);
+  CHECK(strstr(m, "allocated") && strstr(m, "reserved") && strstr(m, "capacity"));
+  tpurt_status_destroy(s);
+  OK(tpurt_memory_get_stats(rt, 0, &st));
+  CHECK(st.num_ooms == 1);
+
+  for (int i = 0; i < 8; i++) OK(tpurt_buffer_free(bufs[i]));
+  OK(tpurt_memory_get_stats(rt, 0, &st));
+  CHECK(st.allocated_bytes.current == 0 && st.reserved_bytes.current > 0);
+  uint64_t released = 0;
+  OK(tpurt_memory_empty_cache(rt, 0, &released));
+  CHECK(released > 0);
+  OK(tpurt_memory_get_stats(rt, 0, &st));
+  CHECK(st.reserved_bytes.current == 0 && st.allocated_bytes.peak >= 24u << 20);
+  OK(tpurt_memory_reset_peak_stats(rt, 0));
+  OK(tpurt_memory_get_stats(rt, 0, &st));
+  CHECK(st.allocated_bytes.peak == 0);
+  OK(tpurt_runtime_destroy(rt));
+}
+
+int main(void) {
+  test_version_and_runtime();
+  test_buffers_and_copies();
+  test_streams_and_events();
+  test_memory_api();
+  printf("C API test: %d checks passed\n", checks);
+  return 0;
+}

@@ -1,0 +1,432 @@
+//! The [`Runtime`]: a platform, and per chip an HBM pool, a TensorCore and
+//! a SparseCore executor, and a default stream. Everything a frontend does
+//! goes through here.
+
+use std::sync::{Arc, Mutex};
+
+use crate::buffer::Buffer;
+use crate::copy::{for_each_run, Layout};
+use crate::error::{Error, Result};
+use crate::memory::{HbmPool, MemoryStats, PoolSnapshot};
+use crate::platform::host::{HostConfig, HostPlatform};
+use crate::platform::{CoreKind, DeviceInfo, Platform};
+use crate::stream::{Event, Executor, Stream};
+
+/// How to build a runtime. `None` fields fall back to the environment
+/// (`TPURT_PLATFORM`, `TPURT_HOST_CHIPS`, `TPURT_HOST_TOPOLOGY`,
+/// `TPURT_HOST_HBM`) and then to the defaults.
+#[derive(Clone, Debug, Default)]
+pub struct RuntimeOptions {
+    /// "host" (default) or "xla".
+    pub platform: Option<String>,
+    pub host_chips: Option<u32>,
+    /// For example "2x2".
+    pub host_topology: Option<String>,
+    pub host_hbm_bytes: Option<u64>,
+}
+
+/// Host memory an asynchronous copy reads from. The task owns it until the
+/// copy ran.
+pub trait HostSource: Send + 'static {
+    fn bytes(&self) -> &[u8];
+}
+impl HostSource for Vec<u8> {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+}
+impl HostSource for Box<[u8]> {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+}
+impl HostSource for Arc<[u8]> {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+}
+
+/// Host memory an asynchronous copy writes into. The task owns it until
+/// the copy ran.
+pub trait HostDestination: Send + 'static {
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    fn write_with(&mut self, fill: &mut dyn FnMut(&mut [u8]) -> Result<()>) -> Result<()>;
+}
+
+/// A host vector an asynchronous device-to-host copy fills; read it after
+/// synchronizing the stream (or an event recorded after the copy).
+#[derive(Clone, Debug)]
+pub struct HostReadback(Arc<Mutex<Vec<u8>>>);
+
+impl HostReadback {
+    pub fn new(len: usize) -> Self {
+        HostReadback(Arc::new(Mutex::new(vec![0; len])))
+    }
+    pub fn to_vec(&self) -> Vec<u8> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+impl HostDestination for HostReadback {
+    fn len(&self) -> usize {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+    fn write_with(&mut self, fill: &mut dyn FnMut(&mut [u8]) -> Result<()>) -> Result<()> {
+        fill(&mut self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+struct Chip {
+    info: DeviceInfo,
+    pool: Arc<HbmPool>,
+    tensor_core: Arc<Executor>,
+    sparse_core: Arc<Executor>,
+    default_stream: Stream,
+}
+
+pub struct Runtime {
+    platform: Arc<dyn Platform>,
+    chips: Vec<Chip>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("platform", &self.platform.name())
+            .field("chips", &self.chips.len())
+            .finish()
+    }
+}
+
+impl Runtime {
+    pub fn new(options: &RuntimeOptions) -> Result<Runtime> {
+        let name = match &options.platform {
+            Some(p) => p.clone(),
+            None => std::env::var("TPURT_PLATFORM")
+                .ok()
+                .filter(|v| !v.trim().is_empty())
+                .unwrap_or_else(|| "host".to_string()),
+        };
+        match name.trim() {
+            "host" => {
+                let config = HostConfig::resolve(
+                    options.host_chips,
+                    options.host_topology.as_deref(),
+                    options.host_hbm_bytes,
+                )?;
+                Runtime::with_platform(HostPlatform::new(config))
+            }
+            "xla" => Err(Error::Unimplemented(
+                "platform 'xla' (PJRT plugins) is not in this build yet; use 'host'".to_string(),
+            )),
+            other => Err(Error::NotFound(format!(
+                "platform {other:?}; the platforms are 'host' and 'xla'"
+            ))),
+        }
+    }
+
+    pub fn with_platform(platform: Arc<dyn Platform>) -> Result<Runtime> {
+        let mut chips = Vec::new();
+        for info in platform.devices() {
+            let i = info.index;
+            let pool = Arc::new(HbmPool::new(i, info.hbm_capacity, Arc::clone(&platform)));
+            let tensor_core = Executor::new(format!("tpurt-chip{i}-tc"));
+            let sparse_core = Executor::new(format!("tpurt-chip{i}-sc"));
+            let default_stream = Stream::new(&tensor_core, i, CoreKind::TensorCore, 0, true)?;
+            chips.push(Chip {
+                info: info.clone(),
+                pool,
+                tensor_core,
+                sparse_core,
+                default_stream,
+            });
+        }
+        Ok(Runtime { platform, chips })
+    }
+
+    pub fn platform(&self) -> &Arc<dyn Platform> {
+        &self.platform
+    }
+
+    pub fn device_count(&self) -> usize {
+        self.chips.len()
+    }
+
+    fn chip(&self, index: usize) -> Result<&Chip> {
+        self.chips.get(index).ok_or_else(|| {
+            Error::NotFound(format!(
+                "device {index}: this runtime has {} devices (0 to {})",
+                self.chips.len(),
+                self.chips.len().saturating_sub(1)
+            ))
+        })
+    }
+
+    pub fn device(&self, index: usize) -> Result<&DeviceInfo> {
+        Ok(&self.chip(index)?.info)
+    }
+
+    pub fn default_stream(&self, device: usize) -> Result<Stream> {
+        Ok(self.chip(device)?.default_stream.clone())
+    }
+
+    /// A new stream on one core of `device`. Lower priority numbers run first.
+    pub fn create_stream(&self, device: usize, core: CoreKind, priority: i32) -> Result<Stream> {
+        let chip = self.chip(device)?;
+        let executor = match core {
+            CoreKind::TensorCore => &chip.tensor_core,
+            CoreKind::SparseCore => &chip.sparse_core,
+        };
+        Stream::new(executor, device, core, priority, false)
+    }
+
+    /// Wait for all work on every stream of `device`; the first failure.
+    pub fn synchronize_device(&self, device: usize) -> Result<()> {
+        let chip = self.chip(device)?;
+        let mut first = Ok(());
+        for f in chip
+            .tensor_core
+            .fences()
+            .into_iter()
+            .chain(chip.sparse_core.fences())
+        {
+            let r = f.wait();
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
+    }
+
+    pub fn synchronize(&self) -> Result<()> {
+        let mut first = Ok(());
+        for d in 0..self.chips.len() {
+            let r = self.synchronize_device(d);
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
+    }
+
+    pub fn pool(&self, device: usize) -> Result<&Arc<HbmPool>> {
+        Ok(&self.chip(device)?.pool)
+    }
+
+    /// `bytes` of HBM on `device`, for use on `stream` (stream-ordered reuse).
+    pub fn allocate(&self, device: usize, bytes: u64, stream: &Stream) -> Result<Buffer> {
+        let chip = self.chip(device)?;
+        if stream.chip() != device {
+            return Err(Error::invalid(format!(
+                "allocation on device {device} with a stream of device {}",
+                stream.chip()
+            )));
+        }
+        let block = chip.pool.allocate(bytes, stream.clock())?;
+        Ok(Buffer::new(Arc::clone(&chip.pool), block, bytes))
+    }
+
+    pub fn memory_stats(&self, device: usize) -> Result<MemoryStats> {
+        Ok(self.chip(device)?.pool.stats())
+    }
+
+    pub fn memory_snapshot(&self, device: usize) -> Result<PoolSnapshot> {
+        Ok(self.chip(device)?.pool.snapshot())
+    }
+
+    pub fn reset_peak_memory_stats(&self, device: usize) -> Result<()> {
+        self.chip(device)?.pool.reset_peak_stats();
+        Ok(())
+    }
+
+    /// Wait for the device's work, then give every wholly free cached
+    /// segment back to the platform. Returns the bytes released.
+    pub fn empty_cache(&self, device: usize) -> Result<u64> {
+        let chip = self.chip(device)?;
+        // Failures belong to the streams that had them; the cache empties anyway.
+        let _ = self.synchronize_device(device);
+        Ok(chip.pool.empty_cache())
+    }
+
+    fn check_stream_for(&self, buffer: &Buffer, stream: &Stream, what: &str) -> Result<()> {
+        self.chip(stream.chip())?;
+        let _ = buffer;
+        let _ = what;
+        Ok(())
+    }
+
+    /// Copy host bytes into `dst` at `layout`, after the stream's earlier
+    /// work; returns when the copy is done.
+    pub fn copy_host_to_device(
+        &self,
+        src: &[u8],
+        dst: &Buffer,
+        layout: &Layout,
+        stream: &Stream,
+    ) -> Result<()> {
+        check_host_side(src.len(), layout, "host source")?;
+        layout.check_within(dst.len(), "device destination")?;
+        self.check_stream_for(dst, stream, "copy_host_to_device")?;
+        stream.synchronize()?;
+        write_runs(src, dst, layout)
+    }
+
+    /// As [`Self::copy_host_to_device`], but queued: `src` is owned by the copy.
+    pub fn copy_host_to_device_async(
+        &self,
+        src: impl HostSource,
+        dst: &Buffer,
+        layout: &Layout,
+        stream: &Stream,
+    ) -> Result<()> {
+        check_host_side(src.bytes().len(), layout, "host source")?;
+        layout.check_within(dst.len(), "device destination")?;
+        self.check_stream_for(dst, stream, "copy_host_to_device")?;
+        let (dst, layout) = (dst.clone(), layout.clone());
+        stream.submit("copy_host_to_device", move || {
+            write_runs(src.bytes(), &dst, &layout)
+        })
+    }
+
+    /// Copy the elements of `src` at `layout` into host bytes, after the
+    /// stream's earlier work; returns when the copy is done.
+    pub fn copy_device_to_host(
+        &self,
+        src: &Buffer,
+        layout: &Layout,
+        dst: &mut [u8],
+        stream: &Stream,
+    ) -> Result<()> {
+        layout.check_within(src.len(), "device source")?;
+        check_host_side(dst.len(), layout, "host destination")?;
+        self.check_stream_for(src, stream, "copy_device_to_host")?;
+        stream.synchronize()?;
+        read_runs(src, layout, dst)
+    }
+
+    /// As [`Self::copy_device_to_host`], but queued; `dst` is filled when
+    /// the stream reaches the copy.
+    pub fn copy_device_to_host_async(
+        &self,
+        src: &Buffer,
+        layout: &Layout,
+        mut dst: Box<dyn HostDestination>,
+        stream: &Stream,
+    ) -> Result<()> {
+        layout.check_within(src.len(), "device source")?;
+        check_host_side(dst.len(), layout, "host destination")?;
+        self.check_stream_for(src, stream, "copy_device_to_host")?;
+        let (src, layout) = (src.clone(), layout.clone());
+        stream.submit("copy_device_to_host", move || {
+            dst.write_with(&mut |out| read_runs(&src, &layout, out))
+        })
+    }
+
+    /// Queue a copy of `src` at `src_layout` into `dst` at `dst_layout`
+    /// (same sizes and element size); the buffers may sit on different chips.
+    pub fn copy_device_to_device(
+        &self,
+        src: &Buffer,
+        src_layout: &Layout,
+        dst: &Buffer,
+        dst_layout: &Layout,
+        stream: &Stream,
+    ) -> Result<()> {
+        src_layout.check_within(src.len(), "device source")?;
+        dst_layout.check_within(dst.len(), "device destination")?;
+        // Check shapes now, so the error reaches the caller, not the stream.
+        for_each_run(src_layout, dst_layout, |_, _, _| Ok(()))?;
+        self.check_stream_for(dst, stream, "copy_device_to_device")?;
+        let (src, dst) = (src.clone(), dst.clone());
+        let (sl, dl) = (src_layout.clone(), dst_layout.clone());
+        stream.submit("copy_device_to_device", move || {
+            for_each_run(&sl, &dl, |s, d, n| {
+                src.segment().copy_to(
+                    src.segment_offset() + s,
+                    dst.segment().as_ref(),
+                    dst.segment_offset() + d,
+                    n,
+                )
+            })
+        })
+    }
+
+    /// Queue setting `len` bytes of `dst` from `offset` to `value`.
+    pub fn fill_async(
+        &self,
+        dst: &Buffer,
+        offset: u64,
+        len: u64,
+        value: u8,
+        stream: &Stream,
+    ) -> Result<()> {
+        Layout::bytes(len)
+            .check_within(dst.len().saturating_sub(offset), "fill destination")
+            .and_then(|_| {
+                offset
+                    .checked_add(len)
+                    .filter(|&e| e <= dst.len())
+                    .map(|_| ())
+                    .ok_or_else(|| {
+                        Error::invalid(format!(
+                            "fill of {len} bytes at {offset} is outside a {}-byte buffer",
+                            dst.len()
+                        ))
+                    })
+            })?;
+        let dst = dst.clone();
+        stream.submit("fill", move || {
+            dst.segment()
+                .fill(dst.segment_offset() + offset, len, value)
+        })
+    }
+
+    /// A new event; `timing` enables `elapsed_time`.
+    pub fn create_event(&self, timing: bool) -> Event {
+        Event::new(timing)
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        // Finish queued work and stop the workers; buffers held by queued
+        // tasks are released as those tasks finish.
+        for chip in &self.chips {
+            chip.tensor_core.shutdown();
+            chip.sparse_core.shutdown();
+        }
+    }
+}
+
+fn check_host_side(len: usize, layout: &Layout, what: &str) -> Result<()> {
+    if len as u64 != layout.nbytes() {
+        return Err(Error::invalid(format!(
+            "{what} has {len} bytes but the layout (sizes {:?}, {} bytes each) needs {}",
+            layout.sizes,
+            layout.elem_size,
+            layout.nbytes()
+        )));
+    }
+    Ok(())
+}
+
+fn write_runs(src: &[u8], dst: &Buffer, layout: &Layout) -> Result<()> {
+    let host = Layout::contiguous(&layout.sizes, layout.elem_size);
+    let base = dst.segment_offset();
+    for_each_run(&host, layout, |h, d, n| {
+        dst.segment()
+            .write(base + d, &src[h as usize..(h + n) as usize])
+    })
+}
+
+fn read_runs(src: &Buffer, layout: &Layout, dst: &mut [u8]) -> Result<()> {
+    let host = Layout::contiguous(&layout.sizes, layout.elem_size);
+    let base = src.segment_offset();
+    for_each_run(layout, &host, |d, h, n| {
+        src.segment()
+            .read(base + d, &mut dst[h as usize..(h + n) as usize])
+    })
+}

@@ -1,0 +1,364 @@
+//! A core's executor: one worker thread that runs the tasks of every stream
+//! attached to one core (a chip's TensorCore or SparseCore).
+//!
+//! Promises:
+//! - Tasks of one stream run in submission order, one at a time.
+//! - Across streams, order exists only through wait tasks (events): a
+//!   stream whose next task waits on an incomplete fence is skipped, never
+//!   blocks the worker, so other streams keep running and nothing deadlocks.
+//! - Priority is strict: lower numbers first (as torch: -1 beats 0); streams
+//!   of equal priority take turns.
+//! - A task that fails (or panics) poisons its stream: later tasks on it are
+//!   skipped but still counted as finished, so waiters never hang.
+//! - On shutdown the worker finishes every queued task, then exits.
+
+use std::borrow::Cow;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_queue::SegQueue;
+use crossbeam_utils::sync::{Parker, Unparker};
+
+use super::clock::{Failure, Fence, StreamClock};
+use crate::error::{Error, Result};
+
+pub type TaskFn = Box<dyn FnOnce() -> Result<()> + Send>;
+
+pub(crate) enum TaskKind {
+    Run(TaskFn),
+    /// Wait until the fence completes; fail if the awaited work failed.
+    Wait(Fence),
+    /// Stamp the time the stream reached this point (timing events).
+    Stamp(Arc<std::sync::OnceLock<Instant>>),
+}
+
+pub(crate) struct Task {
+    pub seq: u64,
+    pub name: Cow<'static, str>,
+    pub kind: TaskKind,
+}
+
+/// The part of a stream the executor sees.
+pub(crate) struct StreamQueue {
+    pub clock: Arc<StreamClock>,
+    pub priority: i32,
+    pub queue: SegQueue<Task>,
+    /// Set when the stream's owner let go; the executor drops it once empty.
+    pub closed: AtomicBool,
+    /// Makes "take a number, enqueue" one step, so queue order is seq order.
+    pub submit_lock: Mutex<()>,
+}
+
+impl StreamQueue {
+    pub fn new(clock: Arc<StreamClock>, priority: i32) -> Self {
+        StreamQueue {
+            clock,
+            priority,
+            queue: SegQueue::new(),
+            closed: AtomicBool::new(false),
+            submit_lock: Mutex::new(()),
+        }
+    }
+}
+
+struct Registry {
+    streams: Vec<Arc<StreamQueue>>,
+    generation: u64,
+}
+
+pub(crate) struct Executor {
+    name: String,
+    token: u64,
+    registry: RwLock<Registry>,
+    generation: AtomicU64,
+    unparker: Unparker,
+    parker: Mutex<Option<Parker>>,
+    shutdown: AtomicBool,
+    worker: Mutex<Option<JoinHandle<()>>>,
+}
+
+static NEXT_TOKEN: AtomicU64 = AtomicU64::new(1);
+
+impl Executor {
+    pub fn new(name: String) -> Arc<Self> {
+        let parker = Parker::new();
+        let unparker = parker.unparker().clone();
+        Arc::new(Executor {
+            name,
+            token: NEXT_TOKEN.fetch_add(1, Ordering::Relaxed),
+            registry: RwLock::new(Registry {
+                streams: Vec::new(),
+                generation: 0,
+            }),
+            generation: AtomicU64::new(0),
+            unparker,
+            parker: Mutex::new(Some(parker)),
+            shutdown: AtomicBool::new(false),
+            worker: Mutex::new(None),
+        })
+    }
+
+    /// Attach a stream; the worker thread starts with the first stream.
+    pub fn attach(self: &Arc<Self>, stream: Arc<StreamQueue>) -> Result<()> {
+        if self.shutdown.load(Ordering::SeqCst) {
+            return Err(Error::FailedPrecondition(format!(
+                "executor {} is shutting down",
+                self.name
+            )));
+        }
+        {
+            let mut reg = self.registry.write().unwrap_or_else(|e| e.into_inner());
+            reg.streams.push(stream);
+            // Stable sort keeps creation order among equal priorities.
+            reg.streams.sort_by_key(|s| s.priority);
+            reg.generation += 1;
+            self.generation.store(reg.generation, Ordering::SeqCst);
+        }
+        self.start_worker()
+    }
+
+    fn start_worker(self: &Arc<Self>) -> Result<()> {
+        let mut worker = self.worker.lock().unwrap_or_else(|e| e.into_inner());
+        if worker.is_some() {
+            return Ok(());
+        }
+        let parker = self
+            .parker
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .ok_or_else(|| Error::Internal(format!("executor {} lost its parker", self.name)))?;
+        let me = Arc::clone(self);
+        let handle = std::thread::Builder::new()
+            .name(self.name.clone())
+            .spawn(move || me.run(parker))
+            .map_err(|e| {
+                Error::Unavailable(format!("could not start worker thread {}: {e}", self.name))
+            })?;
+        *worker = Some(handle);
+        Ok(())
+    }
+
+    /// Wake the worker: new work, or a stream it waits on made progress.
+    pub fn notify(&self) {
+        self.unparker.unpark();
+    }
+
+    /// Enqueue a task on `stream` (attached to this executor) and wake the worker.
+    pub fn push(
+        &self,
+        stream: &StreamQueue,
+        name: Cow<'static, str>,
+        kind: TaskKind,
+    ) -> Result<()> {
+        {
+            let _order = stream.submit_lock.lock().unwrap_or_else(|e| e.into_inner());
+            if self.shutdown.load(Ordering::SeqCst) {
+                return Err(Error::FailedPrecondition(format!(
+                    "cannot run '{name}': the runtime is shutting down"
+                )));
+            }
+            let seq = stream.clock.submit();
+            stream.queue.push(Task { seq, name, kind });
+        }
+        self.unparker.unpark();
+        Ok(())
+    }
+
+    /// Fences covering all work submitted so far to each attached stream.
+    pub fn fences(&self) -> Vec<Fence> {
+        let reg = self.registry.read().unwrap_or_else(|e| e.into_inner());
+        reg.streams.iter().map(|s| s.clock.fence()).collect()
+    }
+
+    /// Finish all queued work and stop the worker.
+    pub fn shutdown(&self) {
+        self.shutdown.store(true, Ordering::SeqCst);
+        {
+            // Barrier: a push that read "not shut down" has enqueued by now.
+            let reg = self.registry.read().unwrap_or_else(|e| e.into_inner());
+            for s in &reg.streams {
+                drop(s.submit_lock.lock().unwrap_or_else(|e| e.into_inner()));
+            }
+        }
+        self.unparker.unpark();
+        let handle = self.worker.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(h) = handle {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+    }
+
+    fn snapshot(&self, seen: &mut u64, streams: &mut Vec<Slot>) {
+        let generation = self.generation.load(Ordering::SeqCst);
+        if generation == *seen {
+            return;
+        }
+        let reg = self.registry.read().unwrap_or_else(|e| e.into_inner());
+        let mut old = std::mem::take(streams);
+        for s in &reg.streams {
+            let held = old
+                .iter()
+                .position(|slot| Arc::ptr_eq(&slot.stream, s))
+                .and_then(|i| old.swap_remove(i).held);
+            streams.push(Slot {
+                stream: Arc::clone(s),
+                held,
+            });
+        }
+        *seen = reg.generation;
+    }
+
+    /// Forget closed streams that have no work left.
+    fn prune(&self, streams: &mut Vec<Slot>) {
+        let mut reg = self.registry.write().unwrap_or_else(|e| e.into_inner());
+        let before = reg.streams.len();
+        reg.streams.retain(|s| {
+            let done = s.closed.load(Ordering::SeqCst) && s.queue.is_empty() && s.clock.is_idle();
+            let held = streams
+                .iter()
+                .any(|slot| Arc::ptr_eq(&slot.stream, s) && slot.held.is_some());
+            !done || held
+        });
+        if reg.streams.len() != before {
+            reg.generation += 1;
+            self.generation.store(reg.generation, Ordering::SeqCst);
+        }
+    }
+
+    fn run(self: Arc<Self>, parker: Parker) {
+        let mut seen = u64::MAX;
+        let mut streams: Vec<Slot> = Vec::new();
+        let mut idle_passes = 0u32;
+        loop {
+            self.snapshot(&mut seen, &mut streams);
+            let ran = self.pass(&mut streams);
+            if ran {
+                idle_passes = 0;
+                continue;
+            }
+            let pending = streams
+                .iter()
+                .any(|s| s.held.is_some() || !s.stream.queue.is_empty());
+            if !pending && self.shutdown.load(Ordering::SeqCst) {
+                // Re-check after observing shutdown: a racing submit is rejected
+                // by the stream once shutdown is set, so an empty queue stays empty.
+                self.snapshot(&mut seen, &mut streams);
+                if streams
+                    .iter()
+                    .all(|s| s.held.is_none() && s.stream.queue.is_empty())
+                {
+                    return;
+                }
+                continue;
+            }
+            idle_passes += 1;
+            if idle_passes % 64 == 0 {
+                self.prune(&mut streams);
+            }
+            // Completions and submissions unpark us; the timeout is a safety net.
+            parker.park_timeout(Duration::from_millis(100));
+        }
+    }
+
+    /// One scheduling pass: the highest priority level with runnable work
+    /// runs one task from each of its runnable streams.
+    fn pass(&self, streams: &mut [Slot]) -> bool {
+        let mut i = 0;
+        while i < streams.len() {
+            let level = streams[i].stream.priority;
+            let mut j = i;
+            let mut ran = false;
+            while j < streams.len() && streams[j].stream.priority == level {
+                ran |= self.step(&mut streams[j]);
+                j += 1;
+            }
+            if ran {
+                return true;
+            }
+            i = j;
+        }
+        false
+    }
+
+    /// Run the stream's next task if it can run now.
+    fn step(&self, slot: &mut Slot) -> bool {
+        let task = match slot.held.take().or_else(|| slot.stream.queue.pop()) {
+            Some(t) => t,
+            None => return false,
+        };
+        if let TaskKind::Wait(fence) = &task.kind {
+            if !fence.is_complete() {
+                fence.clock().add_waiter(self.token, &self.unparker);
+                if !fence.is_complete() {
+                    slot.held = Some(task);
+                    return false;
+                }
+            }
+        }
+        execute(&slot.stream.clock, task);
+        true
+    }
+}
+
+struct Slot {
+    stream: Arc<StreamQueue>,
+    /// A wait task taken from the queue whose fence is not complete yet.
+    held: Option<Task>,
+}
+
+fn execute(clock: &StreamClock, task: Task) {
+    let Task { seq, name, kind } = task;
+    if clock.is_poisoned() {
+        // Skipped: the stream already failed. Dropping the closure releases
+        // whatever it captured (buffers, staging memory).
+        drop(kind);
+        clock.complete(seq);
+        return;
+    }
+    let outcome = match kind {
+        TaskKind::Run(f) => match catch_unwind(AssertUnwindSafe(f)) {
+            Ok(r) => r,
+            Err(panic) => Err(Error::Internal(format!(
+                "task panicked: {}",
+                panic_message(&panic)
+            ))),
+        },
+        TaskKind::Wait(fence) => fence.clock().error_up_to(fence.seq()).map_err(|e| {
+            Error::FailedPrecondition(format!(
+                "waited on work of stream {} that failed: {e}",
+                fence.stream()
+            ))
+        }),
+        TaskKind::Stamp(cell) => {
+            let _ = cell.set(Instant::now());
+            Ok(())
+        }
+    };
+    if let Err(e) = outcome {
+        let message = match e {
+            Error::StreamPoisoned { message, .. } => message,
+            other => other.to_string(),
+        };
+        clock.poison(Failure {
+            seq,
+            task: name.into_owned(),
+            message,
+        });
+    }
+    clock.complete(seq);
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        s.to_string()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "unknown panic".to_string()
+    }
+}

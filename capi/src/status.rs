@@ -18,43 +18,6 @@ pub const TPURT_CODE_UNIMPLEMENTED: u32 = 7;
 pub const TPURT_CODE_UNAVAILABLE: u32 = 8;
 pub const TPURT_CODE_INTERNAL: u32 = 9;
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn c_codes_are_the_runtime_codes() {
-        let pairs = [
-            (TPURT_CODE_INVALID_ARGUMENT, ErrorCode::InvalidArgument),
-            (TPURT_CODE_NOT_FOUND, ErrorCode::NotFound),
-            (TPURT_CODE_OUT_OF_MEMORY, ErrorCode::OutOfMemory),
-            (TPURT_CODE_INVALID_HANDLE, ErrorCode::InvalidHandle),
-            (TPURT_CODE_STREAM_POISONED, ErrorCode::StreamPoisoned),
-            (
-                TPURT_CODE_FAILED_PRECONDITION,
-                ErrorCode::FailedPrecondition,
-            ),
-            (TPURT_CODE_UNIMPLEMENTED, ErrorCode::Unimplemented),
-            (TPURT_CODE_UNAVAILABLE, ErrorCode::Unavailable),
-            (TPURT_CODE_INTERNAL, ErrorCode::Internal),
-        ];
-        for (c, e) in pairs {
-            assert_eq!(c, e as u32, "{e}");
-        }
-    }
-
-    #[test]
-    fn panics_become_internal_statuses() {
-        let s = guard(|| panic!("oops"));
-        assert_eq!(tpurt_status_code(s), TPURT_CODE_INTERNAL);
-        // SAFETY: the message pointer is valid until the status is destroyed.
-        let msg = unsafe { std::ffi::CStr::from_ptr(tpurt_status_message(s)) };
-        assert!(msg.to_str().unwrap().contains("oops"));
-        tpurt_status_destroy(s);
-        assert!(guard(|| Ok(())).is_null());
-    }
-}
-
 /// An error: a code (`TPURT_CODE_*`) and a message. Owned by the caller,
 /// who destroys it with `tpurt_status_destroy`.
 pub struct tpurt_status {
@@ -111,5 +74,42 @@ pub extern "C" fn tpurt_status_destroy(status: *mut tpurt_status) {
         // SAFETY: a non-null status came from Box::into_raw in status_of and
         // is destroyed once (caller's contract).
         drop(unsafe { Box::from_raw(status) });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn c_codes_are_the_runtime_codes() {
+        let pairs = [
+            (TPURT_CODE_INVALID_ARGUMENT, ErrorCode::InvalidArgument),
+            (TPURT_CODE_NOT_FOUND, ErrorCode::NotFound),
+            (TPURT_CODE_OUT_OF_MEMORY, ErrorCode::OutOfMemory),
+            (TPURT_CODE_INVALID_HANDLE, ErrorCode::InvalidHandle),
+            (TPURT_CODE_STREAM_POISONED, ErrorCode::StreamPoisoned),
+            (
+                TPURT_CODE_FAILED_PRECONDITION,
+                ErrorCode::FailedPrecondition,
+            ),
+            (TPURT_CODE_UNIMPLEMENTED, ErrorCode::Unimplemented),
+            (TPURT_CODE_UNAVAILABLE, ErrorCode::Unavailable),
+            (TPURT_CODE_INTERNAL, ErrorCode::Internal),
+        ];
+        for (c, e) in pairs {
+            assert_eq!(c, e as u32, "{e}");
+        }
+    }
+
+    #[test]
+    fn panics_become_internal_statuses() {
+        let s = guard(|| panic!("oops"));
+        assert_eq!(tpurt_status_code(s), TPURT_CODE_INTERNAL);
+        // SAFETY: the message pointer is valid until the status is destroyed.
+        let msg = unsafe { std::ffi::CStr::from_ptr(tpurt_status_message(s)) };
+        assert!(msg.to_str().unwrap().contains("oops"));
+        tpurt_status_destroy(s);
+        assert!(guard(|| Ok(())).is_null());
     }
 }

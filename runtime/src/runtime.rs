@@ -251,13 +251,6 @@ impl Runtime {
         Ok(chip.pool.empty_cache())
     }
 
-    fn check_stream_for(&self, buffer: &Buffer, stream: &Stream, what: &str) -> Result<()> {
-        self.chip(stream.chip())?;
-        let _ = buffer;
-        let _ = what;
-        Ok(())
-    }
-
     /// Copy host bytes into `dst` at `layout`, after the stream's earlier
     /// work; returns when the copy is done.
     pub fn copy_host_to_device(
@@ -269,7 +262,6 @@ impl Runtime {
     ) -> Result<()> {
         check_host_side(src.len(), layout, "host source")?;
         layout.check_within(dst.len(), "device destination")?;
-        self.check_stream_for(dst, stream, "copy_host_to_device")?;
         stream.synchronize()?;
         write_runs(src, dst, layout)
     }
@@ -284,7 +276,6 @@ impl Runtime {
     ) -> Result<()> {
         check_host_side(src.bytes().len(), layout, "host source")?;
         layout.check_within(dst.len(), "device destination")?;
-        self.check_stream_for(dst, stream, "copy_host_to_device")?;
         let (dst, layout) = (dst.clone(), layout.clone());
         stream.submit("copy_host_to_device", move || {
             write_runs(src.bytes(), &dst, &layout)
@@ -302,7 +293,6 @@ impl Runtime {
     ) -> Result<()> {
         layout.check_within(src.len(), "device source")?;
         check_host_side(dst.len(), layout, "host destination")?;
-        self.check_stream_for(src, stream, "copy_device_to_host")?;
         stream.synchronize()?;
         read_runs(src, layout, dst)
     }
@@ -318,7 +308,6 @@ impl Runtime {
     ) -> Result<()> {
         layout.check_within(src.len(), "device source")?;
         check_host_side(dst.len(), layout, "host destination")?;
-        self.check_stream_for(src, stream, "copy_device_to_host")?;
         let (src, layout) = (src.clone(), layout.clone());
         stream.submit("copy_device_to_host", move || {
             dst.write_with(&mut |out| read_runs(&src, &layout, out))
@@ -339,7 +328,6 @@ impl Runtime {
         dst_layout.check_within(dst.len(), "device destination")?;
         // Check shapes now, so the error reaches the caller, not the stream.
         for_each_run(src_layout, dst_layout, |_, _, _| Ok(()))?;
-        self.check_stream_for(dst, stream, "copy_device_to_device")?;
         let (src, dst) = (src.clone(), dst.clone());
         let (sl, dl) = (src_layout.clone(), dst_layout.clone());
         stream.submit("copy_device_to_device", move || {
@@ -363,20 +351,12 @@ impl Runtime {
         value: u8,
         stream: &Stream,
     ) -> Result<()> {
-        Layout::bytes(len)
-            .check_within(dst.len().saturating_sub(offset), "fill destination")
-            .and_then(|_| {
-                offset
-                    .checked_add(len)
-                    .filter(|&e| e <= dst.len())
-                    .map(|_| ())
-                    .ok_or_else(|| {
-                        Error::invalid(format!(
-                            "fill of {len} bytes at {offset} is outside a {}-byte buffer",
-                            dst.len()
-                        ))
-                    })
-            })?;
+        if offset.checked_add(len).is_none_or(|end| end > dst.len()) {
+            return Err(Error::invalid(format!(
+                "fill of {len} bytes at offset {offset} is outside a {}-byte buffer",
+                dst.len()
+            )));
+        }
         let dst = dst.clone();
         stream.submit("fill", move || {
             dst.segment()
@@ -429,4 +409,159 @@ fn read_runs(src: &Buffer, layout: &Layout, dst: &mut [u8]) -> Result<()> {
         src.segment()
             .read(base + d, &mut dst[h as usize..(h + n) as usize])
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ErrorCode;
+
+    fn rt(chips: u32, hbm: u64) -> Runtime {
+        Runtime::new(&RuntimeOptions {
+            platform: Some("host".into()),
+            host_chips: Some(chips),
+            host_topology: None,
+            host_hbm_bytes: Some(hbm),
+        })
+        .unwrap()
+    }
+
+    fn floats(v: &[f32]) -> Vec<u8> {
+        bytemuck::cast_slice(v).to_vec()
+    }
+
+    #[test]
+    fn platform_choice_and_unknown_platforms() {
+        let e = Runtime::new(&RuntimeOptions {
+            platform: Some("tpu-v9".into()),
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert_eq!(e.code(), ErrorCode::NotFound);
+        assert!(e.to_string().contains("'host' and 'xla'"), "{e}");
+        let r = rt(4, 1 << 30);
+        assert_eq!(r.device_count(), 4);
+        assert_eq!(r.platform().topology(), &[2, 2]);
+        assert!(r.device(4).unwrap_err().to_string().contains("0 to 3"));
+    }
+
+    #[test]
+    fn host_device_round_trips_contiguous_and_strided() {
+        let r = rt(2, 64 << 20);
+        let s = r.default_stream(0).unwrap();
+        let b = r.allocate(0, 24, &s).unwrap();
+        let whole = Layout::bytes(24);
+        r.copy_host_to_device(&floats(&[1., 2., 3., 4., 5., 6.]), &b, &whole, &s)
+            .unwrap();
+        // Read the 2x3 matrix transposed.
+        let t = Layout {
+            offset: 0,
+            sizes: vec![3, 2],
+            strides: vec![1, 3],
+            elem_size: 4,
+        };
+        let mut out = vec![0u8; 24];
+        r.copy_device_to_host(&b, &t, &mut out, &s).unwrap();
+        assert_eq!(
+            bytemuck::cast_slice::<u8, f32>(&out),
+            &[1., 4., 2., 5., 3., 6.]
+        );
+        // Write one column (strided destination).
+        let col = Layout {
+            offset: 4,
+            sizes: vec![2],
+            strides: vec![3],
+            elem_size: 4,
+        };
+        r.copy_host_to_device(&floats(&[20., 50.]), &b, &col, &s)
+            .unwrap();
+        r.copy_device_to_host(&b, &whole, &mut out, &s).unwrap();
+        assert_eq!(
+            bytemuck::cast_slice::<u8, f32>(&out),
+            &[1., 20., 3., 4., 50., 6.]
+        );
+    }
+
+    #[test]
+    fn async_copies_follow_stream_order_across_chips() {
+        let r = rt(2, 64 << 20);
+        let s0 = r.create_stream(0, CoreKind::TensorCore, 0).unwrap();
+        let s1 = r.create_stream(1, CoreKind::TensorCore, 0).unwrap();
+        let a = r.allocate(0, 1 << 20, &s0).unwrap();
+        let b = r.allocate(1, 1 << 20, &s1).unwrap();
+        let data: Vec<u8> = (0..1 << 20).map(|i| (i % 251) as u8).collect();
+        r.copy_host_to_device_async(data.clone(), &a, &Layout::bytes(1 << 20), &s0)
+            .unwrap();
+        s1.wait_stream(&s0).unwrap();
+        let whole = Layout::bytes(1 << 20);
+        r.copy_device_to_device(&a, &whole, &b, &whole, &s1)
+            .unwrap();
+        let back = HostReadback::new(1 << 20);
+        r.copy_device_to_host_async(&b, &whole, Box::new(back.clone()), &s1)
+            .unwrap();
+        // Dropping the buffers now is safe: queued work holds them.
+        drop((a, b));
+        s1.synchronize().unwrap();
+        assert!(back.to_vec() == data);
+        r.synchronize().unwrap();
+        assert_eq!(r.memory_stats(0).unwrap().allocated_bytes.current, 0);
+        assert_eq!(r.memory_stats(1).unwrap().allocated_bytes.current, 0);
+    }
+
+    #[test]
+    fn bad_copies_are_errors_that_say_what_was_wrong() {
+        let r = rt(1, 64 << 20);
+        let s = r.default_stream(0).unwrap();
+        let b = r.allocate(0, 16, &s).unwrap();
+        let e = r
+            .copy_host_to_device(&[0u8; 8], &b, &Layout::bytes(16), &s)
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("host source has 8 bytes but the layout"),
+            "{e}"
+        );
+        let e = r
+            .copy_host_to_device(&[0u8; 32], &b, &Layout::bytes(32), &s)
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("reaches byte 32 of a 16-byte buffer"),
+            "{e}"
+        );
+        let e = r.fill_async(&b, 8, 16, 0, &s).unwrap_err();
+        assert!(e.to_string().contains("outside a 16-byte buffer"), "{e}");
+        let other = r.create_stream(0, CoreKind::SparseCore, 0).unwrap();
+        let c = r.allocate(0, 8, &other).unwrap();
+        let e = r
+            .copy_device_to_device(&b, &Layout::bytes(16), &c, &Layout::bytes(8), &s)
+            .unwrap_err();
+        assert!(e.to_string().contains("different shapes"), "{e}");
+    }
+
+    #[test]
+    fn memory_statistics_move_and_oom_is_an_error() {
+        let r = rt(1, 32 << 20);
+        let s = r.default_stream(0).unwrap();
+        let a = r.allocate(0, 10 << 20, &s).unwrap();
+        let st = r.memory_stats(0).unwrap();
+        assert_eq!(st.allocated_bytes.current, 10 << 20);
+        assert!(st.reserved_bytes.current >= 10 << 20);
+        let e = r.allocate(0, 30 << 20, &s).unwrap_err();
+        assert_eq!(e.code(), ErrorCode::OutOfMemory);
+        assert!(e.to_string().contains("30.00 MiB"), "{e}");
+        drop(a);
+        assert!(r.empty_cache(0).unwrap() >= 10 << 20);
+        let st = r.memory_stats(0).unwrap();
+        assert_eq!(
+            (
+                st.allocated_bytes.current,
+                st.reserved_bytes.current,
+                st.num_ooms
+            ),
+            (0, 0, 1)
+        );
+        let snap = r.memory_snapshot(0).unwrap().to_json();
+        assert!(snap.contains("\"segments\":[]"), "{snap}");
+    }
 }

@@ -71,7 +71,8 @@
 //!    are settled; merging repeats until no neighbour qualifies. Two blocks
 //!    of one stream merge into a block of that stream that keeps the later
 //!    of the two fences; two settled blocks of different streams merge into
-//!    a settled block of the stream of the block being freed. Hence no two
+//!    a settled block with the stream and fence of the block being freed (in
+//!    a coalescing pass, of the block the pass is visiting). Hence no two
 //!    adjacent free blocks ever share a stream. Settled blocks of different
 //!    streams that were not settled at free time merge later, when
 //!    `empty_cache` or an allocation retry coalesces the cache.
@@ -238,6 +239,11 @@ pub fn format_bytes(bytes: u64) -> String {
         unit += 1;
     }
     format!("{value:.2} {}", UNITS[unit])
+}
+
+/// Whether `value` is a multiple of `alignment`, a power of two.
+pub(crate) fn is_aligned(value: u64, alignment: u64) -> bool {
+    value & (alignment - 1) == 0
 }
 
 fn round_up(value: u64, multiple: u64) -> Option<u64> {

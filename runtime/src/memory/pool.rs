@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use super::snapshot::{BlockSnapshot, BlockState, PoolSnapshot, SegmentSnapshot};
 use super::stats::MemoryStats;
 use super::{
-    format_bytes, min_segment_size_for, pool_for, round_size, segment_size_for, splits, PoolKind,
-    MIN_BLOCK_SIZE, SEGMENT_GRANULE, SMALL_SEGMENT_SIZE,
+    format_bytes, is_aligned, min_segment_size_for, pool_for, round_size, segment_size_for, splits,
+    PoolKind, MIN_BLOCK_SIZE, SEGMENT_GRANULE, SMALL_SEGMENT_SIZE,
 };
 use crate::error::{Error, Result};
 use crate::platform::{Platform, Segment};
@@ -41,7 +41,6 @@ impl std::fmt::Debug for HbmPool {
 
 /// A live allocation. A plain value: the caller returns it with
 /// [`HbmPool::free`]; it is neither `Clone` nor `Copy` (rule 13).
-#[derive(Debug)]
 pub struct Block {
     pool: u64,
     slot: usize,
@@ -51,6 +50,20 @@ pub struct Block {
     size: u64,
     requested: u64,
     stream: StreamId,
+}
+
+impl std::fmt::Debug for Block {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Not the segment itself: its Debug may print its contents.
+        f.debug_struct("Block")
+            .field("id", &self.id)
+            .field("segment_len", &self.segment.len())
+            .field("offset", &self.offset)
+            .field("size", &self.size)
+            .field("requested", &self.requested)
+            .field("stream", &self.stream)
+            .finish()
+    }
 }
 
 impl Block {
@@ -155,8 +168,6 @@ impl HbmPool {
         let mut guard = self.lock();
         let state = &mut *guard;
         let slot = state.allocated_slot(&block)?;
-        state.stats.num_free += 1;
-        state.stats.allocated_bytes.sub(block.size);
         let taken = std::mem::replace(&mut state.nodes[slot].state, NodeState::Vacant);
         let NodeState::Allocated {
             requested,
@@ -169,6 +180,8 @@ impl HbmPool {
             state.nodes[slot].state = taken;
             return Err(Error::Internal("block state changed under the lock".into()));
         };
+        state.stats.num_free += 1;
+        state.stats.allocated_bytes.sub(block.size);
         let fence = clock.fence();
         if recorded.is_empty() {
             state.make_free(slot, fence, requested);
@@ -787,7 +800,7 @@ impl PoolState {
             let seg = record.id;
             segments += 1;
             reserved += record.size;
-            if record.size == 0 || record.size % SEGMENT_GRANULE != 0 {
+            if record.size == 0 || !is_aligned(record.size, SEGMENT_GRANULE) {
                 return Err(format!("I2: segment {seg} has size {}", record.size));
             }
             if record.pool == PoolKind::Small && record.size != SMALL_SEGMENT_SIZE {
@@ -818,8 +831,8 @@ impl PoolState {
                     return Err(format!("I1: block at {at} expected at offset {offset}"));
                 }
                 if node.size == 0
-                    || node.size % MIN_BLOCK_SIZE != 0
-                    || node.offset % MIN_BLOCK_SIZE != 0
+                    || !is_aligned(node.size, MIN_BLOCK_SIZE)
+                    || !is_aligned(node.offset, MIN_BLOCK_SIZE)
                 {
                     return Err(format!("I2: block at {at} has size {}", node.size));
                 }

@@ -69,7 +69,7 @@ fn check_step(pool: &HbmPool, live: &[Block]) -> std::result::Result<(), TestCas
         );
     }
     for b in live {
-        prop_assert!(b.size() % MIN_BLOCK_SIZE == 0 && b.size() >= b.requested());
+        prop_assert!(is_aligned(b.size(), MIN_BLOCK_SIZE) && b.size() >= b.requested());
         prop_assert!(b.offset() + b.size() <= b.segment().len());
     }
     let stats = pool.stats();

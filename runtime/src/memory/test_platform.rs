@@ -65,10 +65,15 @@ impl Platform for TestPlatform {
     }
 }
 
-#[derive(Debug)]
 struct TestMemory {
     data: Mutex<Vec<u8>>,
     live_bytes: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for TestMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TestMemory({} bytes)", self.len())
+    }
 }
 
 impl Drop for TestMemory {

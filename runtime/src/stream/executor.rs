@@ -214,7 +214,7 @@ impl Executor {
     }
 
     /// Forget closed streams that have no work left.
-    fn prune(&self, streams: &mut Vec<Slot>) {
+    fn prune(&self, streams: &[Slot]) {
         let mut reg = self.registry.write().unwrap_or_else(|e| e.into_inner());
         let before = reg.streams.len();
         reg.streams.retain(|s| {
@@ -257,8 +257,8 @@ impl Executor {
                 continue;
             }
             idle_passes += 1;
-            if idle_passes % 64 == 0 {
-                self.prune(&mut streams);
+            if idle_passes.is_multiple_of(64) {
+                self.prune(&streams);
             }
             // Completions and submissions unpark us; the timeout is a safety net.
             parker.park_timeout(Duration::from_millis(100));

@@ -131,7 +131,7 @@ pub fn format_topology(dims: &[u32]) -> String {
 /// The most square two-dimensional mesh for `chips` chips: 8 -> 2x4.
 fn default_topology(chips: u32) -> Vec<u32> {
     let mut a = (chips as f64).sqrt() as u32;
-    while a > 1 && chips % a != 0 {
+    while a > 1 && !chips.is_multiple_of(a) {
         a -= 1;
     }
     vec![a.max(1), chips / a.max(1)]

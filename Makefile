@@ -1,0 +1,24 @@
+# The two commands of the README. Each does its own set-up first.
+.PHONY: run test build bench header
+
+CC ?= cc
+RELEASE := target/release
+
+run: build
+	$(CC) -std=c11 -O2 -Wall -Werror -Iinclude examples/demo.c $(RELEASE)/libtpurt.a \
+	  -lpthread -ldl -lm -o $(RELEASE)/tpurt-demo
+	$(RELEASE)/tpurt-demo
+
+build:
+	scripts/setup
+	cargo build --release -p tpurt-capi
+
+test:
+	scripts/setup
+	scripts/test
+
+bench:
+	bench/run
+
+header:
+	TPURT_UPDATE_HEADER=1 cargo test -p tpurt-capi --test header

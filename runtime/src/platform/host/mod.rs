@@ -273,6 +273,13 @@ mod tests {
     }
 
     #[test]
+    fn default_device_list_snapshot() {
+        let p = HostPlatform::new(HostConfig::default());
+        let json = serde_json::to_string_pretty(p.devices()).unwrap();
+        insta::assert_snapshot!("default_host_devices", json);
+    }
+
+    #[test]
     fn segments_read_write_copy_and_check_bounds() {
         let p = HostPlatform::new(HostConfig::default());
         let a = p.allocate_segment(0, 4096).unwrap();

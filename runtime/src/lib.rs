@@ -5,6 +5,7 @@
 pub mod buffer;
 pub mod copy;
 pub mod error;
+pub mod ir;
 pub mod memory;
 pub mod platform;
 pub mod runtime;

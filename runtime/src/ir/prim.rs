@@ -1,0 +1,267 @@
+//! The primitive operations, aligned with StableHLO. Every op of the op
+//! library is built from these; every platform implements these and only
+//! these. Broadcasting is explicit (`BroadcastInDim`), as in StableHLO.
+
+use serde::{Deserialize, Serialize};
+
+use super::dtype::DType;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnaryOp {
+    Neg,
+    Abs,
+    Exp,
+    Expm1,
+    Log,
+    Log1p,
+    Sqrt,
+    Rsqrt,
+    Tanh,
+    /// 1 / (1 + exp(-x))
+    Logistic,
+    Sin,
+    Cos,
+    Erf,
+    Floor,
+    Ceil,
+    /// Round half to even (as torch.round).
+    Round,
+    Sign,
+    /// Logical not for bool, bitwise not for integers.
+    Not,
+    /// Bool result: neither inf nor nan.
+    IsFinite,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    /// Integer division truncates toward zero (StableHLO); the op library
+    /// builds floor division from it.
+    Div,
+    /// Remainder with the sign of the dividend (C fmod).
+    Rem,
+    Pow,
+    Max,
+    Min,
+    /// Logical for bool, bitwise for integers.
+    And,
+    Or,
+    Xor,
+    Atan2,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CompareOp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReduceOp {
+    Sum,
+    Prod,
+    Max,
+    Min,
+    /// Bool or integers.
+    And,
+    Or,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ScatterCombiner {
+    /// The update replaces the value (last write wins for duplicate indices).
+    Replace,
+    Add,
+    Mul,
+    Max,
+    Min,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RngDistribution {
+    /// Uniform in [0, 1).
+    Uniform,
+    /// Standard normal.
+    Normal,
+}
+
+/// A primitive and its attributes. Operands and results are listed per variant.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Prim {
+    /// () -> the literal. `bytes` are little-endian elements, row-major.
+    Constant {
+        dtype: DType,
+        dims: Vec<u64>,
+        bytes: Vec<u8>,
+    },
+    /// () -> dims, element i along `dimension` is i.
+    Iota {
+        dtype: DType,
+        dims: Vec<u64>,
+        dimension: usize,
+    },
+    /// (x) -> same type (IsFinite: bool).
+    Unary(UnaryOp),
+    /// (x, y) of one type -> that type.
+    Binary(BinaryOp),
+    /// (x, y) of one type -> bool.
+    Compare(CompareOp),
+    /// (pred: bool, on_true, on_false) of one shape -> on_true's type.
+    Select,
+    /// (min, x, max): min and max are scalars or x's shape.
+    Clamp,
+    /// (x) -> x's dims in `to`.
+    Convert { to: DType },
+    /// (x) -> dims; operand dimension i maps to result dimension mapping[i]
+    /// and has size 1 or dims[mapping[i]].
+    BroadcastInDim { dims: Vec<u64>, mapping: Vec<usize> },
+    /// (x) -> dims with the same element count.
+    Reshape { dims: Vec<u64> },
+    /// (x) -> result dimension i is operand dimension perm[i].
+    Transpose { perm: Vec<usize> },
+    /// (x) -> elements start..limit by stride per dimension.
+    Slice {
+        start: Vec<u64>,
+        limit: Vec<u64>,
+        stride: Vec<u64>,
+    },
+    /// (x, start_0, ..., start_{r-1}: i64 scalars) -> `sizes`; starts are
+    /// clamped so the window fits (StableHLO).
+    DynamicSlice { sizes: Vec<u64> },
+    /// (x, update, start_0, ...: i64 scalars) -> x with update written at
+    /// the (clamped) starts.
+    DynamicUpdateSlice,
+    /// (x, value: scalar of x's dtype) -> padded: `low`/`high` may be
+    /// negative (cropping), `interior` inserts between elements.
+    Pad {
+        low: Vec<i64>,
+        high: Vec<i64>,
+        interior: Vec<u64>,
+    },
+    /// (x_0, x_1, ...) along `dimension`.
+    Concatenate { dimension: usize },
+    /// (x) -> x with `dimensions` reversed.
+    Reverse { dimensions: Vec<usize> },
+    /// (x) -> x with `dimensions` reduced away.
+    Reduce {
+        op: ReduceOp,
+        dimensions: Vec<usize>,
+    },
+    /// (x) -> i64 index of the first max (or min) along `dimension`, which is removed.
+    ArgReduce { max: bool, dimension: usize },
+    /// (x) -> running reduction along `dimension` (cumsum, cumprod, cummax, cummin).
+    Cumulative {
+        op: ReduceOp,
+        dimension: usize,
+        reverse: bool,
+    },
+    /// (lhs, rhs) -> batch dims, then lhs free dims, then rhs free dims.
+    DotGeneral {
+        lhs_batch: Vec<usize>,
+        rhs_batch: Vec<usize>,
+        lhs_contract: Vec<usize>,
+        rhs_contract: Vec<usize>,
+    },
+    /// (x, index: integer, same rank) -> index's dims; out[i] = x[i with
+    /// i[axis] replaced by index[i]] (torch.gather).
+    Gather { axis: usize },
+    /// (x, index: integer, any rank) -> x.dims[..axis] ++ index.dims ++
+    /// x.dims[axis+1..] (torch.index_select / embedding).
+    Take { axis: usize },
+    /// (x, index: integer, updates: index's dims) -> x with updates
+    /// combined in at x[i with i[axis] replaced by index[i]] (torch.scatter).
+    Scatter {
+        axis: usize,
+        combiner: ScatterCombiner,
+    },
+    /// (x) -> (sorted values, i64 indices) along `dimension`.
+    Sort {
+        dimension: usize,
+        descending: bool,
+        stable: bool,
+    },
+    /// (seed: u64 scalar, offset: u64 scalar) -> dims of dtype; counter
+    /// based (Philox 4x32-10), so (seed, offset) gives the same numbers on
+    /// every platform and in every mode.
+    Rng {
+        distribution: RngDistribution,
+        dtype: DType,
+        dims: Vec<u64>,
+    },
+    /// (input N,C,spatial..., weight O,C/groups,kernel...) -> N,O,spatial'...
+    Convolution {
+        stride: Vec<u64>,
+        padding: Vec<(u64, u64)>,
+        dilation: Vec<u64>,
+        groups: u64,
+    },
+}
+
+impl Prim {
+    /// Short name for messages and the text form.
+    pub fn name(&self) -> String {
+        fn snake<T: Serialize>(t: &T) -> String {
+            serde_json::to_value(t)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default()
+        }
+        match self {
+            Prim::Constant { .. } => "constant".into(),
+            Prim::Iota { .. } => "iota".into(),
+            Prim::Unary(op) => snake(op),
+            Prim::Binary(op) => snake(op),
+            Prim::Compare(op) => format!("compare_{}", snake(op)),
+            Prim::Select => "select".into(),
+            Prim::Clamp => "clamp".into(),
+            Prim::Convert { .. } => "convert".into(),
+            Prim::BroadcastInDim { .. } => "broadcast_in_dim".into(),
+            Prim::Reshape { .. } => "reshape".into(),
+            Prim::Transpose { .. } => "transpose".into(),
+            Prim::Slice { .. } => "slice".into(),
+            Prim::DynamicSlice { .. } => "dynamic_slice".into(),
+            Prim::DynamicUpdateSlice => "dynamic_update_slice".into(),
+            Prim::Pad { .. } => "pad".into(),
+            Prim::Concatenate { .. } => "concatenate".into(),
+            Prim::Reverse { .. } => "reverse".into(),
+            Prim::Reduce { op, .. } => format!("reduce_{}", snake(op)),
+            Prim::ArgReduce { max, .. } => if *max { "argmax" } else { "argmin" }.into(),
+            Prim::Cumulative { op, .. } => format!("cumulative_{}", snake(op)),
+            Prim::DotGeneral { .. } => "dot_general".into(),
+            Prim::Gather { .. } => "gather".into(),
+            Prim::Take { .. } => "take".into(),
+            Prim::Scatter { .. } => "scatter".into(),
+            Prim::Sort { .. } => "sort".into(),
+            Prim::Rng { .. } => "rng".into(),
+            Prim::Convolution { .. } => "convolution".into(),
+        }
+    }
+
+    /// Elementwise: each output element depends only on the input elements
+    /// at the same position. The fusion planner chains these.
+    pub fn is_elementwise(&self) -> bool {
+        matches!(
+            self,
+            Prim::Unary(_)
+                | Prim::Binary(_)
+                | Prim::Compare(_)
+                | Prim::Select
+                | Prim::Clamp
+                | Prim::Convert { .. }
+        )
+    }
+}

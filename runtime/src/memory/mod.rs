@@ -3,9 +3,12 @@
 //!
 //! The pool asks the platform for large *segments* and carves them into
 //! *blocks*. A freed block goes back to the pool's cache, not to the
-//! platform, so the next allocation of a similar size costs one mutex lock
-//! and a lookup in an ordered set. Memory goes back to the platform only in
-//! [`HbmPool::empty_cache`] and when an allocation would otherwise fail.
+//! platform. The next allocation of the same rounded size that may reuse it
+//! takes it back from a short list without splitting or merging anything
+//! (one mutex lock and a scan of a few entries); any other allocation costs
+//! a lookup in an ordered set.
+//! Memory goes back to the platform only in [`HbmPool::empty_cache`] and
+//! when an allocation would otherwise fail.
 //!
 //! Every rule below is stated so that it can be checked:
 //! [`HbmPool::check_invariants`] verifies the invariants at the end of this
@@ -18,13 +21,16 @@
 //! - A **segment** is one allocation from the platform. Its blocks tile it
 //!   exactly: they are contiguous, do not overlap and cover every byte.
 //! - A **block** is *allocated* (held by a caller as a [`Block`]), *pending
-//!   free* (returned by the caller but still in use by another stream) or
-//!   *free* (in the cache).
+//!   free* (returned by the caller but still in use by another stream),
+//!   *quick* (returned, and parked unmerged for reuse at the same size, rule
+//!   9) or *free* (in its pool's free set). Quick and free blocks make up
+//!   the *cache*.
 //! - Every block belongs to one **stream**: an allocated block to the stream
-//!   it was allocated for; a free block to the stream it was freed on.
-//! - A free block carries a **fence** on its own stream, taken when it was
-//!   freed. A free block is **settled** once that fence is complete: no work
-//!   of any stream can still touch it.
+//!   it was allocated for; a quick or free block to the stream it was freed
+//!   on.
+//! - A quick or free block carries a **fence** on its own stream, taken when
+//!   it was freed. It is **settled** once that fence is complete: no work of
+//!   any stream can still touch it.
 //!
 //! # Rules
 //!
@@ -38,13 +44,15 @@
 //! 3. **Segment sizes.** A small-pool segment is 2 MiB. A large-pool
 //!    segment is 20 MiB for rounded requests under 10 MiB, otherwise the
 //!    rounded request rounded up to a multiple of 2 MiB. Only the capacity
-//!    (rule 9) may shrink a 20 MiB segment to the request rounded up to
+//!    (rule 10) may shrink a 20 MiB segment to the request rounded up to
 //!    2 MiB. Every segment size is a multiple of 2 MiB.
-//! 4. **Best fit.** An allocation takes the smallest free block of its pool
-//!    that is large enough and *reusable* by the requesting stream, ties
-//!    broken by the lowest internal slot. A free block is reusable by its
-//!    own stream at once, and by any other stream once it is settled. Only
-//!    when no free block fits does the pool allocate a new segment.
+//! 4. **Best fit.** An allocation that no quick block serves (rule 9) takes
+//!    the smallest free block of its pool that is large enough and
+//!    *reusable* by the requesting stream, ties broken by the lowest internal
+//!    slot. A quick or free block is reusable by its own stream at once, and
+//!    by any other stream once it is settled. Only when no free block fits,
+//!    even after the quick list of its pool was flushed (rule 9), does the
+//!    pool allocate a new segment.
 //! 5. **Splitting.** The chosen block splits when the remainder (block size
 //!    minus rounded request) is at least 512 bytes in the small pool, or
 //!    more than 1 MiB in the large pool. The allocation keeps the low part;
@@ -56,17 +64,19 @@
 //! 6. **Stream-ordered free.** [`HbmPool::free`] takes a fence on the
 //!    block's stream. The block is then reusable at once by its own stream
 //!    (work there runs in order after the caller's work) and by other
-//!    streams once that fence is complete.
+//!    streams once that fence is complete, whether it is quick, free, or
+//!    merged into a larger free block.
 //! 7. **Pending frees.** If [`HbmPool::record_stream`] named other streams,
 //!    `free` also takes a fence on each of them. Until all of those are
 //!    complete the block stays *active, pending free*: not in the cache,
 //!    not reusable by anyone, not mergeable. Every `allocate`, `stats`,
 //!    `snapshot` and `empty_cache` first polls the pending list and turns
-//!    blocks whose fences completed into free blocks (rule 6 then applies,
-//!    with the fence on the block's own stream taken at free time). If all
-//!    of those fences are already complete at `free`, the block is freed
-//!    at once.
-//! 8. **Merging.** When a block becomes free it merges with each free
+//!    blocks whose fences completed into free (not quick) blocks (rule 6
+//!    then applies, with the fence on the block's own stream taken at free
+//!    time). If all of those fences are already complete at `free`, the
+//!    block is freed at once, like a block no stream was recorded on.
+//! 8. **Merging.** When a block becomes free (a pending block whose fences
+//!    completed, or a quick block being flushed) it merges with each free
 //!    neighbour in its segment if the two are on the same stream or both
 //!    are settled; merging repeats until no neighbour qualifies. Two blocks
 //!    of one stream merge into a block of that stream that keeps the later
@@ -75,27 +85,47 @@
 //!    a coalescing pass, of the block the pass is visiting). Hence no two
 //!    adjacent free blocks ever share a stream. Settled blocks of different
 //!    streams that were not settled at free time merge later, when
-//!    `empty_cache` or an allocation retry coalesces the cache.
-//! 9. **Capacity, retry and OOM.** Reserved bytes (the sum of segment sizes)
-//!    never exceed the pool's capacity. If the 20 MiB segment of rule 3
-//!    would exceed it, the pool uses the smallest segment that fits the
-//!    request instead. If that still exceeds the capacity, or the platform
-//!    fails to allocate, the pool *releases its cache* (coalesces settled
-//!    free blocks and returns every settled wholly free segment to the
-//!    platform), counts a retry and tries once more: best fit, then a new
-//!    segment. If that fails too, `allocate` returns
-//!    [`Error::OutOfMemory`](crate::Error::OutOfMemory) whose message names
-//!    the chip, the requested size (human units and bytes), the capacity,
-//!    the allocated bytes, the reserved bytes and the bytes free in the cache
-//!    (reserved minus allocated). A request whose smallest possible segment
-//!    is larger than the capacity fails at once, without touching the cache.
-//!    Every failed allocation counts as an OOM. The pool never panics or
-//!    aborts on a failed allocation.
-//! 10. **empty_cache.** Releases to the platform every segment that is
-//!     wholly free and settled (after coalescing as in rule 9) and returns the
-//!     bytes released. Segments holding an allocated, pending or unsettled
-//!     block stay.
-//! 11. **Statistics** ([`MemoryStats`], named after `torch.cuda.memory_stats`).
+//!    `empty_cache` or an allocation retry coalesces the cache. Quick blocks
+//!    are not free blocks: nothing merges with them until they are flushed.
+//! 9. **Quick blocks (deferred merging).** A block that `free` frees at once
+//!    neither merges nor enters a free set: it becomes *quick*, parked at
+//!    the back of its pool's quick list with its stream, its fence (rule 6)
+//!    and the rounded request it served. An allocation first takes the most
+//!    recently parked quick block of its pool that was parked for the same
+//!    rounded request and is reusable by the requesting stream (rule 4:
+//!    its own stream at once, another once settled). That block is handed
+//!    out as it is, so rules 1 and 5 hold for it as they did when it was
+//!    first allocated. Best fit runs only when no quick block qualifies, and
+//!    never sees quick blocks. *Flushing* a quick block makes it free with
+//!    the fence taken at its free, merging as rule 8 says; a list is flushed
+//!    oldest first. The pool flushes the oldest block of a list that would
+//!    hold more than [`QUICK_LIST_LEN`] blocks; the whole list of the
+//!    request's pool when best fit finds nothing, before it tries best fit
+//!    once more and only then allocates a segment; and every list when it
+//!    releases its cache (rules 10 and 11) and before a snapshot (rule 13).
+//!    So a parked block never stands between a request and the memory it
+//!    could use: the pool grows only when no free block fits with every
+//!    quick block of its pool merged back.
+//! 10. **Capacity, retry and OOM.** Reserved bytes (the sum of segment
+//!     sizes) never exceed the pool's capacity. If the 20 MiB segment of
+//!     rule 3 would exceed it, the pool uses the smallest segment that fits
+//!     the request instead. If that still exceeds the capacity, or the
+//!     platform fails to allocate, the pool *releases its cache* (flushes
+//!     every quick list, coalesces settled free blocks and returns every
+//!     settled wholly free segment to the platform), counts a retry and
+//!     tries once more: best fit, then a new segment. If that fails too,
+//!     `allocate` returns [`Error::OutOfMemory`](crate::Error::OutOfMemory)
+//!     whose message names the chip, the requested size (human units and
+//!     bytes), the capacity, the allocated bytes, the reserved bytes and the
+//!     bytes free in the cache (reserved minus allocated). A request whose
+//!     smallest possible segment is larger than the capacity fails at once,
+//!     without touching the cache. Every failed allocation counts as an
+//!     OOM. The pool never panics or aborts on a failed allocation.
+//! 11. **empty_cache.** Releases to the platform every segment that is
+//!     wholly free and settled (after flushing and coalescing as in rule 10)
+//!     and returns the bytes released. Segments holding an allocated,
+//!     pending or unsettled block stay.
+//! 12. **Statistics** ([`MemoryStats`], named after `torch.cuda.memory_stats`).
 //!     Byte statistics are a [`Stat`]: `current`, `peak` (highest `current`
 //!     since creation or the last [`HbmPool::reset_peak_stats`]), `allocated`
 //!     (total ever added) and `freed` (total ever removed); always
@@ -103,7 +133,7 @@
 //!     - `allocated_bytes`: sizes (rounded) of blocks held by callers; drops
 //!       at `free`, even when the block goes pending.
 //!     - `active_bytes`: allocated plus pending-free blocks; drops when a
-//!       block enters the cache.
+//!       block enters the cache (becomes quick or free).
 //!     - `requested_bytes`: the unrounded requests of active blocks.
 //!     - `reserved_bytes`: sizes of segments held from the platform.
 //!     - `num_alloc` / `num_free`: successful allocations / calls to free;
@@ -112,11 +142,13 @@
 //!       segments held (current and peak); `num_segment_allocs` /
 //!       `num_segment_frees`: segments obtained from / returned to the
 //!       platform.
-//! 12. **Snapshot** ([`PoolSnapshot`]): the capacity and every segment
+//! 13. **Snapshot** ([`PoolSnapshot`]): the capacity and every segment
 //!     (id, size, allocated bytes, pool `"small"`/`"large"`) with its blocks
 //!     in address order (offset, size, requested, state
 //!     `"active_allocated"` / `"active_pending_free"` / `"inactive"`, stream).
-//! 13. **Blocks are plain values.** [`Block`] is neither `Clone` nor `Copy`
+//!     The quick lists are flushed first, so every cached block shows as a
+//!     coalesced `"inactive"` block.
+//! 14. **Blocks are plain values.** [`Block`] is neither `Clone` nor `Copy`
 //!     and `free` consumes it, so a block cannot be freed twice. A block
 //!     handed to a pool that did not make it is refused ([`HbmPool::try_free`]
 //!     returns an error; `free` ignores it).
@@ -130,13 +162,18 @@
 //!   are 2 MiB; every segment size is a multiple of 2 MiB.
 //! - I3: an allocated or pending block has `size >= round(requested)`, is
 //!   in the pool rule 2 picks for its request, and is not splittable by
-//!   rule 5.
+//!   rule 5; so does a quick block for the rounded request it is parked
+//!   under.
 //! - I4: the free sets hold exactly the free blocks (keyed by size), the
-//!   pending list exactly the pending blocks.
+//!   pending list exactly the pending blocks, and each pool's quick list
+//!   exactly that pool's quick blocks, each once, under the block's own
+//!   stream and rounded request, and never more than [`QUICK_LIST_LEN`]
+//!   of them; a quick block holds a handle to its own segment.
 //! - I5: no two adjacent free blocks share a stream; a block marked settled
 //!   has a complete fence.
 //! - I6: the statistics agree with the blocks and segments (allocated,
-//!   active, requested, reserved, segment count), every `peak >= current`,
+//!   active, requested, reserved, segment count; quick blocks count as
+//!   neither allocated nor active), every `peak >= current`,
 //!   `current == allocated - freed`, and reserved never exceeds capacity.
 
 mod pool;
@@ -168,6 +205,9 @@ pub const LARGE_SEGMENT_CUTOFF: u64 = 10 << 20;
 pub const SEGMENT_GRANULE: u64 = 2 << 20;
 /// A large-pool block splits only if the remainder is larger than this (rule 5).
 pub const LARGE_SPLIT_THRESHOLD: u64 = 1 << 20;
+/// Most quick blocks a pool kind keeps parked unmerged (rule 9). Small, so
+/// that an allocation that finds no quick block loses little to the scan.
+pub const QUICK_LIST_LEN: usize = 32;
 
 /// Which of the two pools of rule 2 a block lives in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]

@@ -2,7 +2,14 @@
 //!
 //! Layout: blocks live in an arena (`nodes`, indexed by slot) and are linked
 //! to their neighbours in address order; each pool kind has an ordered set of
-//! its free blocks keyed by (size, slot), so best fit is one range lookup.
+//! its free blocks keyed by (size, slot), so best fit is one range lookup,
+//! and a short quick list of parked blocks (rule 9), scanned newest first.
+//!
+//! The hot path is a free followed by an allocation of the same size on the
+//! same stream: the block is parked and taken back without touching the free
+//! sets, and the handles it owns (the stream's clock, the segment) move
+//! between its states instead of being cloned, so a cycle costs the two lock
+//! round trips and little else.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,7 +19,7 @@ use super::snapshot::{BlockSnapshot, BlockState, PoolSnapshot, SegmentSnapshot};
 use super::stats::MemoryStats;
 use super::{
     format_bytes, is_aligned, min_segment_size_for, pool_for, round_size, segment_size_for, splits,
-    PoolKind, MIN_BLOCK_SIZE, SEGMENT_GRANULE, SMALL_SEGMENT_SIZE,
+    PoolKind, MIN_BLOCK_SIZE, QUICK_LIST_LEN, SEGMENT_GRANULE, SMALL_SEGMENT_SIZE,
 };
 use crate::error::{Error, Result};
 use crate::platform::{Platform, Segment};
@@ -40,7 +47,7 @@ impl std::fmt::Debug for HbmPool {
 }
 
 /// A live allocation. A plain value: the caller returns it with
-/// [`HbmPool::free`]; it is neither `Clone` nor `Copy` (rule 13).
+/// [`HbmPool::free`]; it is neither `Clone` nor `Copy` (rule 14).
 pub struct Block {
     pool: u64,
     slot: usize,
@@ -112,7 +119,7 @@ impl HbmPool {
     }
 
     /// A block of at least `bytes` (rounded up, rule 1) for use on `stream`.
-    /// Fails with [`Error::OutOfMemory`] as rule 9 says; never panics.
+    /// Fails with [`Error::OutOfMemory`] as rule 10 says; never panics.
     pub fn allocate(&self, bytes: u64, stream: &Arc<StreamClock>) -> Result<Block> {
         let mut guard = self.lock();
         let state = &mut *guard;
@@ -135,18 +142,27 @@ impl HbmPool {
             return Err(self.out_of_memory(state, bytes, &detail));
         }
 
+        if let Some(block) = state.take_quick(self.id, rounded, bytes, stream) {
+            return Ok(block);
+        }
         if let Some(slot) = state.find_free(rounded, stream.id()) {
-            return Ok(state.take(self.id, slot, rounded, bytes, stream));
+            return Ok(state.take_free(self.id, slot, rounded, bytes, stream));
+        }
+        // Rules 4 and 9: merge the parked blocks before growing.
+        if state.flush_quick(pool_for(rounded)) {
+            if let Some(slot) = state.find_free(rounded, stream.id()) {
+                return Ok(state.take_free(self.id, slot, rounded, bytes, stream));
+            }
         }
         if let Ok(slot) = self.new_segment(state, rounded, stream) {
             return Ok(state.take(self.id, slot, rounded, bytes, stream));
         }
 
-        // Rule 9: release the cache and try once more.
+        // Rule 10: release the cache and try once more.
         state.stats.num_alloc_retries += 1;
         state.release_cached();
         if let Some(slot) = state.find_free(rounded, stream.id()) {
-            return Ok(state.take(self.id, slot, rounded, bytes, stream));
+            return Ok(state.take_free(self.id, slot, rounded, bytes, stream));
         }
         match self.new_segment(state, rounded, stream) {
             Ok(slot) => Ok(state.take(self.id, slot, rounded, bytes, stream)),
@@ -154,7 +170,7 @@ impl HbmPool {
         }
     }
 
-    /// Return a block (rules 6 and 7). A block of another pool is ignored;
+    /// Return a block (rules 6, 7 and 9). A block of another pool is ignored;
     /// use [`HbmPool::try_free`] to learn about that.
     pub fn free(&self, block: Block) {
         let _ = self.try_free(block);
@@ -182,14 +198,14 @@ impl HbmPool {
         };
         state.stats.num_free += 1;
         state.stats.allocated_bytes.sub(block.size);
-        let fence = clock.fence();
+        let fence = BlockFence::now(clock);
         if recorded.is_empty() {
-            state.make_free(slot, fence, requested);
+            state.park(slot, fence, requested, block.segment);
             return Ok(());
         }
         let waits: Vec<Fence> = recorded.iter().map(|c| c.fence()).collect();
         if waits.iter().all(Fence::is_complete) {
-            state.make_free(slot, fence, requested);
+            state.park(slot, fence, requested, block.segment);
         } else {
             state.nodes[slot].state = NodeState::PendingFree {
                 requested,
@@ -227,7 +243,7 @@ impl HbmPool {
     }
 
     /// Release every cached segment that is wholly free and settled
-    /// (rule 10). Returns the bytes released.
+    /// (rule 11). Returns the bytes released.
     pub fn empty_cache(&self) -> u64 {
         self.lock().release_cached()
     }
@@ -243,9 +259,12 @@ impl HbmPool {
         self.lock().stats.reset_peaks();
     }
 
+    /// Rule 13; flushes the quick lists first.
     pub fn snapshot(&self) -> PoolSnapshot {
         let mut state = self.lock();
         state.process_pending();
+        state.flush_quick(PoolKind::Small);
+        state.flush_quick(PoolKind::Large);
         let mut segments: Vec<SegmentSnapshot> = state
             .segments
             .iter()
@@ -284,6 +303,20 @@ impl HbmPool {
         self.lock().check(self.capacity)
     }
 
+    /// The quick lists, oldest first: (pool, stream, rounded request).
+    #[cfg(test)]
+    pub(super) fn quick_blocks(&self) -> Vec<(PoolKind, StreamId, u64)> {
+        let state = self.lock();
+        [PoolKind::Small, PoolKind::Large]
+            .into_iter()
+            .flat_map(|pool| {
+                state.quick[pool as usize]
+                    .iter()
+                    .map(move |e| (pool, e.stream, e.rounded))
+            })
+            .collect()
+    }
+
     fn lock(&self) -> MutexGuard<'_, PoolState> {
         // Nothing panics while holding the lock; if something did, the state
         // is still consistent enough to keep serving.
@@ -301,9 +334,9 @@ impl HbmPool {
         }
     }
 
-    /// Rules 3 and 9: a new segment for `rounded`, inserted into the free
-    /// set as one free block on `stream`. On failure, the reason as a
-    /// message suffix.
+    /// Rules 3 and 10: a new segment for `rounded`, as one free block on
+    /// `stream` that is not in the free set: the caller takes it at once. On
+    /// failure, the reason as a message suffix.
     fn new_segment(
         &self,
         state: &mut PoolState,
@@ -332,7 +365,8 @@ impl HbmPool {
                 memory.len()
             ));
         }
-        Ok(state.add_segment(memory, size, pool_for(rounded), stream.fence()))
+        let fence = BlockFence::now(Arc::clone(stream));
+        Ok(state.add_segment(memory, size, pool_for(rounded), fence))
     }
 
     fn out_of_memory(&self, state: &mut PoolState, bytes: u64, detail: &str) -> Error {
@@ -363,6 +397,31 @@ struct SegmentRecord {
     first: usize,
 }
 
+/// A fence on a block's own stream: like [`Fence`], but it owns the
+/// stream's clock handle, so the handle moves from an allocated block into
+/// the cache and back instead of being cloned and dropped on every cycle.
+struct BlockFence {
+    clock: Arc<StreamClock>,
+    /// Complete once the stream has finished this many tasks.
+    seq: u64,
+}
+
+impl BlockFence {
+    /// Everything submitted to the stream so far, as [`StreamClock::fence`].
+    fn now(clock: Arc<StreamClock>) -> Self {
+        let seq = clock.submitted();
+        BlockFence { clock, seq }
+    }
+
+    fn is_complete(&self) -> bool {
+        self.clock.completed() >= self.seq
+    }
+
+    fn stream(&self) -> StreamId {
+        self.clock.id()
+    }
+}
+
 enum NodeState {
     /// An unused arena slot.
     Vacant,
@@ -377,13 +436,22 @@ enum NodeState {
     PendingFree {
         requested: u64,
         /// On the block's own stream, taken at free time.
-        fence: Fence,
+        fence: BlockFence,
         /// On each recorded stream, taken at free time.
         waits: Vec<Fence>,
     },
+    /// Parked unmerged in its pool's quick list (rule 9).
+    Quick {
+        /// The rounded request it served, and the only one it serves again.
+        rounded: u64,
+        /// On the block's stream, taken at free time.
+        fence: BlockFence,
+        /// The returned [`Block`]'s segment handle, to hand out again.
+        memory: Segment,
+    },
     Free {
         /// On the block's stream; the block's stream is `fence.stream()`.
-        fence: Fence,
+        fence: BlockFence,
         /// Cached "fence is complete" (it never goes back to incomplete).
         settled: bool,
     },
@@ -401,6 +469,19 @@ struct Node {
 }
 
 impl Node {
+    /// Give a slot that was just emptied (`mem::replace` with `Vacant`) its
+    /// next state, sparing the hot path a call to the drop glue of a state
+    /// that owns nothing.
+    fn fill(&mut self, state: NodeState) {
+        let old = std::mem::replace(&mut self.state, state);
+        if matches!(old, NodeState::Vacant) {
+            // Nothing to release, so forgetting it leaks nothing.
+            std::mem::forget(old);
+        } else {
+            drop(old);
+        }
+    }
+
     fn free_stream(&self) -> Option<StreamId> {
         match &self.state {
             NodeState::Free { fence, .. } => Some(fence.stream()),
@@ -416,7 +497,9 @@ impl Node {
             NodeState::PendingFree {
                 requested, fence, ..
             } => (BlockState::ActivePendingFree, *requested, fence.stream()),
-            NodeState::Free { fence, .. } => (BlockState::Inactive, 0, fence.stream()),
+            NodeState::Quick { fence, .. } | NodeState::Free { fence, .. } => {
+                (BlockState::Inactive, 0, fence.stream())
+            }
             NodeState::Vacant => (BlockState::Inactive, 0, StreamId(0)),
         };
         BlockSnapshot {
@@ -429,6 +512,14 @@ impl Node {
     }
 }
 
+/// A quick block's entry in its pool's quick list (rule 9): what the scan
+/// compares, without touching the block.
+struct QuickEntry {
+    stream: StreamId,
+    rounded: u64,
+    slot: usize,
+}
+
 #[derive(Default)]
 struct PoolState {
     nodes: Vec<Node>,
@@ -437,6 +528,9 @@ struct PoolState {
     vacant_segments: Vec<usize>,
     /// Free blocks per pool kind, keyed by (size, slot).
     free: [BTreeSet<(u64, usize)>; 2],
+    /// Quick blocks per pool kind, oldest first. A plain vector: hits are
+    /// near the back, and only an overflow removes from the front.
+    quick: [Vec<QuickEntry>; 2],
     /// Slots of pending-free blocks.
     pending: Vec<usize>,
     next_block_id: u64,
@@ -445,6 +539,58 @@ struct PoolState {
 }
 
 impl PoolState {
+    /// Rule 9: the most recently parked quick block for `rounded` that
+    /// `clock`'s stream may reuse, handed out as it is.
+    fn take_quick(
+        &mut self,
+        pool_id: u64,
+        rounded: u64,
+        requested: u64,
+        clock: &Arc<StreamClock>,
+    ) -> Option<Block> {
+        let stream = clock.id();
+        let nodes = &self.nodes;
+        let list = &mut self.quick[pool_for(rounded) as usize];
+        let position = list.iter().rposition(|entry| {
+            entry.rounded == rounded
+                && (entry.stream == stream
+                    || matches!(&nodes[entry.slot].state,
+                        NodeState::Quick { fence, .. } if fence.is_complete()))
+        })?;
+        let slot = list.remove(position).slot;
+        let node = &mut self.nodes[slot];
+        let taken = std::mem::replace(&mut node.state, NodeState::Vacant);
+        let NodeState::Quick { fence, memory, .. } = taken else {
+            // The scan saw a quick block; put it back unchanged.
+            node.state = taken;
+            return None;
+        };
+        let clock = if fence.stream() == stream {
+            fence.clock
+        } else {
+            Arc::clone(clock)
+        };
+        let id = self.next_block_id;
+        self.next_block_id += 1;
+        node.fill(NodeState::Allocated {
+            id,
+            requested,
+            clock,
+            recorded: Vec::new(),
+        });
+        self.stats.count_allocation(node.size, requested);
+        Some(Block {
+            pool: pool_id,
+            slot,
+            id,
+            segment: memory,
+            offset: node.offset,
+            size: node.size,
+            requested,
+            stream,
+        })
+    }
+
     /// Rule 4: the smallest free block of at least `rounded` bytes that
     /// `stream` may reuse.
     fn find_free(&mut self, rounded: u64, stream: StreamId) -> Option<usize> {
@@ -465,9 +611,8 @@ impl PoolState {
         None
     }
 
-    /// Rules 5 and 11: turn free block `slot` into an allocation of
-    /// `rounded` bytes, splitting off the remainder.
-    fn take(
+    /// [`PoolState::take`] for a block that is in its free set.
+    fn take_free(
         &mut self,
         pool_id: u64,
         slot: usize,
@@ -477,6 +622,20 @@ impl PoolState {
     ) -> Block {
         let (pool, size) = (self.nodes[slot].pool, self.nodes[slot].size);
         self.free[pool as usize].remove(&(size, slot));
+        self.take(pool_id, slot, rounded, requested, clock)
+    }
+
+    /// Rules 5 and 12: turn free block `slot`, not in its free set, into an
+    /// allocation of `rounded` bytes, splitting off the remainder.
+    fn take(
+        &mut self,
+        pool_id: u64,
+        slot: usize,
+        rounded: u64,
+        requested: u64,
+        clock: &Arc<StreamClock>,
+    ) -> Block {
+        let (pool, size) = (self.nodes[slot].pool, self.nodes[slot].size);
         let id = self.next_block_id;
         self.next_block_id += 1;
         let previous = std::mem::replace(
@@ -510,10 +669,7 @@ impl PoolState {
             self.free[pool as usize].insert((remainder, rest_slot));
         }
         let node = &self.nodes[slot];
-        self.stats.num_alloc += 1;
-        self.stats.allocated_bytes.add(node.size);
-        self.stats.active_bytes.add(node.size);
-        self.stats.requested_bytes.add(requested);
+        self.stats.count_allocation(node.size, requested);
         Block {
             pool: pool_id,
             slot,
@@ -537,11 +693,55 @@ impl PoolState {
         }
     }
 
-    /// A block leaves the active set and enters the cache (rules 6 and 8).
-    fn make_free(&mut self, slot: usize, fence: Fence, requested: u64) {
-        let size = self.nodes[slot].size;
+    /// Rules 9 and 12: a block freed at once leaves the active set and is
+    /// parked; a list that grows past its bound flushes its oldest block.
+    fn park(&mut self, slot: usize, fence: BlockFence, requested: u64, memory: Segment) {
+        let (pool, size) = (self.nodes[slot].pool, self.nodes[slot].size);
         self.stats.active_bytes.sub(size);
         self.stats.requested_bytes.sub(requested);
+        // The request was served, so it rounds.
+        let rounded = round_size(requested).unwrap_or(size);
+        let entry = QuickEntry {
+            stream: fence.stream(),
+            rounded,
+            slot,
+        };
+        self.nodes[slot].fill(NodeState::Quick {
+            rounded,
+            fence,
+            memory,
+        });
+        if self.quick[pool as usize].len() >= QUICK_LIST_LEN {
+            let oldest = self.quick[pool as usize].remove(0);
+            self.flush_one(oldest.slot);
+        }
+        self.quick[pool as usize].push(entry);
+    }
+
+    /// Rule 9: flush a pool's quick list, oldest first. Whether it held any.
+    fn flush_quick(&mut self, pool: PoolKind) -> bool {
+        let mut list = std::mem::take(&mut self.quick[pool as usize]);
+        let flushed = !list.is_empty();
+        for entry in list.drain(..) {
+            self.flush_one(entry.slot);
+        }
+        // Keep the list's buffer.
+        self.quick[pool as usize] = list;
+        flushed
+    }
+
+    /// Rule 9: quick block `slot`, already off its list, becomes free.
+    fn flush_one(&mut self, slot: usize) {
+        let taken = std::mem::replace(&mut self.nodes[slot].state, NodeState::Vacant);
+        match taken {
+            // Dropping `memory` drops the parked handle to the segment.
+            NodeState::Quick { fence, .. } => self.insert_free(slot, fence),
+            other => self.nodes[slot].state = other,
+        }
+    }
+
+    /// Rule 8: block `slot` becomes free, merges, and enters its free set.
+    fn insert_free(&mut self, slot: usize, fence: BlockFence) {
         let settled = fence.is_complete();
         self.nodes[slot].state = NodeState::Free { fence, settled };
         self.merge_neighbours(slot);
@@ -550,10 +750,15 @@ impl PoolState {
     }
 
     /// Rule 7: pending blocks whose fences all completed become free.
+    #[inline]
     fn process_pending(&mut self) {
-        if self.pending.is_empty() {
-            return;
+        if !self.pending.is_empty() {
+            self.settle_pending();
         }
+    }
+
+    #[cold]
+    fn settle_pending(&mut self) {
         let mut pending = std::mem::take(&mut self.pending);
         let mut i = 0;
         while i < pending.len() {
@@ -572,7 +777,9 @@ impl PoolState {
                 requested, fence, ..
             } = state
             {
-                self.make_free(slot, fence, requested);
+                self.stats.active_bytes.sub(self.nodes[slot].size);
+                self.stats.requested_bytes.sub(requested);
+                self.insert_free(slot, fence);
             }
         }
         self.pending = pending;
@@ -601,6 +808,13 @@ impl PoolState {
             (Some(_), Some(_)) => self.settled(keep) && self.settled(other),
             _ => false,
         }
+    }
+
+    /// Whether free block `slot` would merge with a neighbour (rule 8).
+    fn has_mergeable_neighbour(&mut self, slot: usize) -> bool {
+        let (prev, next) = (self.nodes[slot].prev, self.nodes[slot].next);
+        prev.is_some_and(|p| self.mergeable(slot, p))
+            || next.is_some_and(|n| self.mergeable(slot, n))
     }
 
     /// Rule 8: merge free block `keep` (not in a free set) with its
@@ -641,7 +855,7 @@ impl PoolState {
         {
             // Same stream: keep the later fence. Different streams: both are
             // settled, and `keep`'s stream and fence stay.
-            if other_fence.stream() == keep_fence.stream() && other_fence.seq() > keep_fence.seq() {
+            if other_fence.stream() == keep_fence.stream() && other_fence.seq > keep_fence.seq {
                 *keep_fence = other_fence;
                 *keep_settled = other_settled;
             }
@@ -674,10 +888,13 @@ impl PoolState {
         self.vacant_nodes.push(other);
     }
 
-    /// Rules 9 and 10: coalesce settled free blocks, then return every
-    /// settled wholly free segment to the platform. Returns bytes released.
+    /// Rules 10 and 11: flush the quick lists, coalesce settled free blocks,
+    /// then return every settled wholly free segment to the platform.
+    /// Returns bytes released.
     fn release_cached(&mut self) -> u64 {
         self.process_pending();
+        self.flush_quick(PoolKind::Small);
+        self.flush_quick(PoolKind::Large);
         let mut released = 0;
         for segment in 0..self.segments.len() {
             let Some(record) = &self.segments[segment] else {
@@ -685,7 +902,8 @@ impl PoolState {
             };
             let mut cursor = Some(record.first);
             while let Some(slot) = cursor {
-                if self.settled(slot) {
+                // Only a block that merges leaves and re-enters its free set.
+                if self.settled(slot) && self.has_mergeable_neighbour(slot) {
                     let (pool, size) = (self.nodes[slot].pool, self.nodes[slot].size);
                     self.free[pool as usize].remove(&(size, slot));
                     self.merge_neighbours(slot);
@@ -713,8 +931,15 @@ impl PoolState {
         released
     }
 
-    /// Record a new segment as one free block; returns its slot.
-    fn add_segment(&mut self, memory: Segment, size: u64, pool: PoolKind, fence: Fence) -> usize {
+    /// Record a new segment as one free block, not in its free set; returns
+    /// its slot.
+    fn add_segment(
+        &mut self,
+        memory: Segment,
+        size: u64,
+        pool: PoolKind,
+        fence: BlockFence,
+    ) -> usize {
         let segment = match self.vacant_segments.pop() {
             Some(s) => s,
             None => {
@@ -741,7 +966,6 @@ impl PoolState {
             pool,
             first: slot,
         });
-        self.free[pool as usize].insert((size, slot));
         self.stats.reserved_bytes.add(size);
         self.stats.num_segments.increment();
         self.stats.num_segment_allocs += 1;
@@ -794,6 +1018,7 @@ impl PoolState {
         let (mut reserved, mut segments) = (0u64, 0u64);
         let (mut allocated, mut pending_bytes, mut requested_sum) = (0u64, 0u64, 0u64);
         let (mut free_count, mut pending_count) = ([0usize; 2], 0usize);
+        let mut quick_count = [0usize; 2];
 
         for (index, record) in self.segments.iter().enumerate() {
             let Some(record) = record else { continue };
@@ -864,6 +1089,47 @@ impl PoolState {
                             }
                         }
                     }
+                    NodeState::Quick {
+                        rounded,
+                        fence,
+                        memory,
+                    } => {
+                        quick_count[node.pool as usize] += 1;
+                        if round_size(*rounded) != Some(*rounded)
+                            || node.size < *rounded
+                            || pool_for(*rounded) != node.pool
+                            || splits(node.pool, node.size - rounded)
+                        {
+                            return Err(format!(
+                                "I3: quick block at {at} of {} bytes cannot serve {rounded}",
+                                node.size
+                            ));
+                        }
+                        let listed: Vec<&QuickEntry> = self.quick[node.pool as usize]
+                            .iter()
+                            .filter(|e| e.slot == slot)
+                            .collect();
+                        match listed[..] {
+                            [entry]
+                                if entry.stream == fence.stream() && entry.rounded == *rounded => {}
+                            [_] => {
+                                return Err(format!(
+                                    "I4: quick block at {at} listed under another stream or size"
+                                ))
+                            }
+                            _ => {
+                                return Err(format!(
+                                    "I4: quick block at {at} listed {} times",
+                                    listed.len()
+                                ))
+                            }
+                        }
+                        if !Arc::ptr_eq(memory, &record.memory) {
+                            return Err(format!(
+                                "I4: quick block at {at} holds another segment's handle"
+                            ));
+                        }
+                    }
                     NodeState::Free { fence, settled } => {
                         free_count[node.pool as usize] += 1;
                         if !self.free[node.pool as usize].contains(&(node.size, slot)) {
@@ -900,6 +1166,16 @@ impl PoolState {
                     kind.as_str(),
                     self.free[kind as usize].len(),
                     free_count[kind as usize]
+                ));
+            }
+        }
+        for kind in [PoolKind::Small, PoolKind::Large] {
+            let listed = self.quick[kind as usize].len();
+            if listed != quick_count[kind as usize] || listed > QUICK_LIST_LEN {
+                return Err(format!(
+                    "I4: {} quick list holds {listed} entries for {} quick blocks (at most {QUICK_LIST_LEN})",
+                    kind.as_str(),
+                    quick_count[kind as usize]
                 ));
             }
         }

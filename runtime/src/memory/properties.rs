@@ -1,6 +1,7 @@
 //! Property tests: random sequences of pool operations and stream progress;
 //! the stated invariants must hold after every step.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use proptest::prelude::*;
@@ -16,18 +17,47 @@ const STREAMS: usize = 3;
 
 #[derive(Clone, Debug)]
 enum Op {
-    Allocate { bytes: u64, stream: usize },
-    Free { index: Index },
-    RecordStream { index: Index, stream: usize },
-    Submit { stream: usize },
-    CompleteOne { stream: usize },
-    CompleteAll { stream: usize },
+    Allocate {
+        bytes: u64,
+        stream: usize,
+    },
+    Free {
+        index: Index,
+    },
+    /// Free a live block, then allocate its size again on `stream`: the
+    /// pattern quick blocks (rule 9) serve, on the same or another stream.
+    FreeAndAllocate {
+        index: Index,
+        stream: usize,
+    },
+    /// Free every live block, newest first (the end of a step): enough
+    /// frees at once to overflow a quick list.
+    FreeAll,
+    /// Free the newest live block (what `FreeAll` expands to).
+    FreeLast,
+    RecordStream {
+        index: Index,
+        stream: usize,
+    },
+    Submit {
+        stream: usize,
+    },
+    CompleteOne {
+        stream: usize,
+    },
+    CompleteAll {
+        stream: usize,
+    },
     EmptyCache,
     FailNextSegment,
 }
 
+/// A few sizes, so that the same rounded request comes back often.
+const COMMON_SIZES: [u64; 6] = [0, 4000, 4096, 256 << 10, 3 * MIB, 12 * MIB + 1];
+
 fn request_size() -> impl Strategy<Value = u64> {
     prop_oneof![
+        3 => proptest::sample::select(&COMMON_SIZES[..]),
         3 => 0u64..=8192,
         2 => 0u64..=MIB,
         2 => MIB + 1..=12 * MIB,
@@ -39,6 +69,8 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         8 => (request_size(), 0..STREAMS).prop_map(|(bytes, stream)| Op::Allocate { bytes, stream }),
         5 => any::<Index>().prop_map(|index| Op::Free { index }),
+        3 => (any::<Index>(), 0..STREAMS).prop_map(|(index, stream)| Op::FreeAndAllocate { index, stream }),
+        1 => Just(Op::FreeAll),
         2 => (any::<Index>(), 0..STREAMS).prop_map(|(index, stream)| Op::RecordStream { index, stream }),
         3 => (0..STREAMS).prop_map(|stream| Op::Submit { stream }),
         2 => (0..STREAMS).prop_map(|stream| Op::CompleteOne { stream }),
@@ -46,6 +78,29 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::EmptyCache),
         1 => Just(Op::FailNextSegment),
     ]
+}
+
+/// Steps of many small allocations, each followed by freeing everything
+/// and a few random operations: enough frees at once to overflow the quick
+/// lists (rule 9).
+fn steps() -> impl Strategy<Value = Vec<Op>> {
+    let small = (
+        prop_oneof![Just(512u64), Just(4000), Just(4096), 0u64..=64 << 10],
+        0..STREAMS,
+    )
+        .prop_map(|(bytes, stream)| Op::Allocate { bytes, stream });
+    let step = (
+        proptest::collection::vec(small, 20..60),
+        proptest::collection::vec(op(), 0..12),
+    );
+    proptest::collection::vec(step, 1..4).prop_map(|steps| {
+        steps
+            .into_iter()
+            .flat_map(|(allocations, others)| {
+                allocations.into_iter().chain([Op::FreeAll]).chain(others)
+            })
+            .collect()
+    })
 }
 
 fn segment_addr(block: &Block) -> usize {
@@ -125,7 +180,8 @@ fn run_ops(capacity: u64, ops: Vec<Op>) -> std::result::Result<(), TestCaseError
     let mut recorded: Vec<Vec<usize>> = Vec::new();
     let mut freed: Vec<FreedRange> = Vec::new();
 
-    for op in ops {
+    let mut ops: VecDeque<Op> = ops.into();
+    while let Some(op) = ops.pop_front() {
         match op {
             Op::Allocate { bytes, stream } => {
                 let ooms = pool.stats().num_ooms;
@@ -170,9 +226,12 @@ fn run_ops(capacity: u64, ops: Vec<Op>) -> std::result::Result<(), TestCaseError
                     Err(other) => prop_assert!(false, "unexpected error {}", other),
                 }
             }
-            Op::Free { index } => {
+            Op::Free { .. } | Op::FreeLast => {
                 if !live.is_empty() {
-                    let i = index.index(live.len());
+                    let i = match op {
+                        Op::Free { index } => index.index(live.len()),
+                        _ => live.len() - 1,
+                    };
                     let block = live.swap_remove(i);
                     let streams = recorded.swap_remove(i);
                     let owner = clocks.iter().find(|c| c.id() == block.stream()).unwrap();
@@ -185,6 +244,20 @@ fn run_ops(capacity: u64, ops: Vec<Op>) -> std::result::Result<(), TestCaseError
                     });
                     pool.free(block);
                 }
+            }
+            Op::FreeAndAllocate { index, stream } => {
+                if !live.is_empty() {
+                    let bytes = live[index.index(live.len())].requested();
+                    ops.push_front(Op::Allocate { bytes, stream });
+                    ops.push_front(Op::Free { index });
+                }
+                continue;
+            }
+            Op::FreeAll => {
+                for _ in 0..live.len() {
+                    ops.push_front(Op::FreeLast);
+                }
+                continue;
             }
             Op::RecordStream { index, stream } => {
                 if !live.is_empty() {
@@ -248,8 +321,17 @@ proptest! {
         run_ops(capacity, ops)?;
     }
 
+    #[test]
+    fn invariants_hold_when_quick_lists_overflow(
+        capacity in 24 * MIB..=160 * MIB,
+        ops in steps(),
+    ) {
+        run_ops(capacity, ops)?;
+    }
+
     /// From any state: allocate n, free it, allocate n again on the same
-    /// stream, and reserved memory does not grow.
+    /// stream: the same block comes back (rule 9), and reserved memory does
+    /// not grow.
     #[test]
     fn freed_memory_is_reused_on_the_same_stream(
         setup in proptest::collection::vec((request_size(), 0..STREAMS, any::<bool>(), any::<bool>()), 0..40),
@@ -274,9 +356,12 @@ proptest! {
             }
         }
         let first = pool.allocate(n, &clocks[stream]).unwrap();
+        let place = (segment_addr(&first), first.offset(), first.size());
         let reserved = pool.stats().reserved_bytes.current;
         pool.free(first);
+        pool.check_invariants().map_err(TestCaseError::fail)?;
         let second = pool.allocate(n, &clocks[stream]).unwrap();
+        prop_assert_eq!((segment_addr(&second), second.offset(), second.size()), place);
         let stats = pool.stats();
         prop_assert_eq!(stats.reserved_bytes.current, reserved);
         pool.free(second);

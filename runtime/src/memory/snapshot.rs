@@ -1,4 +1,4 @@
-//! The memory snapshot (rule 12 of the module comment): every segment and
+//! The memory snapshot (rule 13 of the module comment): every segment and
 //! block of one pool, for debugging fragmentation and leaks.
 
 use super::PoolKind;

@@ -1,4 +1,4 @@
-//! Pool statistics (rule 11 of the module comment).
+//! Pool statistics (rule 12 of the module comment).
 
 /// One byte statistic: how much now, the most since the last peak reset,
 /// and the totals ever added and removed (`current == allocated - freed`).
@@ -79,6 +79,16 @@ impl MemoryStats {
         self.active_bytes.reset_peak();
         self.requested_bytes.reset_peak();
         self.num_segments.peak = self.num_segments.current;
+    }
+
+    /// A block of `size` bytes for a request of `requested` bytes was handed
+    /// out.
+    #[inline]
+    pub(crate) fn count_allocation(&mut self, size: u64, requested: u64) {
+        self.num_alloc += 1;
+        self.allocated_bytes.add(size);
+        self.active_bytes.add(size);
+        self.requested_bytes.add(requested);
     }
 
     /// Bytes reserved but not allocated: the cache (including pending blocks).

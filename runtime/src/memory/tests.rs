@@ -541,3 +541,233 @@ fn empty_cache_coalesces_blocks_that_settled_after_their_free() {
     assert_eq!(pool.stats().num_segments.current, 0);
     ok(&pool);
 }
+
+fn quick(pool: &HbmPool) -> Vec<(PoolKind, StreamId, u64)> {
+    pool.quick_blocks()
+}
+
+#[test]
+fn exact_size_reuse_takes_the_quick_block() {
+    let (pool, _) = pool(1 << 30);
+    let s = clock();
+    busy(&s); // same-stream reuse must not wait for the stream
+    let a = pool.allocate(4000, &s).unwrap();
+    let keep = pool.allocate(KIB, &s).unwrap();
+    let (seg, offset) = (segment_addr(&a), a.offset());
+    pool.free(a);
+    assert_eq!(quick(&pool), vec![(PoolKind::Small, s.id(), 4 * KIB)]);
+    let stats = pool.stats();
+    assert_eq!(
+        (stats.active_bytes.current, stats.requested_bytes.current),
+        (KIB, KIB),
+        "a quick block is in the cache, not active"
+    );
+    ok(&pool);
+
+    // Another rounded size does not take it; the same rounded size does.
+    let other = pool.allocate(2 * KIB, &s).unwrap();
+    assert_ne!(other.offset(), offset);
+    let b = pool.allocate(4 * KIB - 100, &s).unwrap();
+    assert_eq!(
+        (segment_addr(&b), b.offset(), b.size()),
+        (seg, offset, 4 * KIB)
+    );
+    assert_eq!((b.requested(), b.stream()), (4 * KIB - 100, s.id()));
+    assert!(quick(&pool).is_empty());
+    assert_eq!(pool.stats().num_alloc, 4);
+    ok(&pool);
+    for block in [b, other, keep] {
+        pool.free(block);
+    }
+    assert_eq!(quick(&pool).len(), 3);
+    ok(&pool);
+}
+
+#[test]
+fn quick_reuse_keys_on_the_rounded_request_not_the_block_size() {
+    let (pool, _) = pool(1 << 30);
+    let s = clock();
+    // 19.5 MiB leaves 512 KiB of its 20 MiB segment: too little to split.
+    let a = pool.allocate(19 * MIB + MIB / 2, &s).unwrap();
+    assert_eq!(a.size(), 20 * MIB);
+    pool.free(a);
+    assert_eq!(
+        quick(&pool),
+        vec![(PoolKind::Large, s.id(), 19 * MIB + MIB / 2)]
+    );
+    ok(&pool);
+    let b = pool.allocate(19 * MIB + MIB / 2 - 1, &s).unwrap();
+    assert_eq!(b.size(), 20 * MIB, "handed out as it is");
+    pool.free(b);
+    // 19 MiB rounds differently: best fit, after flushing, takes the block.
+    let c = pool.allocate(19 * MIB, &s).unwrap();
+    assert_eq!((c.offset(), c.size()), (0, 20 * MIB));
+    assert!(quick(&pool).is_empty());
+    assert_eq!(pool.stats().num_segment_allocs, 1);
+    pool.free(c);
+    ok(&pool);
+}
+
+#[test]
+fn another_stream_takes_a_quick_block_only_once_settled() {
+    let (pool, _) = pool(1 << 30);
+    let (s1, s2) = (clock(), clock());
+    let x = pool.allocate(4 * KIB, &s2).unwrap(); // the rest stays free on s2
+    let task = busy(&s1);
+    let a = pool.allocate(4 * KIB, &s1).unwrap(); // s2 is idle: its rest is settled
+    let (seg, offset) = (segment_addr(&a), a.offset());
+    pool.free(a); // quick, and s1 still runs
+    assert_eq!(quick(&pool), vec![(PoolKind::Small, s1.id(), 4 * KIB)]);
+    let b = pool.allocate(4 * KIB, &s2).unwrap();
+    assert_ne!(
+        (segment_addr(&b), b.offset()),
+        (seg, offset),
+        "s1's work may still use a's memory"
+    );
+    assert_eq!(quick(&pool).len(), 1, "the quick block waits for s1");
+    ok(&pool);
+
+    s1.complete(task);
+    let c = pool.allocate(4 * KIB, &s2).unwrap();
+    assert_eq!(
+        (segment_addr(&c), c.offset(), c.stream()),
+        (seg, offset, s2.id())
+    );
+    assert!(quick(&pool).is_empty());
+    assert_eq!(pool.stats().num_segment_allocs, 1);
+    ok(&pool);
+    for block in [x, b, c] {
+        pool.free(block);
+    }
+    ok(&pool);
+}
+
+#[test]
+fn quick_blocks_are_flushed_before_a_new_segment() {
+    let (pool, _) = pool(1 << 30);
+    let s = clock();
+    let quarters: Vec<Block> = (0..4)
+        .map(|_| pool.allocate(MIB / 2, &s).unwrap())
+        .collect();
+    let seg = segment_addr(&quarters[0]);
+    assert_eq!(
+        pool.stats().num_segments.current,
+        1,
+        "four quarters fill it"
+    );
+    for block in quarters {
+        pool.free(block);
+    }
+    assert_eq!(quick(&pool).len(), 4);
+    // No quick block is 1 MiB and no free block fits: flushing merges the
+    // quarters, and the segment serves the request.
+    let whole = pool.allocate(MIB, &s).unwrap();
+    assert_eq!((segment_addr(&whole), whole.offset()), (seg, 0));
+    assert!(quick(&pool).is_empty());
+    let stats = pool.stats();
+    assert_eq!(stats.reserved_bytes.current, 2 * MIB);
+    assert_eq!((stats.num_segment_allocs, stats.num_alloc_retries), (1, 0));
+    pool.free(whole);
+    ok(&pool);
+}
+
+#[test]
+fn an_allocation_retry_flushes_every_quick_list() {
+    let (pool, platform) = pool(20 * MIB);
+    let s = clock();
+    pool.free(pool.allocate(4 * KIB, &s).unwrap());
+    assert_eq!(quick(&pool), vec![(PoolKind::Small, s.id(), 4 * KIB)]);
+    // The large pool's own flush finds nothing; only the retry releases the
+    // small segment that a quick block held.
+    let big = pool.allocate(19 * MIB, &s).unwrap();
+    assert!(quick(&pool).is_empty());
+    let stats = pool.stats();
+    assert_eq!((stats.num_alloc_retries, stats.num_segment_frees), (1, 1));
+    assert_eq!(platform.live_bytes(), 20 * MIB);
+    pool.free(big);
+    ok(&pool);
+}
+
+#[test]
+fn empty_cache_releases_segments_held_only_by_quick_blocks() {
+    let (pool, platform) = pool(1 << 30);
+    let (s1, s2) = (clock(), clock());
+    let a = pool.allocate(10 * MIB, &s1).unwrap(); // a whole 10 MiB segment
+    let b = pool.allocate(4 * KIB, &s2).unwrap();
+    pool.free(a);
+    pool.free(b);
+    assert_eq!(quick(&pool).len(), 2);
+    ok(&pool);
+    assert_eq!(pool.empty_cache(), 12 * MIB);
+    assert!(quick(&pool).is_empty());
+    assert_eq!(pool.stats().num_segments.current, 0);
+    assert_eq!(platform.live_bytes(), 0);
+    ok(&pool);
+}
+
+#[test]
+fn the_quick_list_is_bounded_and_flushes_oldest_first() {
+    let (pool, _) = pool(1 << 30);
+    let s = clock();
+    // Distinct sizes, so no block could stand in for another.
+    let blocks: Vec<Block> = (1..=QUICK_LIST_LEN as u64 + 1)
+        .map(|i| pool.allocate(512 * i, &s).unwrap())
+        .collect();
+    let first_offset = blocks[0].offset();
+    for block in blocks {
+        pool.free(block);
+        ok(&pool);
+    }
+    let listed = quick(&pool);
+    assert_eq!(listed.len(), QUICK_LIST_LEN);
+    assert_eq!(listed[0].2, 1024, "the 512-byte block was flushed");
+    // The flushed block is an ordinary free block again: best fit finds it.
+    let again = pool.allocate(512, &s).unwrap();
+    assert_eq!(again.offset(), first_offset);
+    assert_eq!(quick(&pool).len(), QUICK_LIST_LEN);
+    pool.free(again);
+    assert_eq!(quick(&pool).len(), QUICK_LIST_LEN);
+    ok(&pool);
+}
+
+#[test]
+fn blocks_waiting_for_recorded_streams_skip_the_quick_list() {
+    let (pool, _) = pool(1 << 30);
+    let (s1, s2) = (clock(), clock());
+    let a = pool.allocate(4 * KIB, &s1).unwrap();
+    pool.record_stream(&a, &s2);
+    let task = busy(&s2);
+    pool.free(a);
+    assert!(quick(&pool).is_empty(), "pending, not quick");
+    s2.complete(task);
+    pool.stats(); // polls the pending list
+    assert!(quick(&pool).is_empty(), "a pending block becomes free");
+    let snap = pool.snapshot();
+    assert_eq!(snap.segments[0].blocks.len(), 1, "and merged");
+    ok(&pool);
+
+    // Recorded on a stream that is already idle: freed at once, so quick.
+    let b = pool.allocate(4 * KIB, &s1).unwrap();
+    pool.record_stream(&b, &s2);
+    pool.free(b);
+    assert_eq!(quick(&pool), vec![(PoolKind::Small, s1.id(), 4 * KIB)]);
+    ok(&pool);
+}
+
+#[test]
+fn a_snapshot_flushes_the_quick_lists() {
+    let (pool, _) = pool(1 << 30);
+    let s = clock();
+    let a = pool.allocate(4 * KIB, &s).unwrap();
+    pool.free(a);
+    assert_eq!(quick(&pool).len(), 1);
+    let snap = pool.snapshot();
+    assert!(quick(&pool).is_empty());
+    let blocks = &snap.segments[0].blocks;
+    assert_eq!(blocks.len(), 1);
+    assert_eq!(
+        (blocks[0].size, blocks[0].state, blocks[0].stream),
+        (2 * MIB, BlockState::Inactive, s.id())
+    );
+    ok(&pool);
+}

@@ -7,7 +7,9 @@ pub mod host;
 use std::any::Any;
 use std::sync::Arc;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::ir::{Graph, TensorType};
+use crate::tensor::DeviceTensor;
 
 /// One core of a chip that runs work: dense math or sparse lookups.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
@@ -55,6 +57,18 @@ pub trait DeviceMemory: Send + Sync + std::fmt::Debug {
 
 pub type Segment = Arc<dyn DeviceMemory>;
 
+/// A compiled program: one op, a fused group, or a whole graph.
+pub trait Executable: Send + Sync {
+    fn param_types(&self) -> &[TensorType];
+    fn output_types(&self) -> &[TensorType];
+    /// Run now, on the calling thread (a stream's worker): read `inputs`,
+    /// write `outputs`. Outputs may alias inputs (in-place ops): every
+    /// input is read before any output is written.
+    fn execute(&self, inputs: &[DeviceTensor], outputs: &[DeviceTensor]) -> Result<()>;
+    /// Bytes for the persistent compile cache, if the platform can reload them.
+    fn serialize(&self) -> Option<Vec<u8>>;
+}
+
 pub trait Platform: Send + Sync + std::fmt::Debug {
     /// "host" or "xla".
     fn name(&self) -> &str;
@@ -66,4 +80,52 @@ pub trait Platform: Send + Sync + std::fmt::Debug {
     /// A fresh segment of exactly `bytes` on chip `chip`. The pool decides
     /// sizes and enforces capacity; the platform may still fail.
     fn allocate_segment(&self, chip: usize, bytes: u64) -> Result<Segment>;
+    /// Compile a checked graph into something `execute` can run. (A
+    /// platform that only provides memory, as in tests, need not.)
+    fn compile(&self, graph: &Graph) -> Result<Arc<dyn Executable>> {
+        let _ = graph;
+        Err(Error::Unimplemented(format!(
+            "platform {} does not compile programs",
+            self.name()
+        )))
+    }
+    /// Rebuild an executable from `Executable::serialize` bytes of this
+    /// platform and version; anything else is an error.
+    fn load_executable(&self, bytes: &[u8]) -> Result<Arc<dyn Executable>> {
+        let _ = bytes;
+        Err(Error::Unimplemented(format!(
+            "platform {} does not load programs",
+            self.name()
+        )))
+    }
+}
+
+/// Check that tensors fit an executable's parameter and result types.
+pub fn check_io(
+    name: &str,
+    exe: &dyn Executable,
+    inputs: &[DeviceTensor],
+    outputs: &[DeviceTensor],
+) -> Result<()> {
+    for (what, given, want) in [
+        ("input", inputs, exe.param_types()),
+        ("output", outputs, exe.output_types()),
+    ] {
+        if given.len() != want.len() {
+            return Err(Error::invalid(format!(
+                "{name}: {} {what}s given, it takes {}",
+                given.len(),
+                want.len()
+            )));
+        }
+        for (i, (g, w)) in given.iter().zip(want).enumerate() {
+            if &g.ty() != w {
+                return Err(Error::invalid(format!(
+                    "{name}: {what} {i} is {} but must be {w}",
+                    g.ty()
+                )));
+            }
+        }
+    }
+    Ok(())
 }

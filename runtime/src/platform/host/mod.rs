@@ -7,14 +7,18 @@
 //! large capacity costs nothing until it is used. Each chip has one
 //! TensorCore and one SparseCore queue; the runtime's executors model them.
 
+mod executable;
+pub mod kernels;
 mod memory;
 
+pub use executable::HostExecutable;
 pub use memory::HostSegment;
 
 use std::sync::Arc;
 
-use super::{DeviceInfo, Platform, Segment};
+use super::{DeviceInfo, Executable, Platform, Segment};
 use crate::error::{Error, Result};
+use crate::ir::Graph;
 
 pub const DEFAULT_CHIPS: u32 = 4;
 pub const DEFAULT_HBM_BYTES: u64 = 16 << 30;
@@ -230,6 +234,17 @@ impl Platform for HostPlatform {
             )));
         }
         Ok(Arc::new(HostSegment::allocate(bytes)?))
+    }
+
+    fn compile(&self, graph: &Graph) -> Result<Arc<dyn Executable>> {
+        Ok(Arc::new(HostExecutable::new(graph.clone())))
+    }
+
+    fn load_executable(&self, bytes: &[u8]) -> Result<Arc<dyn Executable>> {
+        Ok(Arc::new(HostExecutable::deserialize(
+            bytes,
+            &self.version(),
+        )?))
     }
 }
 

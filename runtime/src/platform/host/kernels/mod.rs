@@ -1,0 +1,348 @@
+//! Host kernels: the emulated TPU's implementation of every primitive.
+//!
+//! A kernel takes contiguous row-major tensors ([`HostTensor`]) and returns
+//! new ones. Types were checked when the graph was built; kernels still
+//! check data (indices, sizes) and return errors, never panic or read out
+//! of bounds. bf16 and f16 are computed in f32 and rounded once on store.
+
+mod dot;
+mod elementwise;
+mod index;
+mod reduce;
+mod rng;
+mod sort;
+mod structural;
+#[cfg(test)]
+mod tests;
+
+use crate::error::{Error, Result};
+use crate::ir::{DType, Graph, Prim, TensorType};
+
+/// Bytes with 8-byte alignment, so typed views of any dtype are aligned.
+#[derive(Clone, PartialEq)]
+pub struct AlignedBytes {
+    words: Vec<u64>,
+    len: usize,
+}
+
+impl AlignedBytes {
+    pub fn zeroed(len: usize) -> Self {
+        AlignedBytes {
+            words: vec![0; len.div_ceil(8)],
+            len,
+        }
+    }
+    pub fn from_bytes(bytes: &[u8]) -> Self {
+        let mut a = Self::zeroed(bytes.len());
+        a.as_bytes_mut().copy_from_slice(bytes);
+        a
+    }
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    pub fn as_bytes(&self) -> &[u8] {
+        &bytemuck::cast_slice(&self.words)[..self.len]
+    }
+    pub fn as_bytes_mut(&mut self) -> &mut [u8] {
+        &mut bytemuck::cast_slice_mut(&mut self.words)[..self.len]
+    }
+}
+
+/// A contiguous row-major tensor in host memory, little-endian elements.
+#[derive(Clone, PartialEq)]
+pub struct HostTensor {
+    pub ty: TensorType,
+    pub data: AlignedBytes,
+}
+
+impl std::fmt::Debug for HostTensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HostTensor({}", self.ty)?;
+        let n = self.ty.numel().min(8) as usize;
+        let vals: Vec<f64> = (0..n).map(|i| self.get_f64(i)).collect();
+        write!(
+            f,
+            " {vals:?}{})",
+            if self.ty.numel() > 8 { "..." } else { "" }
+        )
+    }
+}
+
+/// Element types as Rust types. `Bool` is stored as u8 0/1.
+pub trait Element: bytemuck::Pod + Copy + Send + Sync + 'static {
+    const DTYPE: DType;
+}
+macro_rules! element {
+    ($t:ty, $d:ident) => {
+        impl Element for $t {
+            const DTYPE: DType = DType::$d;
+        }
+    };
+}
+element!(u8, U8);
+element!(i8, I8);
+element!(i32, I32);
+element!(i64, I64);
+element!(half::f16, F16);
+element!(half::bf16, BF16);
+element!(f32, F32);
+element!(f64, F64);
+
+impl HostTensor {
+    pub fn zeros(ty: TensorType) -> Self {
+        let n = ty.nbytes() as usize;
+        HostTensor {
+            ty,
+            data: AlignedBytes::zeroed(n),
+        }
+    }
+
+    pub fn from_bytes(ty: TensorType, bytes: &[u8]) -> Result<Self> {
+        if bytes.len() as u64 != ty.nbytes() {
+            return Err(Error::invalid(format!(
+                "{} bytes for a tensor of type {ty} ({} bytes)",
+                bytes.len(),
+                ty.nbytes()
+            )));
+        }
+        Ok(HostTensor {
+            ty,
+            data: AlignedBytes::from_bytes(bytes),
+        })
+    }
+
+    /// From typed values; `dtype` may be Bool for u8 data.
+    pub fn from_slice<T: Element>(dtype: DType, dims: &[u64], values: &[T]) -> Result<Self> {
+        if dtype.size() != std::mem::size_of::<T>() {
+            return Err(Error::invalid(format!(
+                "{dtype} elements are not {}",
+                std::any::type_name::<T>()
+            )));
+        }
+        Self::from_bytes(TensorType::new(dtype, dims), bytemuck::cast_slice(values))
+    }
+
+    /// From f64 values, each cast to `dtype`.
+    pub fn from_f64(dtype: DType, dims: &[u64], values: &[f64]) -> Result<Self> {
+        let bytes: Vec<u8> = values
+            .iter()
+            .flat_map(|&v| crate::ir::literal::encode_scalar(dtype, v))
+            .collect();
+        Self::from_bytes(TensorType::new(dtype, dims), &bytes)
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.ty.dtype
+    }
+    pub fn dims(&self) -> &[u64] {
+        &self.ty.dims
+    }
+    pub fn numel(&self) -> usize {
+        self.ty.numel() as usize
+    }
+    pub fn bytes(&self) -> &[u8] {
+        self.data.as_bytes()
+    }
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        self.data.as_bytes_mut()
+    }
+
+    /// Typed view; T must have the dtype's size (u8 for bool).
+    pub fn as_slice<T: Element>(&self) -> &[T] {
+        assert_eq!(
+            std::mem::size_of::<T>(),
+            self.ty.dtype.size(),
+            "typed view of the wrong size"
+        );
+        bytemuck::cast_slice(self.data.as_bytes())
+    }
+    pub fn as_slice_mut<T: Element>(&mut self) -> &mut [T] {
+        assert_eq!(
+            std::mem::size_of::<T>(),
+            self.ty.dtype.size(),
+            "typed view of the wrong size"
+        );
+        bytemuck::cast_slice_mut(self.data.as_bytes_mut())
+    }
+
+    /// Element `i` as f64 (for tests and checks).
+    pub fn get_f64(&self, i: usize) -> f64 {
+        crate::ir::literal::decode(self.ty.dtype, self.data.as_bytes(), i)
+    }
+    pub fn to_f64_vec(&self) -> Vec<f64> {
+        (0..self.numel()).map(|i| self.get_f64(i)).collect()
+    }
+}
+
+/// Read a device tensor (any layout) into a contiguous host tensor.
+pub fn read_device_tensor(t: &crate::tensor::DeviceTensor) -> Result<HostTensor> {
+    super::executable::read_tensor(t)
+}
+
+/// Row-major strides (in elements) of `dims`.
+pub fn contiguous_strides(dims: &[u64]) -> Vec<u64> {
+    let mut s = vec![1u64; dims.len()];
+    for i in (0..dims.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * dims[i + 1];
+    }
+    s
+}
+
+/// Run one primitive on host tensors. `inputs` have the types the graph
+/// checked; the result types are the ones inference gives.
+pub fn eval(prim: &Prim, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>> {
+    let types: Vec<TensorType> = inputs.iter().map(|t| t.ty.clone()).collect();
+    let out_types = crate::ir::graph::infer_types(prim, &types)?;
+    let one = |t: Result<HostTensor>| t.map(|t| vec![t]);
+    let name = prim.name();
+    let result = match prim {
+        Prim::Constant { dtype, dims, bytes } => {
+            one(HostTensor::from_bytes(TensorType::new(*dtype, dims), bytes))
+        }
+        Prim::Iota { .. } => one(elementwise::iota(prim, &out_types[0])),
+        Prim::Unary(op) => one(elementwise::unary(*op, inputs[0], &out_types[0])),
+        Prim::Binary(op) => one(elementwise::binary(*op, inputs[0], inputs[1])),
+        Prim::Compare(op) => one(elementwise::compare(*op, inputs[0], inputs[1])),
+        Prim::Select => one(elementwise::select(inputs[0], inputs[1], inputs[2])),
+        Prim::Clamp => one(elementwise::clamp(inputs[0], inputs[1], inputs[2])),
+        Prim::Convert { to } => one(elementwise::convert(inputs[0], *to)),
+        Prim::Reduce { op, dimensions } => {
+            one(reduce::reduce(*op, dimensions, inputs[0], &out_types[0]))
+        }
+        Prim::ArgReduce { max, dimension } => one(reduce::arg_reduce(
+            *max,
+            *dimension,
+            inputs[0],
+            &out_types[0],
+        )),
+        Prim::Cumulative {
+            op,
+            dimension,
+            reverse,
+        } => one(reduce::cumulative(*op, *dimension, *reverse, inputs[0])),
+        Prim::Rng { distribution, .. } => {
+            one(rng::rng(*distribution, inputs[0], inputs[1], &out_types[0]))
+        }
+        Prim::BroadcastInDim { mapping, .. } => one(structural::broadcast_in_dim(
+            inputs[0],
+            mapping,
+            &out_types[0],
+        )),
+        Prim::Reshape { .. } => one(HostTensor::from_bytes(
+            out_types[0].clone(),
+            inputs[0].bytes(),
+        )),
+        Prim::Transpose { perm } => one(structural::transpose(inputs[0], perm, &out_types[0])),
+        Prim::Slice { start, stride, .. } => {
+            one(structural::slice(inputs[0], start, stride, &out_types[0]))
+        }
+        Prim::DynamicSlice { .. } => one(structural::dynamic_slice(
+            inputs[0],
+            &inputs[1..],
+            &out_types[0],
+        )),
+        Prim::DynamicUpdateSlice => one(structural::dynamic_update_slice(
+            inputs[0],
+            inputs[1],
+            &inputs[2..],
+        )),
+        Prim::Pad { low, interior, .. } => one(structural::pad(
+            inputs[0],
+            inputs[1],
+            low,
+            interior,
+            &out_types[0],
+        )),
+        Prim::Concatenate { dimension } => {
+            one(structural::concatenate(inputs, *dimension, &out_types[0]))
+        }
+        Prim::Reverse { dimensions } => one(structural::reverse(inputs[0], dimensions)),
+        Prim::DotGeneral {
+            lhs_batch,
+            rhs_batch,
+            lhs_contract,
+            rhs_contract,
+        } => one(dot::dot_general(
+            inputs[0],
+            inputs[1],
+            lhs_batch,
+            rhs_batch,
+            lhs_contract,
+            rhs_contract,
+            &out_types[0],
+        )),
+        Prim::Convolution {
+            stride,
+            padding,
+            dilation,
+            groups,
+        } => one(dot::convolution(
+            inputs[0],
+            inputs[1],
+            stride,
+            padding,
+            dilation,
+            *groups,
+            &out_types[0],
+        )),
+        Prim::Gather { axis } => one(index::gather(inputs[0], inputs[1], *axis)),
+        Prim::Take { axis } => one(index::take(inputs[0], inputs[1], *axis, &out_types[0])),
+        Prim::Scatter { axis, combiner } => one(index::scatter(
+            inputs[0], inputs[1], inputs[2], *axis, *combiner,
+        )),
+        Prim::Sort {
+            dimension,
+            descending,
+            stable,
+        } => sort::sort(inputs[0], *dimension, *descending, *stable),
+    };
+    result.map_err(|e| match e {
+        Error::InvalidArgument(m) => Error::InvalidArgument(format!("{name}: {m}")),
+        other => other,
+    })
+}
+
+/// Evaluate a whole graph, node by node (the reference path).
+pub fn eval_graph(graph: &Graph, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
+    if inputs.len() != graph.params().len() {
+        return Err(Error::invalid(format!(
+            "the graph takes {} inputs, got {}",
+            graph.params().len(),
+            inputs.len()
+        )));
+    }
+    let mut values: Vec<Option<HostTensor>> = vec![None; graph.num_values()];
+    for (i, (p, t)) in graph.params().iter().zip(inputs).enumerate() {
+        if &t.ty != graph.value_type(*p) {
+            return Err(Error::invalid(format!(
+                "input {i} is {} but the graph wants {}",
+                t.ty,
+                graph.value_type(*p)
+            )));
+        }
+        values[p.0 as usize] = Some(t.clone());
+    }
+    for node in graph.nodes() {
+        let ins: Vec<&HostTensor> = node
+            .inputs
+            .iter()
+            .map(|v| {
+                values[v.0 as usize]
+                    .as_ref()
+                    .expect("checked graph: inputs come first")
+            })
+            .collect();
+        let outs = eval(&node.prim, &ins)?;
+        for (v, t) in node.outputs.iter().zip(outs) {
+            values[v.0 as usize] = Some(t);
+        }
+    }
+    Ok(graph
+        .outputs()
+        .iter()
+        .map(|v| values[v.0 as usize].clone().expect("outputs are defined"))
+        .collect())
+}

@@ -1,0 +1,1 @@
+//! Shared helpers for the kernel tests; each kernel file has its own tests.

@@ -3,13 +3,17 @@
 //! the streams and events that order work on each chip.
 
 pub mod buffer;
+pub mod compile;
 pub mod copy;
+pub mod eager;
 pub mod error;
 pub mod ir;
 pub mod memory;
+pub mod ops;
 pub mod platform;
 pub mod runtime;
 pub mod stream;
+pub mod tensor;
 
 pub use buffer::Buffer;
 pub use copy::Layout;
@@ -17,3 +21,4 @@ pub use error::{Error, ErrorCode, Result};
 pub use platform::{CoreKind, DeviceInfo, Platform};
 pub use runtime::{HostDestination, HostReadback, HostSource, Runtime, RuntimeOptions};
 pub use stream::{Event, Fence, Stream, StreamId};
+pub use tensor::DeviceTensor;

@@ -4,13 +4,20 @@
 
 use std::sync::{Arc, Mutex};
 
+use std::collections::HashMap;
+
 use crate::buffer::Buffer;
+use crate::compile::{CacheConfig, CacheKey, CacheStats, CompileCache};
 use crate::copy::{for_each_run, Layout};
+use crate::eager::{current_mode, EagerMode};
 use crate::error::{Error, Result};
+use crate::ir::{Graph, TensorType};
 use crate::memory::{HbmPool, MemoryStats, PoolSnapshot};
+use crate::ops::{self, Attrs, OpId};
 use crate::platform::host::{HostConfig, HostPlatform};
-use crate::platform::{CoreKind, DeviceInfo, Platform};
+use crate::platform::{CoreKind, DeviceInfo, Executable, Platform};
 use crate::stream::{Event, Executor, Stream};
+use crate::tensor::DeviceTensor;
 
 /// How to build a runtime. `None` fields fall back to the environment
 /// (`TPURT_PLATFORM`, `TPURT_HOST_CHIPS`, `TPURT_HOST_TOPOLOGY`,
@@ -23,6 +30,8 @@ pub struct RuntimeOptions {
     /// For example "2x2".
     pub host_topology: Option<String>,
     pub host_hbm_bytes: Option<u64>,
+    /// The compile cache; `None`: from the environment (`TPURT_CACHE_DIR`).
+    pub cache: Option<CacheConfig>,
 }
 
 /// Host memory an asynchronous copy reads from. The task owns it until the
@@ -87,9 +96,18 @@ struct Chip {
     default_stream: Stream,
 }
 
+/// An op's executable for one signature (op, input types, attributes).
+type OpSignature = (OpId, Vec<TensorType>, String);
+
+/// The fast front of the compile cache for eager ops: skips building and
+/// fingerprinting the op's graph on a repeat call. Bounded; cleared when full.
+const OP_MEMO_ENTRIES: usize = 8192;
+
 pub struct Runtime {
     platform: Arc<dyn Platform>,
     chips: Vec<Chip>,
+    cache: CompileCache<dyn Executable>,
+    op_memo: Mutex<HashMap<OpSignature, Arc<dyn Executable>>>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -117,7 +135,10 @@ impl Runtime {
                     options.host_topology.as_deref(),
                     options.host_hbm_bytes,
                 )?;
-                Runtime::with_platform(HostPlatform::new(config))
+                Runtime::with_platform_and_cache(
+                    HostPlatform::new(config),
+                    options.cache.clone().unwrap_or_else(CacheConfig::from_env),
+                )
             }
             "xla" => Err(Error::Unimplemented(
                 "platform 'xla' (PJRT plugins) is not in this build yet; use 'host'".to_string(),
@@ -129,6 +150,13 @@ impl Runtime {
     }
 
     pub fn with_platform(platform: Arc<dyn Platform>) -> Result<Runtime> {
+        Self::with_platform_and_cache(platform, CacheConfig::from_env())
+    }
+
+    pub fn with_platform_and_cache(
+        platform: Arc<dyn Platform>,
+        cache: CacheConfig,
+    ) -> Result<Runtime> {
         let mut chips = Vec::new();
         for info in platform.devices() {
             let i = info.index;
@@ -144,7 +172,12 @@ impl Runtime {
                 default_stream,
             });
         }
-        Ok(Runtime { platform, chips })
+        Ok(Runtime {
+            platform,
+            chips,
+            cache: CompileCache::new(cache),
+            op_memo: Mutex::new(HashMap::new()),
+        })
     }
 
     pub fn platform(&self) -> &Arc<dyn Platform> {
@@ -364,6 +397,130 @@ impl Runtime {
         })
     }
 
+    /// The compile cache (counters, switches, clear).
+    pub fn compile_cache(&self) -> &CompileCache<dyn Executable> {
+        &self.cache
+    }
+
+    pub fn compile_cache_stats(&self) -> CacheStats {
+        self.cache.stats()
+    }
+
+    /// An executable for `graph`, from the compile cache (built on a miss).
+    pub fn compile(&self, graph: &Graph) -> Result<Arc<dyn Executable>> {
+        let key = CacheKey::for_graph(graph, self.platform.name(), self.platform.version(), "");
+        let platform = &self.platform;
+        self.cache.get_or_compile(
+            &key,
+            || graph.to_string(),
+            || {
+                let exe = platform.compile(graph)?;
+                let bytes = exe.serialize();
+                Ok((exe, bytes))
+            },
+            |bytes| platform.load_executable(bytes),
+        )
+    }
+
+    /// The executable of `op` for these input types and attributes.
+    pub fn op_executable(
+        &self,
+        op: OpId,
+        inputs: &[TensorType],
+        attrs: &Attrs,
+    ) -> Result<Arc<dyn Executable>> {
+        let sig: OpSignature = (op, inputs.to_vec(), attrs.canonical());
+        if let Some(e) = self
+            .op_memo
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&sig)
+        {
+            return Ok(Arc::clone(e));
+        }
+        let graph = ops::build_graph(op, inputs, attrs)?;
+        let exe = self.compile(&graph)?;
+        let mut memo = self.op_memo.lock().unwrap_or_else(|e| e.into_inner());
+        if memo.len() >= OP_MEMO_ENTRIES {
+            memo.clear();
+        }
+        memo.insert(sig, Arc::clone(&exe));
+        Ok(exe)
+    }
+
+    /// Queue `exe` on `stream` over these tensors. `name` names the task
+    /// (and so the error if it fails). Inputs and outputs must live on the
+    /// stream's device.
+    pub fn launch(
+        &self,
+        exe: Arc<dyn Executable>,
+        inputs: &[DeviceTensor],
+        outputs: &[DeviceTensor],
+        stream: &Stream,
+        name: &'static str,
+    ) -> Result<()> {
+        for (what, list) in [("input", inputs), ("output", outputs)] {
+            for (i, t) in list.iter().enumerate() {
+                if t.buffer.chip() != stream.chip() {
+                    return Err(Error::invalid(format!(
+                        "{name}: {what} {i} is on tpu:{} but the stream is on tpu:{} (all tensors of an op must be on one device)",
+                        t.buffer.chip(),
+                        stream.chip()
+                    )));
+                }
+            }
+        }
+        crate::platform::check_io(name, exe.as_ref(), inputs, outputs)?;
+        let (ins, outs) = (inputs.to_vec(), outputs.to_vec());
+        stream.submit(name, move || exe.execute(&ins, &outs))
+    }
+
+    /// Run one op of the op library on `stream`, writing `outputs` (whose
+    /// types must be the op's result types; see `ops::infer_outputs`).
+    /// Strict mode returns once queued; debug mode waits and checks.
+    pub fn call_op(
+        &self,
+        op: OpId,
+        inputs: &[DeviceTensor],
+        outputs: &[DeviceTensor],
+        attrs: &Attrs,
+        stream: &Stream,
+    ) -> Result<()> {
+        let name = ops::op_name(op);
+        let types: Vec<TensorType> = inputs.iter().map(DeviceTensor::ty).collect();
+        let exe = self.op_executable(op, &types, attrs)?;
+        self.launch(exe, inputs, outputs, stream, name)?;
+        if current_mode() == EagerMode::DeferNeverAndLaunchBlocking {
+            stream.synchronize()?;
+            for (i, out) in outputs.iter().enumerate() {
+                check_finite(name, i, out)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// As `call_op`, allocating contiguous outputs on the stream's device.
+    pub fn call_op_alloc(
+        &self,
+        op: OpId,
+        inputs: &[DeviceTensor],
+        attrs: &Attrs,
+        stream: &Stream,
+    ) -> Result<Vec<DeviceTensor>> {
+        let types: Vec<TensorType> = inputs.iter().map(DeviceTensor::ty).collect();
+        let exe = self.op_executable(op, &types, attrs)?;
+        let outputs = exe
+            .output_types()
+            .iter()
+            .map(|t| {
+                let buf = self.allocate(stream.chip(), t.nbytes(), stream)?;
+                DeviceTensor::contiguous(buf, t.dtype, &t.dims)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        self.call_op(op, inputs, &outputs, attrs, stream)?;
+        Ok(outputs)
+    }
+
     /// A new event; `timing` enables `elapsed_time`.
     pub fn create_event(&self, timing: bool) -> Event {
         Event::new(timing)
@@ -379,6 +536,32 @@ impl Drop for Runtime {
             chip.sparse_core.shutdown();
         }
     }
+}
+
+/// Debug mode: a float output holding NaN or Inf is an error naming the
+/// op, the output and the first position.
+fn check_finite(op: &str, index: usize, t: &DeviceTensor) -> Result<()> {
+    if !t.dtype.is_float() || t.numel() == 0 {
+        return Ok(());
+    }
+    let host = crate::platform::host::kernels::read_device_tensor(t)?;
+    let dims = t.dims().to_vec();
+    for i in 0..host.numel() {
+        let v = host.get_f64(i);
+        if !v.is_finite() {
+            let mut pos = vec![0u64; dims.len()];
+            let mut rest = i as u64;
+            for d in (0..dims.len()).rev() {
+                pos[d] = rest % dims[d];
+                rest /= dims[d];
+            }
+            return Err(Error::FailedPrecondition(format!(
+                "{op}: output {index} holds {} at position {pos:?} (debug mode checks every op's outputs)",
+                if v.is_nan() { "NaN" } else { "Inf" }
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn check_host_side(len: usize, layout: &Layout, what: &str) -> Result<()> {
@@ -422,6 +605,7 @@ mod tests {
             host_chips: Some(chips),
             host_topology: None,
             host_hbm_bytes: Some(hbm),
+            cache: Some(crate::compile::CacheConfig::memory_only(64)),
         })
         .unwrap()
     }
@@ -563,5 +747,86 @@ mod tests {
         );
         let snap = r.memory_snapshot(0).unwrap().to_json();
         assert!(snap.contains("\"segments\":[]"), "{snap}");
+    }
+
+    fn upload(r: &Runtime, chip: usize, dims: &[u64], v: &[f32]) -> DeviceTensor {
+        let s = r.default_stream(chip).unwrap();
+        let b = r.allocate(chip, (v.len() * 4) as u64, &s).unwrap();
+        r.copy_host_to_device(bytemuck::cast_slice(v), &b, &Layout::bytes(b.len()), &s)
+            .unwrap();
+        DeviceTensor::contiguous(b, crate::ir::DType::F32, dims).unwrap()
+    }
+
+    fn download(r: &Runtime, t: &DeviceTensor) -> Vec<f32> {
+        let s = r.default_stream(t.buffer.chip()).unwrap();
+        let mut out = vec![0u8; (t.numel() * 4) as usize];
+        r.copy_device_to_host(&t.buffer, &t.layout, &mut out, &s)
+            .unwrap();
+        bytemuck::cast_slice(&out).to_vec()
+    }
+
+    #[test]
+    fn ops_run_on_device_tensors_views_and_in_place() {
+        let r = rt(2, 64 << 20);
+        let s = r.default_stream(0).unwrap();
+        let x = upload(&r, 0, &[2, 3], &[1., 2., 3., 4., 5., 6.]);
+        let add = ops::lookup("add").unwrap();
+        let out = r
+            .call_op_alloc(add, &[x.clone(), x.clone()], &Attrs::new(), &s)
+            .unwrap();
+        assert_eq!(download(&r, &out[0]), vec![2., 4., 6., 8., 10., 12.]);
+        // A transposed view of x as an input.
+        let xt = DeviceTensor::new(
+            x.buffer.clone(),
+            crate::ir::DType::F32,
+            0,
+            &[3, 2],
+            Some(&[1, 3]),
+        )
+        .unwrap();
+        let y = upload(&r, 0, &[3, 2], &[10., 10., 10., 10., 10., 10.]);
+        let out = r.call_op_alloc(add, &[xt, y], &Attrs::new(), &s).unwrap();
+        assert_eq!(download(&r, &out[0]), vec![11., 14., 12., 15., 13., 16.]);
+        // In place: x += x, the output is the input itself.
+        r.call_op(
+            add,
+            &[x.clone(), x.clone()],
+            std::slice::from_ref(&x),
+            &Attrs::new(),
+            &s,
+        )
+        .unwrap();
+        assert_eq!(download(&r, &x), vec![2., 4., 6., 8., 10., 12.]);
+        // The second call of the same signature hits the op memo, not the cache.
+        let before = r.compile_cache_stats().requests;
+        r.call_op_alloc(add, &[x.clone(), x.clone()], &Attrs::new(), &s)
+            .unwrap();
+        assert_eq!(r.compile_cache_stats().requests, before);
+        // Tensors of two devices in one op: an error naming both.
+        let z = upload(&r, 1, &[2, 3], &[0.; 6]);
+        let e = r
+            .call_op_alloc(add, &[x.clone(), z], &Attrs::new(), &s)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("input 1 is on tpu:1 but the stream is on tpu:0"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_kernel_error_poisons_the_stream_with_the_op_name() {
+        let r = rt(1, 64 << 20);
+        let s = r.create_stream(0, CoreKind::TensorCore, 0).unwrap();
+        let w = upload(&r, 0, &[2, 2], &[1., 2., 3., 4.]);
+        let b = r.allocate(0, 8, &s).unwrap();
+        let bad = [5i32, 0];
+        r.copy_host_to_device(bytemuck::cast_slice(&bad), &b, &Layout::bytes(8), &s)
+            .unwrap();
+        let idx = DeviceTensor::contiguous(b, crate::ir::DType::I32, &[2]).unwrap();
+        let emb = ops::lookup("embedding").unwrap();
+        r.call_op_alloc(emb, &[w, idx], &Attrs::new(), &s).unwrap();
+        let e = s.synchronize().unwrap_err().to_string();
+        assert!(e.contains("embedding") && e.contains('5'), "{e}");
     }
 }

@@ -159,6 +159,13 @@ impl Graph {
     }
 }
 
+/// The result types of `prim` applied to operands of `inputs` types, or
+/// the error that says why the node is invalid.
+pub fn infer_types(prim: &Prim, inputs: &[TensorType]) -> Result<Vec<TensorType>> {
+    super::infer::infer(prim, inputs)
+        .map_err(|e| Error::invalid(format!("{}: {}", prim.name(), strip(&e))))
+}
+
 /// 128-bit FNV-1a over the parts, as 32 lowercase hex digits.
 pub fn fingerprint_bytes(parts: &[&[u8]]) -> String {
     const OFFSET: u128 = 0x6c62272e07bb014262b821756295c58d;

@@ -14,6 +14,7 @@ fn runtime(chips: u32) -> Runtime {
         host_chips: Some(chips),
         host_topology: None,
         host_hbm_bytes: Some(64 << 20),
+        cache: Some(crate::compile::CacheConfig::memory_only(64)),
     })
     .unwrap()
 }

@@ -1,0 +1,173 @@
+//! The op library: aten-level ops written once, from primitives. An op is
+//! a function that emits a graph for given input types and attributes;
+//! every platform runs that graph. Adding an op never touches a platform.
+//!
+//! Conventions (those of PyTorch, whose users call these):
+//! - Inputs of different dtypes promote as torch.result_type does; inputs
+//!   listed in the `wrapped` attribute (indices) count as Python scalars.
+//! - Shapes broadcast as in numpy; negative dimensions count from the end.
+//! - Errors name the op, then what was wrong.
+
+mod attrs;
+mod emit;
+mod linalg;
+mod nn;
+mod pointwise;
+pub mod promote;
+mod reduction;
+mod shape;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+pub use attrs::{Attr, Attrs};
+pub use emit::{broadcast_shapes, wrap_dim, Emitter};
+
+use crate::error::{Error, Result};
+use crate::ir::{Graph, TensorType, ValueId};
+
+pub type BuildFn = fn(&mut Emitter, &[ValueId], &Attrs) -> Result<Vec<ValueId>>;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arity {
+    Exactly(usize),
+    /// Inclusive range: optional trailing inputs.
+    Between(usize, usize),
+    AtLeast(usize),
+}
+
+impl Arity {
+    fn accepts(self, n: usize) -> bool {
+        match self {
+            Arity::Exactly(k) => n == k,
+            Arity::Between(a, b) => (a..=b).contains(&n),
+            Arity::AtLeast(k) => n >= k,
+        }
+    }
+    fn describe(self) -> String {
+        match self {
+            Arity::Exactly(k) => format!("{k}"),
+            Arity::Between(a, b) => format!("{a} to {b}"),
+            Arity::AtLeast(k) => format!("at least {k}"),
+        }
+    }
+}
+
+pub struct OpDef {
+    pub name: &'static str,
+    pub arity: Arity,
+    pub build: BuildFn,
+}
+
+/// An interned op: index into the registry, stable within a process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OpId(pub u32);
+
+struct Registry {
+    defs: Vec<&'static OpDef>,
+    by_name: HashMap<&'static str, OpId>,
+}
+
+fn registry() -> &'static Registry {
+    static REG: OnceLock<Registry> = OnceLock::new();
+    REG.get_or_init(|| {
+        let mut defs: Vec<&'static OpDef> = Vec::new();
+        for group in [
+            pointwise::OPS,
+            reduction::OPS,
+            shape::OPS,
+            linalg::OPS,
+            nn::OPS,
+        ] {
+            defs.extend(group.iter());
+        }
+        let by_name = defs
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (d.name, OpId(i as u32)))
+            .collect::<HashMap<_, _>>();
+        assert_eq!(by_name.len(), defs.len(), "op names are unique");
+        Registry { defs, by_name }
+    })
+}
+
+/// The op's id, or an error listing near names.
+pub fn lookup(name: &str) -> Result<OpId> {
+    let reg = registry();
+    reg.by_name.get(name).copied().ok_or_else(|| {
+        let mut near: Vec<&str> = reg
+            .defs
+            .iter()
+            .map(|d| d.name)
+            .filter(|n| n.contains(name) || name.contains(n) || n.get(..3) == name.get(..3))
+            .collect();
+        near.sort_unstable();
+        near.truncate(8);
+        Error::NotFound(format!(
+            "op {name:?}{}",
+            if near.is_empty() {
+                String::new()
+            } else {
+                format!(" (similar: {})", near.join(", "))
+            }
+        ))
+    })
+}
+
+pub fn op_name(id: OpId) -> &'static str {
+    registry()
+        .defs
+        .get(id.0 as usize)
+        .map_or("<unknown op>", |d| d.name)
+}
+
+/// Every op's name, in registry order.
+pub fn op_names() -> Vec<&'static str> {
+    registry().defs.iter().map(|d| d.name).collect()
+}
+
+fn def(id: OpId) -> Result<&'static OpDef> {
+    registry()
+        .defs
+        .get(id.0 as usize)
+        .copied()
+        .ok_or_else(|| Error::NotFound(format!("op id {}", id.0)))
+}
+
+/// The graph of `op` for these input types and attributes: its parameters
+/// are the inputs, its outputs the op's results.
+pub fn build_graph(op: OpId, inputs: &[TensorType], attrs: &Attrs) -> Result<Graph> {
+    let d = def(op)?;
+    let name = d.name;
+    if !d.arity.accepts(inputs.len()) {
+        return Err(Error::invalid(format!(
+            "{name}: takes {} inputs, got {}",
+            d.arity.describe(),
+            inputs.len()
+        )));
+    }
+    let mut e = Emitter::new();
+    let params: Vec<ValueId> = inputs.iter().map(|t| e.g.param(t.clone())).collect();
+    let outs = (d.build)(&mut e, &params, attrs).map_err(|err| match err {
+        Error::InvalidArgument(m) => Error::InvalidArgument(format!("{name}: {m}")),
+        Error::Unimplemented(m) => Error::Unimplemented(format!("{name}: {m}")),
+        other => other,
+    })?;
+    e.g.build(&outs)
+}
+
+/// A fresh copy of `v` (an op whose output must not be its input).
+pub(crate) fn pointwise_copy(e: &mut Emitter, v: ValueId) -> Result<Vec<ValueId>> {
+    let zero = e.full_like(v, 0.0)?;
+    if e.dtype(v) == crate::ir::DType::Bool {
+        return Ok(vec![e.binary(crate::ir::BinaryOp::Or, v, zero)?]);
+    }
+    Ok(vec![e.add(v, zero)?])
+}
+
+/// The result types of `op` for these inputs (to allocate outputs).
+pub fn infer_outputs(op: OpId, inputs: &[TensorType], attrs: &Attrs) -> Result<Vec<TensorType>> {
+    Ok(build_graph(op, inputs, attrs)?.output_types())
+}

@@ -1,0 +1,147 @@
+//! Neural-network ops: softmax, log_softmax, layer_norm, rms_norm.
+//! Half-precision inputs compute in f32 and round once at the end, as
+//! PyTorch's kernels accumulate.
+
+use super::attrs::Attrs;
+use super::emit::{wrap_dim, Emitter};
+use super::{Arity, OpDef};
+use crate::error::{Error, Result};
+use crate::ir::{DType, ReduceOp, UnaryOp, ValueId};
+
+/// The dtype to compute in: f32 for f16/bf16, else the input's.
+fn compute_dtype(d: DType) -> Result<DType> {
+    match d {
+        DType::F16 | DType::BF16 => Ok(DType::F32),
+        DType::F32 | DType::F64 => Ok(d),
+        other => Err(Error::invalid(format!(
+            "needs a floating-point input, got {other}"
+        ))),
+    }
+}
+
+fn softmax_impl(e: &mut Emitter, x: ValueId, a: &Attrs, log: bool) -> Result<ValueId> {
+    let out_dt = a.dtype_opt("dtype")?.unwrap_or(e.dtype(x));
+    let v = e.convert(x, compute_dtype(out_dt)?)?;
+    let rank = e.rank(v);
+    if rank == 0 {
+        let r = if log {
+            e.full_like(v, 0.0)?
+        } else {
+            e.full_like(v, 1.0)?
+        };
+        return e.convert(r, out_dt);
+    }
+    let dim = wrap_dim(a.int("dim")?, rank)?;
+    let m = e.reduce(ReduceOp::Max, v, &[dim], true)?;
+    // Rows that are all -inf give nan in torch too; keep that, but avoid
+    // inf - inf for +inf maxima by the same subtraction torch does.
+    let sh = e.sub(v, m)?;
+    let ex = e.unary(UnaryOp::Exp, sh)?;
+    let s = e.reduce(ReduceOp::Sum, ex, &[dim], true)?;
+    let r = if log {
+        let ls = e.unary(UnaryOp::Log, s)?;
+        e.sub(sh, ls)?
+    } else {
+        e.div(ex, s)?
+    };
+    e.convert(r, out_dt)
+}
+
+fn softmax(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    Ok(vec![softmax_impl(e, x[0], a, false)?])
+}
+fn log_softmax(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    Ok(vec![softmax_impl(e, x[0], a, true)?])
+}
+
+/// The trailing dimensions `normalized_shape` covers, checked.
+fn normalized_dims(e: &Emitter, x: ValueId, a: &Attrs) -> Result<Vec<usize>> {
+    let shape = a.ints("normalized_shape")?;
+    let d = e.dims(x);
+    if shape.len() > d.len() || shape.is_empty() {
+        return Err(Error::invalid(format!(
+            "normalized_shape {shape:?} does not fit input {d:?}"
+        )));
+    }
+    let off = d.len() - shape.len();
+    for (i, &s) in shape.iter().enumerate() {
+        if s < 0 || d[off + i] != s as u64 {
+            return Err(Error::invalid(format!(
+                "normalized_shape {shape:?} does not match the input's trailing dimensions {:?}",
+                &d[off..]
+            )));
+        }
+    }
+    Ok((off..d.len()).collect())
+}
+
+/// native_layer_norm(x, weight?, bias?, normalized_shape, eps) -> (y, mean, rstd)
+/// with mean and rstd shaped like x with the normalized dims set to 1.
+fn layer_norm(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let out_dt = e.dtype(x[0]);
+    let cd = compute_dtype(out_dt)?;
+    let v = e.convert(x[0], cd)?;
+    let dims = normalized_dims(e, v, a)?;
+    let eps = a.float_or("eps", 1e-5)?;
+    let mean = super::reduction::mean_of(e, v, &dims, true)?;
+    let c = e.sub(v, mean)?;
+    let sq = e.mul(c, c)?;
+    let var = super::reduction::mean_of(e, sq, &dims, true)?;
+    let epsv = e.scalar(cd, eps)?;
+    let ve = e.add(var, epsv)?;
+    let rstd = e.unary(UnaryOp::Rsqrt, ve)?;
+    let mut y = e.mul(c, rstd)?;
+    if let Some(&w) = x.get(1) {
+        let w = e.convert(w, cd)?;
+        y = e.mul(y, w)?;
+    }
+    if let Some(&b) = x.get(2) {
+        let b = e.convert(b, cd)?;
+        y = e.add(y, b)?;
+    }
+    Ok(vec![e.convert(y, out_dt)?, mean, rstd])
+}
+
+/// rms_norm(x, weight?, normalized_shape, eps): x / sqrt(mean(x^2) + eps) * weight.
+/// eps defaults to the dtype's machine epsilon, as torch.
+fn rms_norm(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let out_dt = e.dtype(x[0]);
+    let cd = compute_dtype(out_dt)?;
+    let v = e.convert(x[0], cd)?;
+    let dims = normalized_dims(e, v, a)?;
+    let default_eps = match out_dt {
+        DType::F16 => 9.765625e-4,
+        DType::BF16 => 7.8125e-3,
+        DType::F64 => f64::EPSILON,
+        _ => f32::EPSILON as f64,
+    };
+    let eps = a.float_opt("eps")?.unwrap_or(default_eps);
+    let sq = e.mul(v, v)?;
+    let ms = super::reduction::mean_of(e, sq, &dims, true)?;
+    let epsv = e.scalar(cd, eps)?;
+    let ms = e.add(ms, epsv)?;
+    let r = e.unary(UnaryOp::Rsqrt, ms)?;
+    let mut y = e.mul(v, r)?;
+    if let Some(&w) = x.get(1) {
+        let w = e.convert(w, cd)?;
+        y = e.mul(y, w)?;
+    }
+    Ok(vec![e.convert(y, out_dt)?])
+}
+
+macro_rules! def {
+    ($name:literal, $n:expr, $f:ident) => {
+        OpDef {
+            name: $name,
+            arity: $n,
+            build: $f,
+        }
+    };
+}
+
+pub(super) const OPS: &[OpDef] = &[
+    def!("softmax", Arity::Exactly(1), softmax),
+    def!("log_softmax", Arity::Exactly(1), log_softmax),
+    def!("layer_norm", Arity::Between(1, 3), layer_norm),
+    def!("rms_norm", Arity::Between(1, 2), rms_norm),
+];

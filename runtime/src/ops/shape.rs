@@ -1,0 +1,558 @@
+//! Shape ops: reshape, permute, expand, cat/stack/split, slicing,
+//! padding, repeat, triangular masks, index_select/gather/scatter,
+//! embedding, and the factories (arange, full).
+
+use super::attrs::{Attr, Attrs};
+use super::emit::{wrap_dim, Emitter};
+use super::{Arity, OpDef};
+use crate::error::{Error, Result};
+use crate::ir::{CompareOp, DType, Prim, ScatterCombiner, ValueId};
+
+fn to_u64(v: i64, what: &str) -> Result<u64> {
+    u64::try_from(v).map_err(|_| Error::invalid(format!("{what} {v} is negative")))
+}
+
+/// Sizes with at most one -1 inferred from the element count.
+fn infer_shape(sizes: &[i64], numel: u64) -> Result<Vec<u64>> {
+    let mut unknown = None;
+    let mut known = 1u64;
+    for (i, &s) in sizes.iter().enumerate() {
+        if s == -1 {
+            if unknown.replace(i).is_some() {
+                return Err(Error::invalid(format!(
+                    "shape {sizes:?} has more than one -1"
+                )));
+            }
+        } else {
+            known = known.saturating_mul(to_u64(s, "size")?);
+        }
+    }
+    let mut dims: Vec<u64> = sizes.iter().map(|&s| s.max(0) as u64).collect();
+    if let Some(i) = unknown {
+        if known == 0 || !numel.is_multiple_of(known) {
+            return Err(Error::invalid(format!(
+                "shape {sizes:?} is invalid for input of size {numel}"
+            )));
+        }
+        dims[i] = numel / known;
+    } else if known != numel {
+        return Err(Error::invalid(format!(
+            "shape {sizes:?} is invalid for input of size {numel}"
+        )));
+    }
+    Ok(dims)
+}
+
+fn reshape(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let dims = infer_shape(&a.ints("shape")?, e.ty(x[0]).numel())?;
+    Ok(vec![e.reshape(x[0], &dims)?])
+}
+
+fn flatten(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let d = e.dims(x[0]);
+    if d.is_empty() {
+        return Ok(vec![e.reshape(x[0], &[1])?]);
+    }
+    let s = wrap_dim(a.int_or("start_dim", 0)?, d.len())?;
+    let t = wrap_dim(a.int_or("end_dim", -1)?, d.len())?;
+    if s > t {
+        return Err(Error::invalid(format!(
+            "start_dim {s} is after end_dim {t}"
+        )));
+    }
+    let mut out = d[..s].to_vec();
+    out.push(d[s..=t].iter().product());
+    out.extend(&d[t + 1..]);
+    Ok(vec![e.reshape(x[0], &out)?])
+}
+
+fn permute(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let rank = e.rank(x[0]);
+    let perm = a
+        .ints("dims")?
+        .iter()
+        .map(|&d| wrap_dim(d, rank))
+        .collect::<Result<Vec<_>>>()?;
+    if rank == 0 {
+        return Ok(vec![x[0]]);
+    }
+    Ok(vec![e.transpose(x[0], &perm)?])
+}
+
+fn transpose(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let rank = e.rank(x[0]);
+    if rank < 2 {
+        return Ok(vec![x[0]]);
+    }
+    let d0 = wrap_dim(a.int("dim0")?, rank)?;
+    let d1 = wrap_dim(a.int("dim1")?, rank)?;
+    let mut perm: Vec<usize> = (0..rank).collect();
+    perm.swap(d0, d1);
+    Ok(vec![e.transpose(x[0], &perm)?])
+}
+
+/// expand(size): -1 keeps a dimension; new leading dimensions allowed.
+fn expand(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let sizes = a.ints("size")?;
+    let d = e.dims(x[0]);
+    if sizes.len() < d.len() {
+        return Err(Error::invalid(format!(
+            "size {sizes:?} has fewer dimensions than the input {d:?}"
+        )));
+    }
+    let off = sizes.len() - d.len();
+    let mut dims = Vec::new();
+    for (i, &s) in sizes.iter().enumerate() {
+        dims.push(if s == -1 {
+            if i < off {
+                return Err(Error::invalid(
+                    "-1 is not allowed for a new leading dimension",
+                ));
+            }
+            d[i - off]
+        } else {
+            to_u64(s, "size")?
+        });
+    }
+    Ok(vec![e.broadcast_to(x[0], &dims)?])
+}
+
+fn squeeze(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let d = e.dims(x[0]);
+    let which: Vec<usize> = match a.ints_opt("dim")? {
+        None => (0..d.len()).collect(),
+        Some(ds) => ds
+            .iter()
+            .map(|&i| wrap_dim(i, d.len()))
+            .collect::<Result<_>>()?,
+    };
+    let out: Vec<u64> = d
+        .iter()
+        .enumerate()
+        .filter(|(i, &n)| !(n == 1 && which.contains(i)))
+        .map(|(_, &n)| n)
+        .collect();
+    Ok(vec![e.reshape(x[0], &out)?])
+}
+
+fn unsqueeze(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let mut d = e.dims(x[0]);
+    let dim = wrap_dim(a.int("dim")?, d.len() + 1)?;
+    d.insert(dim, 1);
+    Ok(vec![e.reshape(x[0], &d)?])
+}
+
+/// cat(tensors, dim): dtypes promote; empty 1-D tensors are skipped (torch).
+fn cat(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let (xs, _) = super::pointwise::promote(e, x, a)?;
+    let parts: Vec<ValueId> = xs
+        .iter()
+        .copied()
+        .filter(|&v| !(e.rank(v) == 1 && e.dims(v)[0] == 0))
+        .collect();
+    let Some(&first) = parts.first() else {
+        return Ok(vec![xs[0]]);
+    };
+    let dim = wrap_dim(a.int_or("dim", 0)?, e.rank(first))?;
+    if parts.len() == 1 {
+        return super::pointwise_copy(e, first);
+    }
+    Ok(vec![e.op(Prim::Concatenate { dimension: dim }, &parts)?])
+}
+
+fn stack(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let (xs, _) = super::pointwise::promote(e, x, a)?;
+    let d = e.dims(xs[0]);
+    let dim = wrap_dim(a.int_or("dim", 0)?, d.len() + 1)?;
+    let mut nd = d.clone();
+    nd.insert(dim, 1);
+    let parts = xs
+        .iter()
+        .map(|&v| {
+            if e.dims(v) != d {
+                return Err(Error::invalid(format!(
+                    "stack expects each tensor to be equal size, but got {:?} and {d:?}",
+                    e.dims(v)
+                )));
+            }
+            e.reshape(v, &nd)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(vec![e.op(Prim::Concatenate { dimension: dim }, &parts)?])
+}
+
+/// slice(dim, start, end, step) with torch's clamping of start and end.
+fn slice_value(
+    e: &mut Emitter,
+    x: ValueId,
+    dim: i64,
+    start: i64,
+    end: i64,
+    step: i64,
+) -> Result<ValueId> {
+    let d = e.dims(x);
+    let dim = wrap_dim(dim, d.len())?;
+    if step <= 0 {
+        return Err(Error::invalid(format!(
+            "slice step must be positive, got {step}"
+        )));
+    }
+    let n = d[dim] as i64;
+    let clampi = |v: i64| if v < 0 { (v + n).max(0) } else { v.min(n) };
+    let (s, t) = (clampi(start), clampi(end).max(clampi(start)));
+    let mut start_v = vec![0u64; d.len()];
+    let mut limit = d.clone();
+    let mut stride = vec![1u64; d.len()];
+    start_v[dim] = s as u64;
+    limit[dim] = t as u64;
+    stride[dim] = step as u64;
+    e.op(
+        Prim::Slice {
+            start: start_v,
+            limit,
+            stride,
+        },
+        &[x],
+    )
+}
+fn slice(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    Ok(vec![slice_value(
+        e,
+        x[0],
+        a.int_or("dim", 0)?,
+        a.int_or("start", 0)?,
+        a.int_or("end", i64::MAX)?,
+        a.int_or("step", 1)?,
+    )?])
+}
+fn narrow(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let start = a.int("start")?;
+    let len = a.int("length")?;
+    let dim = a.int("dim")?;
+    let n = e.dims(x[0])[wrap_dim(dim, e.rank(x[0]))?] as i64;
+    let s = if start < 0 { start + n } else { start };
+    if s < 0 || len < 0 || s + len > n {
+        return Err(Error::invalid(format!(
+            "start {start} and length {len} exceed dimension size {n}"
+        )));
+    }
+    Ok(vec![slice_value(e, x[0], dim, s, s + len, 1)?])
+}
+
+/// split(split_size or sizes, dim) -> several outputs.
+fn split(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let d = e.dims(x[0]);
+    let dim = wrap_dim(a.int_or("dim", 0)?, d.len())?;
+    let n = d[dim];
+    let sizes: Vec<u64> = match a.ints_opt("sizes")? {
+        Some(s) => s
+            .iter()
+            .map(|&v| to_u64(v, "split size"))
+            .collect::<Result<_>>()?,
+        None => {
+            let k = to_u64(a.int("split_size")?, "split_size")?;
+            if k == 0 {
+                return Err(Error::invalid("split_size must be positive"));
+            }
+            let mut v = vec![k; (n / k) as usize];
+            if !n.is_multiple_of(k) || n == 0 {
+                v.push(n % k);
+            }
+            v
+        }
+    };
+    if sizes.iter().sum::<u64>() != n {
+        return Err(Error::invalid(format!(
+            "split sizes {sizes:?} do not add up to {n}"
+        )));
+    }
+    let mut at = 0i64;
+    sizes
+        .iter()
+        .map(|&s| {
+            let v = slice_value(e, x[0], dim as i64, at, at + s as i64, 1);
+            at += s as i64;
+            v
+        })
+        .collect()
+}
+
+/// constant_pad_nd(pad=[last_lo, last_hi, prev_lo, prev_hi, ...], value)
+fn pad(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let pads = a.ints("pad")?;
+    let mode = a.str_or("mode", "constant")?;
+    if mode != "constant" {
+        return Err(Error::Unimplemented(format!(
+            "pad mode {mode:?} (constant only)"
+        )));
+    }
+    let d = e.dims(x[0]);
+    if pads.len() % 2 != 0 || pads.len() / 2 > d.len() {
+        return Err(Error::invalid(format!(
+            "pad {pads:?} needs pairs for at most {} dimensions",
+            d.len()
+        )));
+    }
+    let mut low = vec![0i64; d.len()];
+    let mut high = vec![0i64; d.len()];
+    for (k, pair) in pads.chunks(2).enumerate() {
+        let dim = d.len() - 1 - k;
+        low[dim] = pair[0];
+        high[dim] = pair[1];
+    }
+    let value = e.scalar(e.dtype(x[0]), a.float_or("value", 0.0)?)?;
+    Ok(vec![e.op(
+        Prim::Pad {
+            low,
+            high,
+            interior: vec![0; d.len()],
+        },
+        &[x[0], value],
+    )?])
+}
+
+/// repeat(repeats): tile the input.
+fn repeat(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let reps: Vec<u64> = a
+        .ints("repeats")?
+        .iter()
+        .map(|&r| to_u64(r, "repeat"))
+        .collect::<Result<_>>()?;
+    let mut d = e.dims(x[0]);
+    if reps.len() < d.len() {
+        return Err(Error::invalid(
+            "repeats must have at least as many entries as the input has dimensions",
+        ));
+    }
+    while d.len() < reps.len() {
+        d.insert(0, 1);
+    }
+    let v = e.reshape(x[0], &d)?;
+    // [r0, d0, r1, d1, ...] broadcast, then merge each pair.
+    let mut inter = Vec::new();
+    let mut mapped = Vec::new();
+    for (i, (&r, &n)) in reps.iter().zip(&d).enumerate() {
+        inter.push(r);
+        inter.push(n);
+        mapped.push(2 * i + 1);
+    }
+    let b = e.op(
+        Prim::BroadcastInDim {
+            dims: inter,
+            mapping: mapped,
+        },
+        &[v],
+    )?;
+    let out: Vec<u64> = reps.iter().zip(&d).map(|(r, n)| r * n).collect();
+    Ok(vec![e.reshape(b, &out)?])
+}
+
+fn flip(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let rank = e.rank(x[0]);
+    let dims = a
+        .ints("dims")?
+        .iter()
+        .map(|&d| wrap_dim(d, rank))
+        .collect::<Result<Vec<_>>>()?;
+    if rank == 0 {
+        return Ok(vec![x[0]]);
+    }
+    Ok(vec![e.op(Prim::Reverse { dimensions: dims }, &[x[0]])?])
+}
+
+/// tril/triu(diagonal): keep the lower (upper) triangle of the last two dims.
+fn triangle(e: &mut Emitter, x: &[ValueId], a: &Attrs, lower: bool) -> Result<Vec<ValueId>> {
+    let d = e.dims(x[0]);
+    if d.len() < 2 {
+        return Err(Error::invalid("needs at least 2 dimensions"));
+    }
+    let k = a.int_or("diagonal", 0)?;
+    let (r, c) = (d[d.len() - 2], d[d.len() - 1]);
+    let rows = e.op(
+        Prim::Iota {
+            dtype: DType::I64,
+            dims: vec![r, c],
+            dimension: 0,
+        },
+        &[],
+    )?;
+    let cols = e.op(
+        Prim::Iota {
+            dtype: DType::I64,
+            dims: vec![r, c],
+            dimension: 1,
+        },
+        &[],
+    )?;
+    let kk = e.full(DType::I64, &[r, c], k as f64)?;
+    let rk = e.add(rows, kk)?;
+    // lower: col <= row + k; upper: col >= row + k
+    let keep = e.compare(if lower { CompareOp::Le } else { CompareOp::Ge }, cols, rk)?;
+    let zero = e.full(e.dtype(x[0]), &[], 0.0)?;
+    Ok(vec![e.select(keep, x[0], zero)?])
+}
+fn tril(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    triangle(e, x, a, true)
+}
+fn triu(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    triangle(e, x, a, false)
+}
+
+/// arange(start, end, step, dtype): no inputs.
+fn arange(e: &mut Emitter, _: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let start = a.float_or("start", 0.0)?;
+    let end = a.float("end")?;
+    let step = a.float_or("step", 1.0)?;
+    if step == 0.0 || !step.is_finite() {
+        return Err(Error::invalid(format!(
+            "step {step} must be nonzero and finite"
+        )));
+    }
+    let n = ((end - start) / step).ceil().max(0.0) as u64;
+    let all_int = [start, end, step].iter().all(|v| v.fract() == 0.0);
+    let dt = a
+        .dtype_opt("dtype")?
+        .unwrap_or(if all_int { DType::I64 } else { DType::F32 });
+    // Compute in f64 (or i64) then cast, so f32 output matches torch's values.
+    let work = if dt.is_float() {
+        DType::F64
+    } else {
+        DType::I64
+    };
+    let i = e.op(
+        Prim::Iota {
+            dtype: work,
+            dims: vec![n],
+            dimension: 0,
+        },
+        &[],
+    )?;
+    let st = e.full(work, &[n], step)?;
+    let s0 = e.full(work, &[n], start)?;
+    let v = e.mul(i, st)?;
+    let v = e.add(v, s0)?;
+    Ok(vec![e.convert(v, dt)?])
+}
+
+/// full(size, value, dtype): no inputs.
+fn full(e: &mut Emitter, _: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let dims: Vec<u64> = a
+        .ints("size")?
+        .iter()
+        .map(|&s| to_u64(s, "size"))
+        .collect::<Result<_>>()?;
+    let value = a.float_or("value", 0.0)?;
+    let dt = a.dtype_opt("dtype")?.unwrap_or(DType::F32);
+    Ok(vec![e.full(dt, &dims, value)?])
+}
+
+fn index_select(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let rank = e.rank(x[0]);
+    let dim = wrap_dim(a.int_or("dim", 0)?, rank)?;
+    if e.rank(x[1]) > 1 {
+        return Err(Error::invalid("index must be 0-D or 1-D"));
+    }
+    if rank == 0 {
+        let v = e.reshape(x[0], &[1])?;
+        let r = e.op(Prim::Take { axis: 0 }, &[v, x[1]])?;
+        let out = e.dims(x[1]);
+        return Ok(vec![e.reshape(r, &out)?]);
+    }
+    Ok(vec![e.op(Prim::Take { axis: dim }, &[x[0], x[1]])?])
+}
+
+/// embedding(weight, indices): weight rows picked by indices of any rank.
+fn embedding(e: &mut Emitter, x: &[ValueId], _: &Attrs) -> Result<Vec<ValueId>> {
+    if e.rank(x[0]) != 2 {
+        return Err(Error::invalid(format!(
+            "weight must be 2-D, got {:?}",
+            e.dims(x[0])
+        )));
+    }
+    Ok(vec![e.op(Prim::Take { axis: 0 }, &[x[0], x[1]])?])
+}
+
+fn gather(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let dim = wrap_dim(a.int_or("dim", 0)?, e.rank(x[0]))?;
+    Ok(vec![e.op(Prim::Gather { axis: dim }, &[x[0], x[1]])?])
+}
+
+/// scatter(x, index, src, dim, reduce=none|add|multiply|amax|amin)
+fn scatter(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let dim = wrap_dim(a.int_or("dim", 0)?, e.rank(x[0]))?;
+    let combiner = match a.str_or("reduce", "none")? {
+        "none" => ScatterCombiner::Replace,
+        "add" | "sum" => ScatterCombiner::Add,
+        "multiply" | "prod" => ScatterCombiner::Mul,
+        "amax" => ScatterCombiner::Max,
+        "amin" => ScatterCombiner::Min,
+        other => {
+            return Err(Error::invalid(format!(
+                "reduce {other:?}; use none, add, multiply, amax or amin"
+            )))
+        }
+    };
+    let src = e.convert(x[2], e.dtype(x[0]))?;
+    // src may be larger than index (torch uses its leading part).
+    let idims = e.dims(x[1]);
+    let src = if e.dims(src) != idims {
+        let limit = idims.clone();
+        e.op(
+            Prim::Slice {
+                start: vec![0; idims.len()],
+                limit,
+                stride: vec![1; idims.len()],
+            },
+            &[src],
+        )?
+    } else {
+        src
+    };
+    Ok(vec![e.op(
+        Prim::Scatter {
+            axis: dim,
+            combiner,
+        },
+        &[x[0], x[1], src],
+    )?])
+}
+fn scatter_add(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    scatter(e, x, &a.clone().with("reduce", Attr::Str("add".into())))
+}
+
+macro_rules! def {
+    ($name:literal, $n:expr, $f:ident) => {
+        OpDef {
+            name: $name,
+            arity: $n,
+            build: $f,
+        }
+    };
+}
+
+pub(super) const OPS: &[OpDef] = &[
+    def!("reshape", Arity::Exactly(1), reshape),
+    def!("flatten", Arity::Exactly(1), flatten),
+    def!("permute", Arity::Exactly(1), permute),
+    def!("transpose", Arity::Exactly(1), transpose),
+    def!("expand", Arity::Exactly(1), expand),
+    def!("squeeze", Arity::Exactly(1), squeeze),
+    def!("unsqueeze", Arity::Exactly(1), unsqueeze),
+    def!("cat", Arity::AtLeast(1), cat),
+    def!("stack", Arity::AtLeast(1), stack),
+    def!("slice", Arity::Exactly(1), slice),
+    def!("narrow", Arity::Exactly(1), narrow),
+    def!("split", Arity::Exactly(1), split),
+    def!("pad", Arity::Exactly(1), pad),
+    def!("repeat", Arity::Exactly(1), repeat),
+    def!("flip", Arity::Exactly(1), flip),
+    def!("tril", Arity::Exactly(1), tril),
+    def!("triu", Arity::Exactly(1), triu),
+    def!("arange", Arity::Exactly(0), arange),
+    def!("full", Arity::Exactly(0), full),
+    def!("index_select", Arity::Exactly(2), index_select),
+    def!("embedding", Arity::Exactly(2), embedding),
+    def!("gather", Arity::Exactly(2), gather),
+    def!("scatter", Arity::Exactly(3), scatter),
+    def!("scatter_add", Arity::Exactly(3), scatter_add),
+];

@@ -1,0 +1,558 @@
+//! Op library tests: ops run through the host reference path
+//! (`eval_graph`) and are compared with values computed independently
+//! (by hand or by f64 loops here).
+
+use super::*;
+use crate::ir::DType;
+use crate::platform::host::kernels::{eval_graph, HostTensor};
+
+fn t(dtype: DType, dims: &[u64], v: &[f64]) -> HostTensor {
+    HostTensor::from_f64(dtype, dims, v).unwrap()
+}
+fn f32s(dims: &[u64], v: &[f64]) -> HostTensor {
+    t(DType::F32, dims, v)
+}
+
+fn run(op: &str, inputs: &[&HostTensor], attrs: Attrs) -> Result<Vec<HostTensor>> {
+    let id = lookup(op)?;
+    let types: Vec<TensorType> = inputs.iter().map(|x| x.ty.clone()).collect();
+    let g = build_graph(id, &types, &attrs)?;
+    let owned: Vec<HostTensor> = inputs.iter().map(|x| (*x).clone()).collect();
+    eval_graph(&g, &owned)
+}
+
+fn run1(op: &str, inputs: &[&HostTensor], attrs: Attrs) -> HostTensor {
+    run(op, inputs, attrs)
+        .unwrap_or_else(|e| panic!("{op}: {e}"))
+        .remove(0)
+}
+
+fn close(got: &HostTensor, want: &[f64], tol: f64) {
+    let g = got.to_f64_vec();
+    assert_eq!(g.len(), want.len(), "{got:?} vs {want:?}");
+    for (i, (a, b)) in g.iter().zip(want).enumerate() {
+        let ok = (a.is_nan() && b.is_nan()) || a == b || (a - b).abs() <= tol * (1.0 + b.abs());
+        assert!(ok, "element {i}: got {a}, want {b} (all: {g:?})");
+    }
+}
+
+fn int(v: i64) -> Attr {
+    Attr::Int(v)
+}
+fn ints(v: &[i64]) -> Attr {
+    Attr::Ints(v.to_vec())
+}
+
+#[test]
+fn lookup_errors_suggest_names() {
+    let e = lookup("softmx").unwrap_err().to_string();
+    assert!(e.contains("softmx") && e.contains("softmax"), "{e}");
+    assert!(op_names().len() > 100);
+}
+
+#[test]
+fn arity_and_attribute_errors_name_the_op() {
+    let x = f32s(&[2], &[1., 2.]);
+    let e = run("add", &[&x], Attrs::new()).unwrap_err().to_string();
+    assert!(e.contains("add: takes 2 inputs, got 1"), "{e}");
+    let e = run("softmax", &[&x], Attrs::new()).unwrap_err().to_string();
+    assert!(
+        e.contains("softmax: attribute dim (int) is required"),
+        "{e}"
+    );
+    let e = run("sum", &[&x], Attrs::new().with("dim", ints(&[3])))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("dimension 3 is out of range"), "{e}");
+    let y = f32s(&[3], &[1., 2., 3.]);
+    let e = run("mul", &[&x, &y], Attrs::new()).unwrap_err().to_string();
+    assert!(e.contains("cannot be broadcast"), "{e}");
+}
+
+#[test]
+fn add_broadcasts_promotes_and_scales() {
+    let a = t(DType::I32, &[2, 1], &[1., 2.]);
+    let b = f32s(&[3], &[0.5, 1.5, 2.5]);
+    let r = run1(
+        "add",
+        &[&a, &b],
+        Attrs::new().with("alpha", Attr::Float(2.0)),
+    );
+    assert_eq!(r.ty, TensorType::new(DType::F32, &[2, 3]));
+    close(&r, &[2., 4., 6., 3., 5., 7.], 0.0);
+    // A wrapped Python float with an int tensor gives f32; a 0-dim f64
+    // tensor does not widen an f16 tensor.
+    let s = t(DType::F64, &[], &[0.5]);
+    let r = run1("mul", &[&a, &s], Attrs::new().with("wrapped", ints(&[1])));
+    assert_eq!(r.ty.dtype, DType::F32);
+    let h = t(DType::F16, &[2], &[1., 2.]);
+    assert_eq!(run1("add", &[&h, &s], Attrs::new()).ty.dtype, DType::F16);
+    let bools = t(DType::Bool, &[2], &[1., 0.]);
+    assert_eq!(
+        run1("add", &[&bools, &bools], Attrs::new()).to_f64_vec(),
+        vec![1., 0.]
+    );
+}
+
+#[test]
+fn division_and_remainder_follow_python() {
+    let a = t(DType::I64, &[4], &[-7., 7., -7., 6.]);
+    let b = t(DType::I64, &[4], &[2., -2., -2., 3.]);
+    let floor = run1(
+        "div",
+        &[&a, &b],
+        Attrs::new().with("rounding_mode", Attr::Str("floor".into())),
+    );
+    close(&floor, &[-4., -4., 3., 2.], 0.0);
+    let trunc = run1(
+        "div",
+        &[&a, &b],
+        Attrs::new().with("rounding_mode", Attr::Str("trunc".into())),
+    );
+    close(&trunc, &[-3., -3., 3., 2.], 0.0);
+    let true_div = run1("div", &[&a, &b], Attrs::new());
+    assert_eq!(true_div.ty.dtype, DType::F32);
+    close(&true_div, &[-3.5, -3.5, 3.5, 2.0], 1e-7);
+    close(
+        &run1("remainder", &[&a, &b], Attrs::new()),
+        &[1., -1., -1., 0.],
+        0.0,
+    );
+    close(
+        &run1("fmod", &[&a, &b], Attrs::new()),
+        &[-1., 1., -1., 0.],
+        0.0,
+    );
+    let fa = f32s(&[2], &[-7.5, 7.5]);
+    let fb = f32s(&[2], &[2., -2.]);
+    close(
+        &run1(
+            "div",
+            &[&fa, &fb],
+            Attrs::new().with("rounding_mode", Attr::Str("trunc".into())),
+        ),
+        &[-3., -3.],
+        0.0,
+    );
+    close(
+        &run1("remainder", &[&fa, &fb], Attrs::new()),
+        &[0.5, -0.5],
+        1e-7,
+    );
+}
+
+#[test]
+fn activations_match_their_formulas() {
+    let xs = [-3.0, -1.0, -0.25, 0.0, 0.5, 2.0];
+    let x = f32s(&[6], &xs);
+    let erf = |v: f64| {
+        // Abramowitz-Stegun 7.1.26 is too coarse; integrate numerically instead.
+        let n = 2000;
+        let h = v / n as f64;
+        let mut s = 0.0;
+        for i in 0..=n {
+            let w = if i == 0 || i == n {
+                1.0
+            } else if i % 2 == 1 {
+                4.0
+            } else {
+                2.0
+            };
+            let t = i as f64 * h;
+            s += w * (-t * t).exp();
+        }
+        s * h / 3.0 * 2.0 / std::f64::consts::PI.sqrt()
+    };
+    let gelu: Vec<f64> = xs
+        .iter()
+        .map(|&v| 0.5 * v * (1.0 + erf(v / 2f64.sqrt())))
+        .collect();
+    close(&run1("gelu", &[&x], Attrs::new()), &gelu, 1e-6);
+    let tanh_gelu: Vec<f64> = xs
+        .iter()
+        .map(|&v| {
+            0.5 * v
+                * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (v + 0.044715 * v * v * v)).tanh())
+        })
+        .collect();
+    close(
+        &run1(
+            "gelu",
+            &[&x],
+            Attrs::new().with("approximate", Attr::Str("tanh".into())),
+        ),
+        &tanh_gelu,
+        1e-6,
+    );
+    let silu: Vec<f64> = xs.iter().map(|&v| v / (1.0 + (-v).exp())).collect();
+    close(&run1("silu", &[&x], Attrs::new()), &silu, 1e-6);
+    close(
+        &run1("relu", &[&x], Attrs::new()),
+        &[0., 0., 0., 0., 0.5, 2.],
+        0.0,
+    );
+    let c = run1(
+        "clamp",
+        &[&x],
+        Attrs::new()
+            .with("min", Attr::Float(-1.0))
+            .with("max", Attr::Float(1.0)),
+    );
+    close(&c, &[-1., -1., -0.25, 0., 0.5, 1.], 0.0);
+    let ints_in = t(DType::I64, &[2], &[1., 4.]);
+    let r = run1("sqrt", &[&ints_in], Attrs::new());
+    assert_eq!(r.ty.dtype, DType::F32);
+    close(&r, &[1., 2.], 0.0);
+}
+
+#[test]
+fn where_masked_fill_and_comparisons() {
+    let x = f32s(&[2, 2], &[1., -2., 3., -4.]);
+    let zero = t(DType::F64, &[], &[0.0]);
+    let pos = run1("gt", &[&x, &zero], Attrs::new().with("wrapped", ints(&[1])));
+    assert_eq!(pos.ty.dtype, DType::Bool);
+    close(&pos, &[1., 0., 1., 0.], 0.0);
+    let y = run1(
+        "where",
+        &[&pos, &x, &zero],
+        Attrs::new().with("wrapped", ints(&[2])),
+    );
+    close(&y, &[1., 0., 3., 0.], 0.0);
+    let mask = t(DType::Bool, &[2], &[0., 1.]);
+    let m = run1(
+        "masked_fill",
+        &[&x, &mask],
+        Attrs::new().with("value", Attr::Float(f64::NEG_INFINITY)),
+    );
+    close(&m, &[1., f64::NEG_INFINITY, 3., f64::NEG_INFINITY], 0.0);
+}
+
+#[test]
+fn reductions() {
+    let x = f32s(&[2, 3], &[1., 2., 3., 4., 5., 6.]);
+    close(&run1("sum", &[&x], Attrs::new()), &[21.], 0.0);
+    let s = run1(
+        "sum",
+        &[&x],
+        Attrs::new()
+            .with("dim", ints(&[1]))
+            .with("keepdim", Attr::Bool(true)),
+    );
+    assert_eq!(s.ty.dims, vec![2, 1]);
+    close(&s, &[6., 15.], 0.0);
+    close(
+        &run1("mean", &[&x], Attrs::new().with("dim", ints(&[0]))),
+        &[2.5, 3.5, 4.5],
+        1e-7,
+    );
+    let i = t(DType::I32, &[3], &[1., 2., 3.]);
+    assert_eq!(run1("sum", &[&i], Attrs::new()).ty.dtype, DType::I64);
+    assert!(run("mean", &[&i], Attrs::new()).is_err());
+    close(
+        &run1("var", &[&x], Attrs::new().with("dim", ints(&[1]))),
+        &[1., 1.],
+        1e-6,
+    );
+    close(
+        &run1("std", &[&x], Attrs::new().with("correction", Attr::Int(0))),
+        &[(35.0f64 / 12.0).sqrt()],
+        1e-6,
+    );
+    let am = run1(
+        "argmax",
+        &[&x],
+        Attrs::new()
+            .with("dim", int(1))
+            .with("keepdim", Attr::Bool(true)),
+    );
+    assert_eq!(am.ty, TensorType::new(DType::I64, &[2, 1]));
+    close(&am, &[2., 2.], 0.0);
+    close(&run1("argmin", &[&x], Attrs::new()), &[0.], 0.0);
+    let mx = run("max_dim", &[&x], Attrs::new().with("dim", int(0))).unwrap();
+    close(&mx[0], &[4., 5., 6.], 0.0);
+    close(&mx[1], &[1., 1., 1.], 0.0);
+    let l = f32s(
+        &[2, 2],
+        &[f64::NEG_INFINITY, f64::NEG_INFINITY, 1000., 1000.],
+    );
+    close(
+        &run1("logsumexp", &[&l], Attrs::new().with("dim", ints(&[1]))),
+        &[f64::NEG_INFINITY, 1000. + 2f64.ln()],
+        1e-6,
+    );
+    close(
+        &run1("cumsum", &[&x], Attrs::new().with("dim", int(1))),
+        &[1., 3., 6., 4., 9., 15.],
+        0.0,
+    );
+    let b = t(DType::Bool, &[3], &[0., 1., 0.]);
+    close(&run1("any", &[&b], Attrs::new()), &[1.], 0.0);
+    close(&run1("all", &[&b], Attrs::new()), &[0.], 0.0);
+    close(&run1("norm", &[&x], Attrs::new()), &[91f64.sqrt()], 1e-6);
+}
+
+fn softmax_ref(row: &[f64]) -> Vec<f64> {
+    let m = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    let e: Vec<f64> = row.iter().map(|v| (v - m).exp()).collect();
+    let s: f64 = e.iter().sum();
+    e.iter().map(|v| v / s).collect()
+}
+
+#[test]
+fn softmax_and_log_softmax() {
+    let v = [1., 2., 3., -1., 0., 100.];
+    let x = f32s(&[2, 3], &v);
+    let mut want = softmax_ref(&v[..3]);
+    want.extend(softmax_ref(&v[3..]));
+    close(
+        &run1("softmax", &[&x], Attrs::new().with("dim", int(-1))),
+        &want,
+        1e-6,
+    );
+    let lw: Vec<f64> = want.iter().map(|p| p.ln()).collect();
+    let ls = run1("log_softmax", &[&x], Attrs::new().with("dim", int(1)));
+    close(&ls, &lw, 1e-5);
+    let h = t(DType::BF16, &[2, 3], &v);
+    let hs = run1("softmax", &[&h], Attrs::new().with("dim", int(1)));
+    assert_eq!(hs.ty.dtype, DType::BF16);
+    close(&hs, &want, 1e-2);
+}
+
+#[test]
+fn layer_norm_and_rms_norm() {
+    let v = [1., 2., 3., 4., 2., 2., 2., 8.];
+    let x = f32s(&[2, 4], &v);
+    let w = f32s(&[4], &[1., 2., 1., 0.5]);
+    let b = f32s(&[4], &[0., 1., 0., -1.]);
+    let attrs = Attrs::new()
+        .with("normalized_shape", ints(&[4]))
+        .with("eps", Attr::Float(1e-5));
+    let out = run("layer_norm", &[&x, &w, &b], attrs.clone()).unwrap();
+    let mut want = Vec::new();
+    let mut means = Vec::new();
+    for row in v.chunks(4) {
+        let m = row.iter().sum::<f64>() / 4.0;
+        let var = row.iter().map(|a| (a - m) * (a - m)).sum::<f64>() / 4.0;
+        let r = 1.0 / (var + 1e-5).sqrt();
+        means.push(m);
+        for (j, a) in row.iter().enumerate() {
+            want.push((a - m) * r * [1., 2., 1., 0.5][j] + [0., 1., 0., -1.][j]);
+        }
+    }
+    close(&out[0], &want, 1e-5);
+    assert_eq!(out[1].ty.dims, vec![2, 1]);
+    close(&out[1], &means, 1e-6);
+    let rms = run1("rms_norm", &[&x, &w], attrs);
+    let mut want = Vec::new();
+    for row in v.chunks(4) {
+        let ms = row.iter().map(|a| a * a).sum::<f64>() / 4.0;
+        for (j, a) in row.iter().enumerate() {
+            want.push(a / (ms + 1e-5).sqrt() * [1., 2., 1., 0.5][j]);
+        }
+    }
+    close(&rms, &want, 1e-5);
+}
+
+fn naive_mm(a: &[f64], b: &[f64], m: usize, k: usize, n: usize) -> Vec<f64> {
+    let mut c = vec![0.0; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            for p in 0..k {
+                c[i * n + j] += a[i * k + p] * b[p * n + j];
+            }
+        }
+    }
+    c
+}
+
+#[test]
+fn matmul_family() {
+    let av: Vec<f64> = (0..6).map(|i| i as f64 - 2.0).collect();
+    let bv: Vec<f64> = (0..12).map(|i| (i as f64) * 0.5).collect();
+    let a = f32s(&[2, 3], &av);
+    let b = f32s(&[3, 4], &bv);
+    close(
+        &run1("mm", &[&a, &b], Attrs::new()),
+        &naive_mm(&av, &bv, 2, 3, 4),
+        1e-6,
+    );
+    // vector @ matrix and matrix @ vector
+    let v = f32s(&[3], &[1., 2., 3.]);
+    let r = run1("matmul", &[&v, &b], Attrs::new());
+    assert_eq!(r.ty.dims, vec![4]);
+    close(&r, &naive_mm(&[1., 2., 3.], &bv, 1, 3, 4), 1e-6);
+    let r = run1("matmul", &[&a, &v], Attrs::new());
+    assert_eq!(r.ty.dims, vec![2]);
+    close(&r, &naive_mm(&av, &[1., 2., 3.], 2, 3, 1), 1e-6);
+    // batch broadcast: [2,1,2,3] @ [3,3,4]... use [2,2,3] @ [3,4]
+    let ab = f32s(&[2, 2, 3], &[av.clone(), av.clone()].concat());
+    let r = run1("matmul", &[&ab, &b], Attrs::new());
+    assert_eq!(r.ty.dims, vec![2, 2, 4]);
+    let one = naive_mm(&av, &bv, 2, 3, 4);
+    close(&r, &[one.clone(), one.clone()].concat(), 1e-6);
+    // linear: x @ w^T + bias
+    let w = f32s(&[4, 3], &bv);
+    let bias = f32s(&[4], &[1., 1., 1., 1.]);
+    let mut wt = vec![0.0; 12];
+    for i in 0..4 {
+        for j in 0..3 {
+            wt[j * 4 + i] = bv[i * 3 + j];
+        }
+    }
+    let want: Vec<f64> = naive_mm(&av, &wt, 2, 3, 4)
+        .iter()
+        .map(|v| v + 1.0)
+        .collect();
+    close(&run1("linear", &[&a, &w, &bias], Attrs::new()), &want, 1e-6);
+    // addmm with beta and alpha
+    let c = f32s(&[2, 4], &[1.0; 8]);
+    let want: Vec<f64> = one.iter().map(|v| 0.5 + 2.0 * v).collect();
+    close(
+        &run1(
+            "addmm",
+            &[&c, &a, &b],
+            Attrs::new()
+                .with("beta", Attr::Float(0.5))
+                .with("alpha", Attr::Float(2.0)),
+        ),
+        &want,
+        1e-6,
+    );
+    let e = run("mm", &[&a, &a], Attrs::new()).unwrap_err().to_string();
+    assert!(e.contains("cannot be multiplied (2x3 and 2x3)"), "{e}");
+}
+
+#[test]
+fn shape_ops() {
+    let x = f32s(&[2, 3], &[0., 1., 2., 3., 4., 5.]);
+    assert_eq!(
+        run1("reshape", &[&x], Attrs::new().with("shape", ints(&[3, -1])))
+            .ty
+            .dims,
+        vec![3, 2]
+    );
+    let p = run1("permute", &[&x], Attrs::new().with("dims", ints(&[1, 0])));
+    close(&p, &[0., 3., 1., 4., 2., 5.], 0.0);
+    let tr = run1(
+        "transpose",
+        &[&x],
+        Attrs::new().with("dim0", int(0)).with("dim1", int(-1)),
+    );
+    assert_eq!(tr, p);
+    let row = f32s(&[3], &[1., 2., 3.]);
+    let ex = run1("expand", &[&row], Attrs::new().with("size", ints(&[2, -1])));
+    close(&ex, &[1., 2., 3., 1., 2., 3.], 0.0);
+    let c = run1("cat", &[&x, &x], Attrs::new().with("dim", int(1)));
+    assert_eq!(c.ty.dims, vec![2, 6]);
+    let st = run1("stack", &[&row, &row], Attrs::new().with("dim", int(1)));
+    close(&st, &[1., 1., 2., 2., 3., 3.], 0.0);
+    let parts = run(
+        "split",
+        &[&x],
+        Attrs::new().with("split_size", int(2)).with("dim", int(1)),
+    )
+    .unwrap();
+    assert_eq!(parts.len(), 2);
+    close(&parts[1], &[2., 5.], 0.0);
+    let sl = run1(
+        "slice",
+        &[&x],
+        Attrs::new()
+            .with("dim", int(1))
+            .with("start", int(-2))
+            .with("end", int(100)),
+    );
+    close(&sl, &[1., 2., 4., 5.], 0.0);
+    let pd = run1(
+        "pad",
+        &[&row],
+        Attrs::new()
+            .with("pad", ints(&[1, 2]))
+            .with("value", Attr::Float(9.0)),
+    );
+    close(&pd, &[9., 1., 2., 3., 9., 9.], 0.0);
+    let rp = run1(
+        "repeat",
+        &[&row],
+        Attrs::new().with("repeats", ints(&[2, 2])),
+    );
+    assert_eq!(rp.ty.dims, vec![2, 6]);
+    close(&rp, &[1., 2., 3., 1., 2., 3., 1., 2., 3., 1., 2., 3.], 0.0);
+    let sq = f32s(&[3, 3], &[1.; 9]);
+    close(
+        &run1("tril", &[&sq], Attrs::new()),
+        &[1., 0., 0., 1., 1., 0., 1., 1., 1.],
+        0.0,
+    );
+    close(
+        &run1("triu", &[&sq], Attrs::new().with("diagonal", int(1))),
+        &[0., 1., 1., 0., 0., 1., 0., 0., 0.],
+        0.0,
+    );
+    let ar = run1(
+        "arange",
+        &[],
+        Attrs::new()
+            .with("start", Attr::Float(0.0))
+            .with("end", Attr::Float(1.0))
+            .with("step", Attr::Float(0.3)),
+    );
+    assert_eq!(ar.ty.dtype, DType::F32);
+    close(&ar, &[0., 0.3, 0.6, 0.9], 1e-7);
+    assert_eq!(
+        run1("arange", &[], Attrs::new().with("end", int(5))).ty,
+        TensorType::new(DType::I64, &[5])
+    );
+    let fl = run1(
+        "full",
+        &[],
+        Attrs::new()
+            .with("size", ints(&[2]))
+            .with("value", Attr::Float(7.0)),
+    );
+    close(&fl, &[7., 7.], 0.0);
+    let fp = run1("flip", &[&row], Attrs::new().with("dims", ints(&[0])));
+    close(&fp, &[3., 2., 1.], 0.0);
+    assert_eq!(
+        run1("unsqueeze", &[&row], Attrs::new().with("dim", int(0)))
+            .ty
+            .dims,
+        vec![1, 3]
+    );
+    assert_eq!(run1("flatten", &[&x], Attrs::new()).ty.dims, vec![6]);
+}
+
+#[test]
+fn indexing_ops() {
+    let w = f32s(&[4, 2], &[0., 1., 10., 11., 20., 21., 30., 31.]);
+    let ids = t(DType::I64, &[2, 2], &[3., 0., 1., 1.]);
+    let e = run1("embedding", &[&w, &ids], Attrs::new());
+    assert_eq!(e.ty.dims, vec![2, 2, 2]);
+    close(&e, &[30., 31., 0., 1., 10., 11., 10., 11.], 0.0);
+    let idx = t(DType::I64, &[2], &[2, 0].map(|v: i32| v as f64));
+    let s = run1(
+        "index_select",
+        &[&w, &idx],
+        Attrs::new().with("dim", int(1)).with("dim", int(0)),
+    );
+    close(&s, &[20., 21., 0., 1.], 0.0);
+    let gi = t(DType::I64, &[4, 1], &[1., 0., 0., 1.]);
+    close(
+        &run1("gather", &[&w, &gi], Attrs::new().with("dim", int(1))),
+        &[1., 10., 20., 31.],
+        0.0,
+    );
+    let base = f32s(&[3], &[0., 0., 0.]);
+    let si = t(DType::I64, &[4], &[0., 2., 0., 1.]);
+    let src = f32s(&[4], &[1., 2., 3., 4.]);
+    close(
+        &run1("scatter_add", &[&base, &si, &src], Attrs::new()),
+        &[4., 4., 2.],
+        0.0,
+    );
+    let bad = t(DType::I64, &[1], &[7.]);
+    let err = run("index_select", &[&w, &bad], Attrs::new())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains('7'), "{err}");
+}

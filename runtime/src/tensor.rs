@@ -1,0 +1,104 @@
+//! Tensor descriptors: where a tensor's elements sit in device memory.
+//! A frontend passes these for every op: a buffer, a byte offset, sizes,
+//! strides (in elements) and a dtype. Views are descriptors over the same
+//! buffer; nothing is copied to make one.
+
+use crate::buffer::Buffer;
+use crate::copy::Layout;
+use crate::error::{Error, Result};
+use crate::ir::{DType, TensorType};
+
+#[derive(Clone, Debug)]
+pub struct DeviceTensor {
+    pub buffer: Buffer,
+    pub dtype: DType,
+    /// Offset in bytes; sizes and strides in elements; elem_size = dtype size.
+    pub layout: Layout,
+}
+
+impl DeviceTensor {
+    /// A contiguous tensor over the start of `buffer`.
+    pub fn contiguous(buffer: Buffer, dtype: DType, dims: &[u64]) -> Result<Self> {
+        Self::new(buffer, dtype, 0, dims, None)
+    }
+
+    /// A view; `strides` None means row-major contiguous. The view must lie
+    /// inside the buffer.
+    pub fn new(
+        buffer: Buffer,
+        dtype: DType,
+        offset: u64,
+        dims: &[u64],
+        strides: Option<&[u64]>,
+    ) -> Result<Self> {
+        let mut layout = Layout::contiguous(dims, dtype.size() as u64);
+        layout.offset = offset;
+        if let Some(s) = strides {
+            if s.len() != dims.len() {
+                return Err(Error::invalid(format!(
+                    "{} strides for {} dimensions",
+                    s.len(),
+                    dims.len()
+                )));
+            }
+            layout.strides = s.to_vec();
+        }
+        if !offset.is_multiple_of(dtype.size() as u64) {
+            return Err(Error::invalid(format!(
+                "offset {offset} is not a multiple of the {dtype} element size {}",
+                dtype.size()
+            )));
+        }
+        layout.check_within(buffer.len(), "view")?;
+        Ok(DeviceTensor {
+            buffer,
+            dtype,
+            layout,
+        })
+    }
+
+    pub fn ty(&self) -> TensorType {
+        TensorType::new(self.dtype, &self.layout.sizes)
+    }
+
+    pub fn dims(&self) -> &[u64] {
+        &self.layout.sizes
+    }
+
+    pub fn numel(&self) -> u64 {
+        self.layout.numel()
+    }
+
+    /// Row-major contiguous from its offset (so one run of bytes).
+    pub fn is_contiguous(&self) -> bool {
+        let c = Layout::contiguous(&self.layout.sizes, self.layout.elem_size);
+        self.layout
+            .sizes
+            .iter()
+            .zip(self.layout.strides.iter().zip(&c.strides))
+            .all(|(&n, (&a, &b))| n <= 1 || a == b)
+    }
+
+    /// Whether two descriptors may touch a common byte (same buffer and
+    /// overlapping byte ranges; conservative for strided views).
+    pub fn may_overlap(&self, other: &DeviceTensor) -> bool {
+        if !self.buffer.same_buffer(&other.buffer) || self.numel() == 0 || other.numel() == 0 {
+            return false;
+        }
+        let (a0, a1) = self.byte_range();
+        let (b0, b1) = other.byte_range();
+        a0 < b1 && b0 < a1
+    }
+
+    /// [first byte, one past the last byte] the view can touch.
+    pub fn byte_range(&self) -> (u64, u64) {
+        let l = &self.layout;
+        let last: u64 = l
+            .sizes
+            .iter()
+            .zip(&l.strides)
+            .map(|(&n, &s)| n.saturating_sub(1) * s)
+            .sum();
+        (l.offset, l.offset + (last + 1) * l.elem_size)
+    }
+}

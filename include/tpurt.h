@@ -26,6 +26,46 @@
 // Flag for `tpurt_event_create`: the event stamps time, for `tpurt_event_elapsed_time`.
 #define TPURT_EVENT_TIMING 1
 
+#define TPURT_DTYPE_BOOL 0
+
+#define TPURT_DTYPE_U8 1
+
+#define TPURT_DTYPE_I8 2
+
+#define TPURT_DTYPE_I32 3
+
+#define TPURT_DTYPE_I64 4
+
+#define TPURT_DTYPE_F16 5
+
+#define TPURT_DTYPE_BF16 6
+
+#define TPURT_DTYPE_F32 7
+
+#define TPURT_DTYPE_F64 8
+
+#define TPURT_EAGER_DEFER_NEVER 0
+
+#define TPURT_EAGER_DEFER_NEVER_AND_LAUNCH_BLOCKING 1
+
+#define TPURT_EAGER_DEFER_AND_FUSE 2
+
+#define TPURT_ATTR_NONE 0
+
+#define TPURT_ATTR_BOOL 1
+
+#define TPURT_ATTR_INT 2
+
+#define TPURT_ATTR_FLOAT 3
+
+#define TPURT_ATTR_INTS 4
+
+#define TPURT_ATTR_FLOATS 5
+
+#define TPURT_ATTR_DTYPE 6
+
+#define TPURT_ATTR_STRING 7
+
 #define TPURT_CODE_OK 0
 
 #define TPURT_CODE_INVALID_ARGUMENT 1
@@ -139,6 +179,65 @@ typedef struct tpurt_memory_stats {
   uint64_t capacity_bytes;
 } tpurt_memory_stats;
 
+// A tensor's type: what `tpurt_op_infer` reports per output.
+typedef struct tpurt_tensor_type {
+  uint32_t dtype;
+  uint32_t ndim;
+  uint64_t sizes[16];
+} tpurt_tensor_type;
+
+// One op attribute. Set `kind`, then the matching field(s).
+typedef struct tpurt_attr {
+  // NUL-terminated name, borrowed for the call.
+  const char *name;
+  // TPURT_ATTR_*.
+  uint32_t kind;
+  // TPURT_ATTR_BOOL (0 or 1), TPURT_ATTR_INT, TPURT_ATTR_DTYPE (a TPURT_DTYPE_*).
+  int64_t int_value;
+  // TPURT_ATTR_FLOAT.
+  double float_value;
+  // TPURT_ATTR_INTS: `count` values, borrowed for the call.
+  const int64_t *ints;
+  // TPURT_ATTR_FLOATS: `count` values, borrowed for the call.
+  const double *floats;
+  size_t count;
+  // TPURT_ATTR_STRING: NUL-terminated, borrowed for the call.
+  const char *string;
+} tpurt_attr;
+
+// A tensor on a device: a buffer and where the elements sit in it.
+typedef struct tpurt_tensor {
+  size_t struct_size;
+  struct tpurt_buffer buffer;
+  // TPURT_DTYPE_*.
+  uint32_t dtype;
+  uint32_t ndim;
+  // Byte offset of element [0, ...] in the buffer (a multiple of the element size).
+  uint64_t offset_bytes;
+  // `ndim` sizes. Borrowed for the call.
+  const uint64_t *sizes;
+  // `ndim` strides in elements, or NULL for row-major. Borrowed for the call.
+  const uint64_t *strides;
+} tpurt_tensor;
+
+// A compiled graph from `tpurt_graph_compile`.
+typedef struct tpurt_executable {
+  uint64_t handle;
+} tpurt_executable;
+
+// Compile-cache counters. Set `struct_size` before the call.
+typedef struct tpurt_compile_cache_stats {
+  size_t struct_size;
+  uint64_t requests;
+  uint64_t memory_hits;
+  uint64_t disk_hits;
+  uint64_t misses;
+  double compile_seconds;
+  uint64_t corrupt_entries;
+  uint64_t foreign_entries;
+  uint64_t evictions;
+} tpurt_compile_cache_stats;
+
 // Options for `tpurt_runtime_create`. Zero a struct, set `struct_size`
 // to `sizeof(tpurt_runtime_options)`, fill what you need.
 typedef struct tpurt_runtime_options {
@@ -152,6 +251,9 @@ typedef struct tpurt_runtime_options {
   const char *host_topology;
   // Host platform: HBM bytes per chip; 0: `TPURT_HOST_HBM`, else 16 GiB.
   uint64_t host_hbm_bytes;
+  // Directory of the persistent compile cache; "off": none; NULL:
+  // `TPURT_CACHE_DIR`, else the user's cache directory. Borrowed for the call.
+  const char *compile_cache_dir;
 } tpurt_runtime_options;
 
 // Options for `tpurt_stream_create`; NULL means priority 0 on the TensorCore.
@@ -276,6 +378,74 @@ struct tpurt_status *tpurt_memory_snapshot(struct tpurt_runtime rt, uint32_t dev
 
 // Free a string that tpurt returned. NULL is allowed.
 void tpurt_string_free(char *s);
+
+// The id of the op named `name` (for example "add", "softmax").
+struct tpurt_status *tpurt_op_lookup(const char *name, uint32_t *op_id);
+
+// The output types of an op for inputs of these types (so a frontend can
+// allocate outputs). `inputs` carry types only: their buffers are ignored.
+struct tpurt_status *tpurt_op_infer(uint32_t op,
+                                    const struct tpurt_tensor_type *inputs,
+                                    size_t num_inputs,
+                                    const struct tpurt_attr *attrs,
+                                    size_t num_attrs,
+                                    struct tpurt_tensor_type *outputs,
+                                    size_t capacity,
+                                    size_t *num_outputs);
+
+// Run op `op` on `stream` (zero: the default stream of the first
+// tensor's device), writing `outputs`, whose types must be the op's
+// result types. Strict mode returns once queued; debug mode waits.
+struct tpurt_status *tpurt_op_launch(struct tpurt_runtime rt,
+                                     uint32_t op,
+                                     const struct tpurt_tensor *inputs,
+                                     size_t num_inputs,
+                                     const struct tpurt_tensor *outputs,
+                                     size_t num_outputs,
+                                     const struct tpurt_attr *attrs,
+                                     size_t num_attrs,
+                                     struct tpurt_stream stream);
+
+// Compile a whole graph given in its canonical JSON form (see
+// runtime/src/ir/graph.rs), through the compile cache.
+struct tpurt_status *tpurt_graph_compile(struct tpurt_runtime rt,
+                                         const char *canonical_json,
+                                         struct tpurt_executable *out);
+
+// Run a compiled graph on `stream` (zero: the default stream of the first
+// tensor's device).
+struct tpurt_status *tpurt_executable_run(struct tpurt_executable exe,
+                                          const struct tpurt_tensor *inputs,
+                                          size_t num_inputs,
+                                          const struct tpurt_tensor *outputs,
+                                          size_t num_outputs,
+                                          struct tpurt_stream stream);
+
+struct tpurt_status *tpurt_executable_destroy(struct tpurt_executable exe);
+
+// The eager mode in force on the calling thread (TPURT_EAGER_*).
+struct tpurt_status *tpurt_eager_mode_get(uint32_t *mode);
+
+// Set the process-wide eager mode.
+struct tpurt_status *tpurt_eager_mode_set(uint32_t mode);
+
+// Push a mode for the calling thread; pop it with `tpurt_eager_mode_pop`.
+struct tpurt_status *tpurt_eager_mode_push(uint32_t mode);
+
+// Pop the calling thread's innermost pushed mode; `*popped` (may be NULL) gets it.
+struct tpurt_status *tpurt_eager_mode_pop(uint32_t *popped);
+
+struct tpurt_status *tpurt_compile_cache_get_stats(struct tpurt_runtime rt,
+                                                   struct tpurt_compile_cache_stats *out);
+
+// Empty the in-memory and/or on-disk compile cache.
+struct tpurt_status *tpurt_compile_cache_clear(struct tpurt_runtime rt, bool memory, bool disk);
+
+// When on, a compile-cache miss is an error that names the graph.
+struct tpurt_status *tpurt_compile_cache_set_cache_only(struct tpurt_runtime rt, bool on);
+
+// Write each missed graph's text into `dir` (NULL: stop).
+struct tpurt_status *tpurt_compile_cache_set_dump_on_miss(struct tpurt_runtime rt, const char *dir);
 
 // The ABI version of the library (compare with `TPURT_ABI_VERSION`).
 uint32_t tpurt_abi_version(void);

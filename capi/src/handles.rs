@@ -14,6 +14,7 @@ pub(crate) enum Kind {
     Stream = 2,
     Event = 3,
     Buffer = 4,
+    Executable = 5,
 }
 
 impl Kind {
@@ -23,12 +24,19 @@ impl Kind {
             Kind::Stream => "tpurt_stream",
             Kind::Event => "tpurt_event",
             Kind::Buffer => "tpurt_buffer",
+            Kind::Executable => "tpurt_executable",
         }
     }
     fn from_tag(tag: u8) -> Option<Kind> {
-        [Kind::Runtime, Kind::Stream, Kind::Event, Kind::Buffer]
-            .into_iter()
-            .find(|k| *k as u8 == tag)
+        [
+            Kind::Runtime,
+            Kind::Stream,
+            Kind::Event,
+            Kind::Buffer,
+            Kind::Executable,
+        ]
+        .into_iter()
+        .find(|k| *k as u8 == tag)
     }
 }
 

@@ -3,6 +3,7 @@
 use std::ffi::{c_char, CStr};
 use std::sync::Arc;
 
+use tpurt_core::compile::CacheConfig;
 use tpurt_core::{Buffer, Error, Event, Result, Runtime, RuntimeOptions, Stream};
 
 use crate::handles::{HandleTable, Kind};
@@ -36,6 +37,9 @@ pub struct tpurt_runtime_options {
     pub host_topology: *const c_char,
     /// Host platform: HBM bytes per chip; 0: `TPURT_HOST_HBM`, else 16 GiB.
     pub host_hbm_bytes: u64,
+    /// Directory of the persistent compile cache; "off": none; NULL:
+    /// `TPURT_CACHE_DIR`, else the user's cache directory. Borrowed for the call.
+    pub compile_cache_dir: *const c_char,
 }
 
 /// The ABI version of the library (compare with `TPURT_ABI_VERSION`).
@@ -147,6 +151,23 @@ pub extern "C" fn tpurt_runtime_create(
                 )?;
                 let hbm = versioned_field!(options, tpurt_runtime_options, host_hbm_bytes, 0);
                 opts.host_hbm_bytes = (hbm != 0).then_some(hbm);
+                let dir = c_str(
+                    versioned_field!(
+                        options,
+                        tpurt_runtime_options,
+                        compile_cache_dir,
+                        std::ptr::null()
+                    ),
+                    "options.compile_cache_dir",
+                )?;
+                opts.cache = dir.map(|d| {
+                    let config = CacheConfig::memory_only(CacheConfig::DEFAULT_MEMORY_ENTRIES);
+                    if d == "off" {
+                        config
+                    } else {
+                        config.with_disk_dir(d)
+                    }
+                });
             }
         }
         let runtime = Runtime::new(&opts)?;
@@ -161,6 +182,7 @@ pub extern "C" fn tpurt_runtime_create(
 pub extern "C" fn tpurt_runtime_destroy(rt: tpurt_runtime) -> *mut tpurt_status {
     guard(|| {
         let runtime = RUNTIMES.remove(rt.handle)?;
+        drop(crate::ops::EXECUTABLES.remove_owned_by(rt.handle));
         drop(BUFFERS.remove_owned_by(rt.handle));
         drop(EVENTS.remove_owned_by(rt.handle));
         drop(STREAMS.remove_owned_by(rt.handle));

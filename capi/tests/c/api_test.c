@@ -53,6 +53,7 @@ static tpurt_runtime make_runtime(uint32_t chips, uint64_t hbm) {
   o.platform = "host";
   o.host_chips = chips;
   o.host_hbm_bytes = hbm;
+  o.compile_cache_dir = "off"; /* hermetic: no shared disk cache */
   tpurt_runtime rt;
   OK(tpurt_runtime_create(&o, &rt));
   return rt;
@@ -340,11 +341,149 @@ static void test_memory_api(void) {
   OK(tpurt_runtime_destroy(rt));
 }
 
+static tpurt_tensor tensor_of(tpurt_buffer b, uint32_t dtype, uint32_t ndim, const uint64_t *sizes,
+                              const uint64_t *strides, uint64_t offset) {
+  tpurt_tensor t;
+  memset(&t, 0, sizeof t);
+  t.struct_size = sizeof t;
+  t.buffer = b;
+  t.dtype = dtype;
+  t.ndim = ndim;
+  t.sizes = sizes;
+  t.strides = strides;
+  t.offset_bytes = offset;
+  return t;
+}
+
+static tpurt_attr int_attr(const char *name, int64_t v) {
+  tpurt_attr a;
+  memset(&a, 0, sizeof a);
+  a.name = name;
+  a.kind = TPURT_ATTR_INT;
+  a.int_value = v;
+  return a;
+}
+
+static void test_ops_modes_graphs_and_cache(void) {
+  tpurt_runtime rt = make_runtime(2, 64u << 20);
+  tpurt_stream none = {0};
+  uint32_t add_id, softmax_id;
+  OK(tpurt_op_lookup("add", &add_id));
+  OK(tpurt_op_lookup("softmax", &softmax_id));
+  ERR(tpurt_op_lookup("softmx", &add_id), TPURT_CODE_NOT_FOUND, "softmax");
+
+  /* x: 2x3 f32; y: the same buffer read transposed as 3x2 (a view). */
+  tpurt_buffer bx, bo;
+  OK(tpurt_buffer_allocate(rt, 0, 6 * sizeof(float), none, &bx));
+  OK(tpurt_buffer_allocate(rt, 0, 6 * sizeof(float), none, &bo));
+  float x[6] = {1, 2, 3, 4, 5, 6};
+  OK(tpurt_copy_host_to_device(x, sizeof x, bx, NULL, none, 0));
+  uint64_t s23[2] = {2, 3}, s32[2] = {3, 2}, st[2] = {1, 3};
+  tpurt_tensor tx = tensor_of(bx, TPURT_DTYPE_F32, 2, s23, NULL, 0);
+  tpurt_tensor to = tensor_of(bo, TPURT_DTYPE_F32, 2, s23, NULL, 0);
+
+  /* Infer, then launch add(x, x) with alpha = 2 -> 3x. */
+  tpurt_tensor_type types[2] = {{TPURT_DTYPE_F32, 2, {2, 3}}, {TPURT_DTYPE_F32, 2, {2, 3}}};
+  tpurt_tensor_type out_types[2];
+  size_t nout = 0;
+  tpurt_attr alpha;
+  memset(&alpha, 0, sizeof alpha);
+  alpha.name = "alpha";
+  alpha.kind = TPURT_ATTR_FLOAT;
+  alpha.float_value = 2.0;
+  OK(tpurt_op_infer(add_id, types, 2, &alpha, 1, out_types, 2, &nout));
+  CHECK(nout == 1 && out_types[0].dtype == TPURT_DTYPE_F32 && out_types[0].sizes[1] == 3);
+  tpurt_tensor ins[2] = {tx, tx};
+  OK(tpurt_op_launch(rt, add_id, ins, 2, &to, 1, &alpha, 1, none));
+  float out[6];
+  OK(tpurt_copy_device_to_host(bo, NULL, out, sizeof out, none, 0));
+  CHECK(out[0] == 3 && out[5] == 18);
+
+  /* A transposed view as input: softmax over dim 0 of x^T equals softmax over rows of x. */
+  tpurt_tensor xt = tensor_of(bx, TPURT_DTYPE_F32, 2, s32, st, 0);
+  tpurt_tensor ot = tensor_of(bo, TPURT_DTYPE_F32, 2, s32, NULL, 0);
+  tpurt_attr dim0 = int_attr("dim", 0);
+  OK(tpurt_op_launch(rt, softmax_id, &xt, 1, &ot, 1, &dim0, 1, none));
+  OK(tpurt_copy_device_to_host(bo, NULL, out, sizeof out, none, 0));
+  /* column 0 of the result is softmax([1,2,3]) */
+  CHECK(out[0] > 0.08f && out[0] < 0.1f && out[4] > 0.66f && out[4] < 0.67f);
+
+  /* Errors name the op and the argument. */
+  ERR(tpurt_op_launch(rt, add_id, ins, 1, &to, 1, NULL, 0, none), TPURT_CODE_INVALID_ARGUMENT, "add: takes 2 inputs");
+  tpurt_tensor bad_out = tensor_of(bo, TPURT_DTYPE_F64, 2, s23, NULL, 0);
+  ERR(tpurt_op_launch(rt, add_id, ins, 2, &bad_out, 1, NULL, 0, none), TPURT_CODE_INVALID_ARGUMENT, "outputs[0]");
+  tpurt_tensor i32x = tensor_of(bx, TPURT_DTYPE_I32, 2, s23, NULL, 0);
+  tpurt_tensor mixed[2] = {tx, i32x};
+  ERR(tpurt_op_launch(rt, add_id, mixed, 2, &i32x, 1, NULL, 0, none), TPURT_CODE_INVALID_ARGUMENT,
+      "add: output 0 is i32[2,3] but must be f32[2,3]");
+  ERR(tpurt_op_launch(rt, softmax_id, &tx, 1, &to, 1, NULL, 0, none), TPURT_CODE_INVALID_ARGUMENT,
+      "softmax: attribute dim");
+  ERR(tpurt_op_launch(rt, 99999, &tx, 1, &to, 1, NULL, 0, none), TPURT_CODE_NOT_FOUND, "op id 99999");
+  uint64_t big[2] = {20, 30};
+  tpurt_tensor oob = tensor_of(bx, TPURT_DTYPE_F32, 2, big, NULL, 0);
+  ERR(tpurt_op_launch(rt, softmax_id, &oob, 1, &to, 1, &dim0, 1, none), TPURT_CODE_INVALID_ARGUMENT, "inputs[0]");
+  tpurt_tensor nosizes = tensor_of(bx, TPURT_DTYPE_F32, 2, NULL, NULL, 0);
+  ERR(tpurt_op_launch(rt, softmax_id, &nosizes, 1, &to, 1, &dim0, 1, none), TPURT_CODE_INVALID_ARGUMENT, "sizes is NULL");
+  tpurt_tensor baddtype = tensor_of(bx, 42, 2, s23, NULL, 0);
+  ERR(tpurt_op_launch(rt, softmax_id, &baddtype, 1, &to, 1, &dim0, 1, none), TPURT_CODE_INVALID_ARGUMENT, "dtype code 42");
+
+  /* Modes: get, push debug (a NaN is caught and named), pop. */
+  uint32_t mode = 99;
+  OK(tpurt_eager_mode_get(&mode));
+  CHECK(mode == TPURT_EAGER_DEFER_NEVER);
+  OK(tpurt_eager_mode_push(TPURT_EAGER_DEFER_NEVER_AND_LAUNCH_BLOCKING));
+  uint32_t log_id;
+  OK(tpurt_op_lookup("log", &log_id));
+  float neg[6] = {1, -1, 1, 1, 1, 1};
+  OK(tpurt_copy_host_to_device(neg, sizeof neg, bx, NULL, none, 0));
+  ERR(tpurt_op_launch(rt, log_id, &tx, 1, &to, 1, NULL, 0, none), TPURT_CODE_FAILED_PRECONDITION,
+      "log: output 0 holds NaN at position [0, 1]");
+  OK(tpurt_eager_mode_pop(&mode));
+  CHECK(mode == TPURT_EAGER_DEFER_NEVER_AND_LAUNCH_BLOCKING);
+  ERR(tpurt_eager_mode_pop(&mode), TPURT_CODE_FAILED_PRECONDITION, "without a matching push");
+  ERR(tpurt_eager_mode_set(7), TPURT_CODE_INVALID_ARGUMENT, "eager mode 7");
+  OK(tpurt_op_launch(rt, log_id, &tx, 1, &to, 1, NULL, 0, none)); /* strict: no check */
+
+  /* A whole graph in canonical form: z = x * y. */
+  const char *graph =
+      "{\"params\":[0,1],\"nodes\":[{\"prim\":{\"binary\":\"mul\"},\"inputs\":[0,1],\"outputs\":[2]}],"
+      "\"outputs\":[2],\"types\":[{\"dtype\":\"f32\",\"dims\":[2,3]},{\"dtype\":\"f32\",\"dims\":[2,3]},"
+      "{\"dtype\":\"f32\",\"dims\":[2,3]}]}";
+  tpurt_executable exe;
+  OK(tpurt_graph_compile(rt, graph, &exe));
+  OK(tpurt_copy_host_to_device(x, sizeof x, bx, NULL, none, 0));
+  OK(tpurt_executable_run(exe, ins, 2, &to, 1, none));
+  OK(tpurt_copy_device_to_host(bo, NULL, out, sizeof out, none, 0));
+  CHECK(out[2] == 9 && out[5] == 36);
+  ERR(tpurt_graph_compile(rt, "{\"params\":", &exe), TPURT_CODE_INVALID_ARGUMENT, "not a tpurt graph");
+  OK(tpurt_executable_destroy(exe));
+  ERR(tpurt_executable_run(exe, ins, 2, &to, 1, none), TPURT_CODE_INVALID_HANDLE, "destroyed already");
+
+  /* The compile cache counted all that; cache-only turns a miss into an error. */
+  tpurt_compile_cache_stats cs;
+  memset(&cs, 0, sizeof cs);
+  cs.struct_size = sizeof cs;
+  OK(tpurt_compile_cache_get_stats(rt, &cs));
+  CHECK(cs.requests >= 4 && cs.misses >= 4);
+  OK(tpurt_compile_cache_set_cache_only(rt, true));
+  uint32_t exp_id;
+  OK(tpurt_op_lookup("exp", &exp_id));
+  ERR(tpurt_op_launch(rt, exp_id, &tx, 1, &to, 1, NULL, 0, none), TPURT_CODE_FAILED_PRECONDITION, "cache");
+  OK(tpurt_op_launch(rt, add_id, ins, 2, &to, 1, &alpha, 1, none)); /* cached: fine */
+  OK(tpurt_compile_cache_set_cache_only(rt, false));
+  OK(tpurt_compile_cache_clear(rt, true, false));
+
+  OK(tpurt_buffer_free(bx));
+  OK(tpurt_buffer_free(bo));
+  OK(tpurt_runtime_destroy(rt));
+}
+
 int main(void) {
   test_version_and_runtime();
   test_buffers_and_copies();
   test_streams_and_events();
   test_memory_api();
+  test_ops_modes_graphs_and_cache();
   printf("C API test: %d checks passed\n", checks);
   return 0;
 }

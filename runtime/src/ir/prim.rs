@@ -194,9 +194,10 @@ pub enum Prim {
         descending: bool,
         stable: bool,
     },
-    /// (seed: u64 scalar, offset: u64 scalar) -> dims of dtype; counter
-    /// based (Philox 4x32-10), so (seed, offset) gives the same numbers on
-    /// every platform and in every mode.
+    /// (seed: i64 scalar, offset: i64 scalar; their bits read as u64) ->
+    /// dims of dtype; counter based (Philox 4x32-10, element i uses counter
+    /// offset + i: the exact definition is in the host kernel `rng.rs`), so
+    /// (seed, offset) gives the same numbers on every platform and mode.
     Rng {
         distribution: RngDistribution,
         dtype: DType,

@@ -78,6 +78,17 @@ impl Buffer {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
 
+    /// How many handles to this buffer exist (this one included): clones
+    /// held by frontends, by queued work and by deferred ops.
+    pub fn handle_count(&self) -> usize {
+        Arc::strong_count(&self.inner)
+    }
+
+    /// Identity for maps (stable while the buffer lives).
+    pub fn id(&self) -> usize {
+        Arc::as_ptr(&self.inner) as usize
+    }
+
     /// The buffer is also used by work on `stream`: when freed, its memory
     /// is reused only after that work finished (torch's `record_stream`).
     pub fn record_stream(&self, stream: &Stream) {

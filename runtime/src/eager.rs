@@ -6,8 +6,8 @@
 //!   for the op, then checks float outputs for NaN and Inf; errors name the
 //!   op and the first offending position. (Index bounds are checked by the
 //!   kernels in every mode.)
-//! - `DeferAndFuse`: ops recorded in a lazy graph and fused at a flush.
-//!   Not in this build yet: selecting it is an error that says so.
+//! - `DeferAndFuse`: ops are recorded per stream and launched as one
+//!   program at a flush (see `lazy.rs` for the rules and the triggers).
 //!
 //! The mode is process-wide, with a per-thread override stack (push/pop).
 
@@ -45,11 +45,6 @@ impl EagerMode {
     }
 
     fn check_available(self) -> Result<()> {
-        if self == EagerMode::DeferAndFuse {
-            return Err(Error::Unimplemented(
-                "eager mode DEFER_AND_FUSE (the lazy graph and fusion planner) is not in this build yet".into(),
-            ));
-        }
         Ok(())
     }
 }
@@ -104,8 +99,9 @@ mod tests {
             assert_eq!(pop_mode().unwrap(), EagerMode::DeferNeverAndLaunchBlocking);
             assert!(pop_mode().is_err());
             assert_eq!(current_mode(), EagerMode::DeferNever);
-            let e = push_mode(EagerMode::DeferAndFuse).unwrap_err();
-            assert!(e.to_string().contains("not in this build"), "{e}");
+            push_mode(EagerMode::DeferAndFuse).unwrap();
+            assert_eq!(current_mode(), EagerMode::DeferAndFuse);
+            pop_mode().unwrap();
             assert!(EagerMode::from_code(7).is_err());
         })
         .join()

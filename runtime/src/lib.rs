@@ -8,6 +8,7 @@ pub mod copy;
 pub mod eager;
 pub mod error;
 pub mod ir;
+mod lazy;
 pub mod memory;
 pub mod ops;
 pub mod platform;

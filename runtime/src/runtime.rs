@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::collections::HashMap;
 
 use crate::buffer::Buffer;
-use crate::compile::{CacheConfig, CacheKey, CacheStats, CompileCache};
+use crate::compile::{CacheConfig, CacheStats, CompileCache, Compiler};
 use crate::copy::{for_each_run, Layout};
 use crate::eager::{current_mode, EagerMode};
 use crate::error::{Error, Result};
@@ -99,6 +99,12 @@ struct Chip {
 /// An op's executable for one signature (op, input types, attributes).
 type OpSignature = (OpId, Vec<TensorType>, String);
 
+/// An op's graph for one signature, and its executable once compiled.
+struct OpEntry {
+    graph: Arc<Graph>,
+    exe: std::sync::OnceLock<Arc<dyn Executable>>,
+}
+
 /// The fast front of the compile cache for eager ops: skips building and
 /// fingerprinting the op's graph on a repeat call. Bounded; cleared when full.
 const OP_MEMO_ENTRIES: usize = 8192;
@@ -106,8 +112,8 @@ const OP_MEMO_ENTRIES: usize = 8192;
 pub struct Runtime {
     platform: Arc<dyn Platform>,
     chips: Vec<Chip>,
-    cache: CompileCache<dyn Executable>,
-    op_memo: Mutex<HashMap<OpSignature, Arc<dyn Executable>>>,
+    compiler: Arc<Compiler>,
+    op_memo: Mutex<HashMap<OpSignature, Arc<OpEntry>>>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -173,9 +179,9 @@ impl Runtime {
             });
         }
         Ok(Runtime {
+            compiler: Arc::new(Compiler::new(Arc::clone(&platform), cache)),
             platform,
             chips,
-            cache: CompileCache::new(cache),
             op_memo: Mutex::new(HashMap::new()),
         })
     }
@@ -258,7 +264,18 @@ impl Runtime {
                 stream.chip()
             )));
         }
-        let block = chip.pool.allocate(bytes, stream.clock())?;
+        let block = match chip.pool.allocate(bytes, stream.clock()) {
+            Ok(b) => b,
+            Err(Error::OutOfMemory(_))
+                if chip.tensor_core.has_deferred() || chip.sparse_core.has_deferred() =>
+            {
+                // Deferred ops may hold dead intermediates: flush, then retry.
+                let _ = chip.tensor_core.flush_all();
+                let _ = chip.sparse_core.flush_all();
+                chip.pool.allocate(bytes, stream.clock())?
+            }
+            Err(e) => return Err(e),
+        };
         Ok(Buffer::new(Arc::clone(&chip.pool), block, bytes))
     }
 
@@ -399,36 +416,19 @@ impl Runtime {
 
     /// The compile cache (counters, switches, clear).
     pub fn compile_cache(&self) -> &CompileCache<dyn Executable> {
-        &self.cache
+        self.compiler.cache()
     }
 
     pub fn compile_cache_stats(&self) -> CacheStats {
-        self.cache.stats()
+        self.compiler.cache().stats()
     }
 
     /// An executable for `graph`, from the compile cache (built on a miss).
     pub fn compile(&self, graph: &Graph) -> Result<Arc<dyn Executable>> {
-        let key = CacheKey::for_graph(graph, self.platform.name(), self.platform.version(), "");
-        let platform = &self.platform;
-        self.cache.get_or_compile(
-            &key,
-            || graph.to_string(),
-            || {
-                let exe = platform.compile(graph)?;
-                let bytes = exe.serialize();
-                Ok((exe, bytes))
-            },
-            |bytes| platform.load_executable(bytes),
-        )
+        self.compiler.compile(graph)
     }
 
-    /// The executable of `op` for these input types and attributes.
-    pub fn op_executable(
-        &self,
-        op: OpId,
-        inputs: &[TensorType],
-        attrs: &Attrs,
-    ) -> Result<Arc<dyn Executable>> {
+    fn op_entry(&self, op: OpId, inputs: &[TensorType], attrs: &Attrs) -> Result<Arc<OpEntry>> {
         let sig: OpSignature = (op, inputs.to_vec(), attrs.canonical());
         if let Some(e) = self
             .op_memo
@@ -438,14 +438,45 @@ impl Runtime {
         {
             return Ok(Arc::clone(e));
         }
-        let graph = ops::build_graph(op, inputs, attrs)?;
-        let exe = self.compile(&graph)?;
+        let entry = Arc::new(OpEntry {
+            graph: Arc::new(ops::build_graph(op, inputs, attrs)?),
+            exe: std::sync::OnceLock::new(),
+        });
         let mut memo = self.op_memo.lock().unwrap_or_else(|e| e.into_inner());
         if memo.len() >= OP_MEMO_ENTRIES {
             memo.clear();
         }
-        memo.insert(sig, Arc::clone(&exe));
-        Ok(exe)
+        memo.insert(sig, Arc::clone(&entry));
+        Ok(entry)
+    }
+
+    fn entry_executable(&self, entry: &OpEntry) -> Result<Arc<dyn Executable>> {
+        if let Some(e) = entry.exe.get() {
+            return Ok(Arc::clone(e));
+        }
+        let exe = self.compile(&entry.graph)?;
+        Ok(Arc::clone(entry.exe.get_or_init(|| exe)))
+    }
+
+    /// The result types of `op` for these input types and attributes.
+    pub fn op_output_types(
+        &self,
+        op: OpId,
+        inputs: &[TensorType],
+        attrs: &Attrs,
+    ) -> Result<Vec<TensorType>> {
+        Ok(self.op_entry(op, inputs, attrs)?.graph.output_types())
+    }
+
+    /// The executable of `op` for these input types and attributes.
+    pub fn op_executable(
+        &self,
+        op: OpId,
+        inputs: &[TensorType],
+        attrs: &Attrs,
+    ) -> Result<Arc<dyn Executable>> {
+        let entry = self.op_entry(op, inputs, attrs)?;
+        self.entry_executable(&entry)
     }
 
     /// Queue `exe` on `stream` over these tensors. `name` names the task
@@ -459,17 +490,7 @@ impl Runtime {
         stream: &Stream,
         name: &'static str,
     ) -> Result<()> {
-        for (what, list) in [("input", inputs), ("output", outputs)] {
-            for (i, t) in list.iter().enumerate() {
-                if t.buffer.chip() != stream.chip() {
-                    return Err(Error::invalid(format!(
-                        "{name}: {what} {i} is on tpu:{} but the stream is on tpu:{} (all tensors of an op must be on one device)",
-                        t.buffer.chip(),
-                        stream.chip()
-                    )));
-                }
-            }
-        }
+        check_devices(name, inputs, outputs, stream)?;
         crate::platform::check_io(name, exe.as_ref(), inputs, outputs)?;
         let (ins, outs) = (inputs.to_vec(), outputs.to_vec());
         stream.submit(name, move || exe.execute(&ins, &outs))
@@ -477,7 +498,8 @@ impl Runtime {
 
     /// Run one op of the op library on `stream`, writing `outputs` (whose
     /// types must be the op's result types; see `ops::infer_outputs`).
-    /// Strict mode returns once queued; debug mode waits and checks.
+    /// Strict mode returns once queued; debug mode waits and checks;
+    /// defer-and-fuse records the op for the stream's next flush.
     pub fn call_op(
         &self,
         op: OpId,
@@ -488,9 +510,22 @@ impl Runtime {
     ) -> Result<()> {
         let name = ops::op_name(op);
         let types: Vec<TensorType> = inputs.iter().map(DeviceTensor::ty).collect();
-        let exe = self.op_executable(op, &types, attrs)?;
+        let entry = self.op_entry(op, &types, attrs)?;
+        let mode = current_mode();
+        if mode == EagerMode::DeferAndFuse {
+            check_devices(name, inputs, outputs, stream)?;
+            check_types(name, "output", outputs, &entry.graph.output_types())?;
+            let op = crate::lazy::Deferred {
+                name,
+                graph: Arc::clone(&entry.graph),
+                inputs: inputs.to_vec(),
+                outputs: outputs.to_vec(),
+            };
+            return stream.defer(op, &self.compiler);
+        }
+        let exe = self.entry_executable(&entry)?;
         self.launch(exe, inputs, outputs, stream, name)?;
-        if current_mode() == EagerMode::DeferNeverAndLaunchBlocking {
+        if mode == EagerMode::DeferNeverAndLaunchBlocking {
             stream.synchronize()?;
             for (i, out) in outputs.iter().enumerate() {
                 check_finite(name, i, out)?;
@@ -508,9 +543,8 @@ impl Runtime {
         stream: &Stream,
     ) -> Result<Vec<DeviceTensor>> {
         let types: Vec<TensorType> = inputs.iter().map(DeviceTensor::ty).collect();
-        let exe = self.op_executable(op, &types, attrs)?;
-        let outputs = exe
-            .output_types()
+        let outputs = self
+            .op_output_types(op, &types, attrs)?
             .iter()
             .map(|t| {
                 let buf = self.allocate(stream.chip(), t.nbytes(), stream)?;
@@ -536,6 +570,45 @@ impl Drop for Runtime {
             chip.sparse_core.shutdown();
         }
     }
+}
+
+fn check_devices(
+    name: &str,
+    inputs: &[DeviceTensor],
+    outputs: &[DeviceTensor],
+    stream: &Stream,
+) -> Result<()> {
+    for (what, list) in [("input", inputs), ("output", outputs)] {
+        for (i, t) in list.iter().enumerate() {
+            if t.buffer.chip() != stream.chip() {
+                return Err(Error::invalid(format!(
+                    "{name}: {what} {i} is on tpu:{} but the stream is on tpu:{} (all tensors of an op must be on one device)",
+                    t.buffer.chip(),
+                    stream.chip()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_types(name: &str, what: &str, given: &[DeviceTensor], want: &[TensorType]) -> Result<()> {
+    if given.len() != want.len() {
+        return Err(Error::invalid(format!(
+            "{name}: {} {what}s given, it takes {}",
+            given.len(),
+            want.len()
+        )));
+    }
+    for (i, (g, w)) in given.iter().zip(want).enumerate() {
+        if &g.ty() != w {
+            return Err(Error::invalid(format!(
+                "{name}: {what} {i} is {} but must be {w}",
+                g.ty()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Debug mode: a float output holding NaN or Inf is an error naming the

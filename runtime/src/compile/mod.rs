@@ -66,6 +66,7 @@
 //! when a dimension varies from call to call.
 
 pub mod buckets;
+mod compiler;
 mod disk;
 mod key;
 mod lru;
@@ -82,6 +83,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 pub use buckets::BucketPolicy;
+pub use compiler::Compiler;
 pub use disk::{ENTRY_SUFFIX, FORMAT_VERSION, MAGIC};
 pub use key::{canonical_options, CacheKey};
 pub use stats::CacheStats;

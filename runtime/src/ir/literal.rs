@@ -13,8 +13,12 @@ pub fn encode_scalar(dtype: DType, value: f64) -> Vec<u8> {
         DType::I8 => (value as i8).to_le_bytes().to_vec(),
         DType::I32 => (value as i32).to_le_bytes().to_vec(),
         DType::I64 => (value as i64).to_le_bytes().to_vec(),
-        DType::F16 => f16::from_f32(f32_round_to_odd(value)).to_le_bytes().to_vec(),
-        DType::BF16 => bf16::from_f32(f32_round_to_odd(value)).to_le_bytes().to_vec(),
+        DType::F16 => f16::from_f32(f32_round_to_odd(value))
+            .to_le_bytes()
+            .to_vec(),
+        DType::BF16 => bf16::from_f32(f32_round_to_odd(value))
+            .to_le_bytes()
+            .to_vec(),
         DType::F32 => (value as f32).to_le_bytes().to_vec(),
         DType::F64 => value.to_le_bytes().to_vec(),
     }
@@ -62,13 +66,22 @@ mod tests {
     fn half_constants_round_once() {
         // Just above the tie between 1 and 1 + 2^-10: must round up.
         let v = 1.0 + 2f64.powi(-11) + 2f64.powi(-40);
-        assert_eq!(decode(DType::F16, &encode_scalar(DType::F16, v), 0), 1.0 + 2f64.powi(-10));
+        assert_eq!(
+            decode(DType::F16, &encode_scalar(DType::F16, v), 0),
+            1.0 + 2f64.powi(-10)
+        );
         // Exactly the tie: to even (1.0).
         let v = 1.0 + 2f64.powi(-11);
         assert_eq!(decode(DType::F16, &encode_scalar(DType::F16, v), 0), 1.0);
         let v = -(1.0 + 2f64.powi(-8) + 2f64.powi(-45));
-        assert_eq!(decode(DType::BF16, &encode_scalar(DType::BF16, v), 0), -(1.0 + 2f64.powi(-7)));
-        assert_eq!(decode(DType::BF16, &encode_scalar(DType::BF16, 0.1), 0), half::bf16::from_f32(0.1).to_f64());
+        assert_eq!(
+            decode(DType::BF16, &encode_scalar(DType::BF16, v), 0),
+            -(1.0 + 2f64.powi(-7))
+        );
+        assert_eq!(
+            decode(DType::BF16, &encode_scalar(DType::BF16, 0.1), 0),
+            half::bf16::from_f32(0.1).to_f64()
+        );
         assert!(decode(DType::F16, &encode_scalar(DType::F16, 1e6), 0).is_infinite());
         assert!(decode(DType::F16, &encode_scalar(DType::F16, f64::NAN), 0).is_nan());
     }

@@ -23,7 +23,9 @@ use crossbeam_queue::SegQueue;
 use crossbeam_utils::sync::{Parker, Unparker};
 
 use super::clock::{Failure, Fence, StreamClock};
+use crate::compile::Compiler;
 use crate::error::{Error, Result};
+use crate::lazy::{self, Deferred, LazyQueue};
 
 pub type TaskFn = Box<dyn FnOnce() -> Result<()> + Send>;
 
@@ -50,6 +52,9 @@ pub(crate) struct StreamQueue {
     pub closed: AtomicBool,
     /// Makes "take a number, enqueue" one step, so queue order is seq order.
     pub submit_lock: Mutex<()>,
+    /// Ops recorded under DEFER_AND_FUSE, launched at the next flush.
+    pub lazy: Mutex<LazyQueue>,
+    pub has_lazy: AtomicBool,
 }
 
 impl StreamQueue {
@@ -60,6 +65,8 @@ impl StreamQueue {
             queue: SegQueue::new(),
             closed: AtomicBool::new(false),
             submit_lock: Mutex::new(()),
+            lazy: Mutex::new(LazyQueue::default()),
+            has_lazy: AtomicBool::new(false),
         }
     }
 }
@@ -147,8 +154,100 @@ impl Executor {
         self.unparker.unpark();
     }
 
-    /// Enqueue a task on `stream` (attached to this executor) and wake the worker.
+    /// Enqueue a task on `stream` (attached to this executor) after its
+    /// deferred ops, and wake the worker.
     pub fn push(
+        &self,
+        stream: &StreamQueue,
+        name: Cow<'static, str>,
+        kind: TaskKind,
+    ) -> Result<()> {
+        self.flush(stream)?;
+        self.push_raw(stream, name, kind)
+    }
+
+    /// Launch `stream`'s deferred ops as one fused program, if it has any.
+    pub fn flush(&self, stream: &StreamQueue) -> Result<()> {
+        if !stream.has_lazy.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let mut q = stream.lazy.lock().unwrap_or_else(|e| e.into_inner());
+        self.flush_locked(stream, &mut q)
+    }
+
+    fn flush_locked(&self, stream: &StreamQueue, q: &mut LazyQueue) -> Result<()> {
+        let ops = std::mem::take(&mut q.ops);
+        stream.has_lazy.store(false, Ordering::SeqCst);
+        if ops.is_empty() {
+            return Ok(());
+        }
+        let Some(compiler) = q.compiler.clone() else {
+            return Err(Error::Internal("deferred ops without a compiler".into()));
+        };
+        match lazy::prepare(&ops, &compiler) {
+            Ok(Some(f)) => self.push_raw(
+                stream,
+                Cow::Owned(f.name),
+                TaskKind::Run(Box::new(move || f.exe.execute(&f.inputs, &f.outputs))),
+            ),
+            Ok(None) => Ok(()),
+            // Surfaces, in order, at the stream's next synchronize.
+            Err(e) => self.push_raw(
+                stream,
+                Cow::Borrowed("deferred ops"),
+                TaskKind::Run(Box::new(move || Err(e))),
+            ),
+        }
+    }
+
+    /// Record `op` on `stream` for a later flush (DEFER_AND_FUSE).
+    pub fn defer(
+        &self,
+        stream: &StreamQueue,
+        op: Deferred,
+        compiler: &Arc<Compiler>,
+    ) -> Result<()> {
+        let mut q = stream.lazy.lock().unwrap_or_else(|e| e.into_inner());
+        if q.conflicts(&op) {
+            self.flush_locked(stream, &mut q)?;
+        }
+        if q.compiler.is_none() {
+            q.compiler = Some(Arc::clone(compiler));
+        }
+        q.ops.push(op);
+        stream.has_lazy.store(true, Ordering::SeqCst);
+        if q.ops.len() >= lazy::max_ops() {
+            self.flush_locked(stream, &mut q)?;
+        }
+        Ok(())
+    }
+
+    /// Whether any attached stream holds deferred ops.
+    pub fn has_deferred(&self) -> bool {
+        let reg = self.registry.read().unwrap_or_else(|e| e.into_inner());
+        reg.streams
+            .iter()
+            .any(|s| s.has_lazy.load(Ordering::SeqCst))
+    }
+
+    /// Flush every attached stream.
+    pub fn flush_all(&self) -> Result<()> {
+        let streams: Vec<Arc<StreamQueue>> = {
+            let reg = self.registry.read().unwrap_or_else(|e| e.into_inner());
+            reg.streams.clone()
+        };
+        let mut first = Ok(());
+        for s in &streams {
+            let r = self.flush(s);
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
+    }
+
+    /// Enqueue without flushing deferred ops first.
+    fn push_raw(
         &self,
         stream: &StreamQueue,
         name: Cow<'static, str>,
@@ -168,14 +267,17 @@ impl Executor {
         Ok(())
     }
 
-    /// Fences covering all work submitted so far to each attached stream.
+    /// Fences covering all work submitted so far to each attached stream
+    /// (deferred ops are flushed first).
     pub fn fences(&self) -> Vec<Fence> {
+        let _ = self.flush_all();
         let reg = self.registry.read().unwrap_or_else(|e| e.into_inner());
         reg.streams.iter().map(|s| s.clock.fence()).collect()
     }
 
-    /// Finish all queued work and stop the worker.
+    /// Finish all queued (and deferred) work and stop the worker.
     pub fn shutdown(&self) {
+        let _ = self.flush_all();
         self.shutdown.store(true, Ordering::SeqCst);
         {
             // Barrier: a push that read "not shut down" has enqueued by now.

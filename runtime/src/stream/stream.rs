@@ -106,9 +106,37 @@ impl Stream {
         self.inner.executor.push(&self.inner.queue, name, kind)
     }
 
-    /// A fence over everything submitted so far.
+    /// A fence over everything submitted so far (deferred ops are flushed
+    /// first, so the fence covers them).
     pub fn fence(&self) -> Fence {
+        let _ = self.flush();
         self.clock().fence()
+    }
+
+    /// Launch this stream's deferred ops now (DEFER_AND_FUSE).
+    pub fn flush(&self) -> Result<()> {
+        self.inner.executor.flush(&self.inner.queue)
+    }
+
+    /// Record an op for the next flush.
+    pub(crate) fn defer(
+        &self,
+        op: crate::lazy::Deferred,
+        compiler: &Arc<crate::compile::Compiler>,
+    ) -> Result<()> {
+        self.clock().error_up_to(u64::MAX)?;
+        self.inner.executor.defer(&self.inner.queue, op, compiler)
+    }
+
+    /// How many ops wait for the next flush.
+    pub fn deferred_ops(&self) -> usize {
+        self.inner
+            .queue
+            .lazy
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .ops
+            .len()
     }
 
     /// Block until all submitted work finished; report the first failure.

@@ -1,0 +1,530 @@
+//! Deferred ops (eager mode DEFER_AND_FUSE): each stream records the ops
+//! issued on it instead of launching them; a flush turns the recorded ops
+//! into ONE graph over buffer versions, compiles it (through the compile
+//! cache, so a repeated step costs a lookup) and launches it.
+//!
+//! Rules:
+//! - A tensor is identified by (buffer, layout, dtype). An op's input that
+//!   an earlier recorded op wrote is wired to that value (no memory round
+//!   trip); other inputs become parameters of the graph.
+//! - Reading or writing a view that overlaps, but is not, a view written
+//!   earlier in the same recording would need view algebra: the recording
+//!   is flushed first, so such an op starts a new graph. Results stay exact.
+//! - At a flush, the last version of every written tensor is stored, unless
+//!   nobody but the recording holds its buffer any more (a dead
+//!   intermediate): those writes are skipped, the point of deferring.
+//! - Flushes happen on anything that observes the stream: a host copy, a
+//!   synchronize, a query, an event, a wait, any other task; on the op-count
+//!   limit (`TPURT_DEFER_MAX_OPS`, default 512); and when an allocation
+//!   would fail, so deferred work never causes an out-of-memory.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::compile::Compiler;
+use crate::error::{Error, Result};
+use crate::ir::{Graph, GraphBuilder, ValueId};
+use crate::platform::Executable;
+use crate::tensor::DeviceTensor;
+
+/// One recorded op: its graph (params = inputs, outputs = results) and the
+/// tensors it reads and writes.
+pub(crate) struct Deferred {
+    pub name: &'static str,
+    pub graph: Arc<Graph>,
+    pub inputs: Vec<DeviceTensor>,
+    pub outputs: Vec<DeviceTensor>,
+}
+
+#[derive(Default)]
+pub(crate) struct LazyQueue {
+    pub ops: Vec<Deferred>,
+    pub compiler: Option<Arc<Compiler>>,
+}
+
+pub(crate) fn max_ops() -> usize {
+    static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *MAX.get_or_init(|| {
+        std::env::var("TPURT_DEFER_MAX_OPS")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .filter(|&n: &usize| n > 0)
+            .unwrap_or(512)
+    })
+}
+
+fn same_view(a: &DeviceTensor, b: &DeviceTensor) -> bool {
+    a.buffer.same_buffer(&b.buffer) && a.dtype == b.dtype && a.layout == b.layout
+}
+
+impl LazyQueue {
+    /// Whether `op` touches a view overlapping, but not equal to, a view
+    /// written by the recorded ops (then the recording must flush first).
+    pub fn conflicts(&self, op: &Deferred) -> bool {
+        let written = self.ops.iter().flat_map(|d| d.outputs.iter());
+        for w in written {
+            for t in op.inputs.iter().chain(&op.outputs) {
+                if t.may_overlap(w) && !same_view(t, w) {
+                    return true;
+                }
+            }
+        }
+        false
+    }
+}
+
+/// What a flush launches: one executable over these tensors.
+pub(crate) struct Flush {
+    pub exe: Arc<dyn Executable>,
+    pub inputs: Vec<DeviceTensor>,
+    pub outputs: Vec<DeviceTensor>,
+    pub name: String,
+}
+
+/// Combine the recorded ops into one graph and compile it. `None` when
+/// nothing needs to run (every result was dead).
+pub(crate) fn prepare(ops: &[Deferred], compiler: &Compiler) -> Result<Option<Flush>> {
+    if ops.is_empty() {
+        return Ok(None);
+    }
+    // Pass 1: which inputs are parameters (not produced by an earlier op).
+    let mut params: Vec<DeviceTensor> = Vec::new();
+    let mut written: Vec<DeviceTensor> = Vec::new();
+    for d in ops {
+        for t in &d.inputs {
+            let produced = written.iter().any(|w| same_view(w, t));
+            if !produced && !params.iter().any(|p| same_view(p, t)) {
+                params.push(t.clone());
+            }
+        }
+        for t in &d.outputs {
+            if !written.iter().any(|w| same_view(w, t)) {
+                written.push(t.clone());
+            }
+        }
+    }
+    // Pass 2: inline each op's graph, wiring values by view.
+    let mut b = GraphBuilder::new();
+    let param_values: Vec<ValueId> = params.iter().map(|p| b.param(p.ty())).collect();
+    // Latest value of each view: (view, value).
+    let mut current: Vec<(DeviceTensor, ValueId)> =
+        params.iter().cloned().zip(param_values).collect();
+    for d in ops {
+        let ins: Vec<ValueId> = d
+            .inputs
+            .iter()
+            .map(|t| {
+                current
+                    .iter()
+                    .rev()
+                    .find(|(v, _)| same_view(v, t))
+                    .map(|(_, id)| *id)
+                    .ok_or_else(|| {
+                        Error::Internal(format!("deferred {}: an input has no value", d.name))
+                    })
+            })
+            .collect::<Result<_>>()?;
+        let outs = inline(&mut b, &d.graph, &ins).map_err(|e| match e {
+            Error::InvalidArgument(m) => Error::Internal(format!("deferred {}: {m}", d.name)),
+            other => other,
+        })?;
+        for (t, v) in d.outputs.iter().zip(outs) {
+            current.retain(|(w, _)| !same_view(w, t));
+            current.push((t.clone(), v));
+        }
+    }
+    // Live results: buffers someone besides this recording still holds.
+    let mut ours: HashMap<usize, usize> = HashMap::new();
+    for d in ops {
+        for t in d.inputs.iter().chain(&d.outputs) {
+            *ours.entry(t.buffer.id()).or_default() += 1;
+        }
+    }
+    let mut out_tensors = Vec::new();
+    let mut out_values = Vec::new();
+    for w in &written {
+        let held_elsewhere =
+            w.buffer.handle_count() > ours.get(&w.buffer.id()).copied().unwrap_or(0) + 1;
+        if held_elsewhere {
+            let v = current
+                .iter()
+                .rev()
+                .find(|(t, _)| same_view(t, w))
+                .map(|(_, v)| *v)
+                .ok_or_else(|| Error::Internal("a written view has no value".into()))?;
+            out_tensors.push(w.clone());
+            out_values.push(v);
+        }
+    }
+    if out_tensors.is_empty() {
+        return Ok(None);
+    }
+    let graph = b.build(&out_values)?;
+    let exe = compiler.compile(&graph)?;
+    // Prune parameters the live outputs do not need? The graph keeps them as
+    // parameters; reading a few extra inputs is cheaper than recompiling.
+    let name = if ops.len() == 1 {
+        ops[0].name.to_string()
+    } else {
+        format!(
+            "fused {} ops ({} .. {})",
+            ops.len(),
+            ops[0].name,
+            ops[ops.len() - 1].name
+        )
+    };
+    Ok(Some(Flush {
+        exe,
+        inputs: params,
+        outputs: out_tensors,
+        name,
+    }))
+}
+
+/// Copy `g`'s nodes into `b` with its parameters bound to `args`; returns
+/// the values of its outputs.
+fn inline(b: &mut GraphBuilder, g: &Graph, args: &[ValueId]) -> Result<Vec<ValueId>> {
+    let mut map: HashMap<ValueId, ValueId> = g
+        .params()
+        .iter()
+        .copied()
+        .zip(args.iter().copied())
+        .collect();
+    for n in g.nodes() {
+        let ins: Vec<ValueId> = n.inputs.iter().map(|v| map[v]).collect();
+        let outs = b.node(n.prim.clone(), &ins)?;
+        for (o, v) in n.outputs.iter().zip(outs) {
+            map.insert(*o, v);
+        }
+    }
+    Ok(g.outputs().iter().map(|v| map[v]).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::compile::CacheConfig;
+    use crate::copy::Layout;
+    use crate::eager::{pop_mode, push_mode, EagerMode};
+    use crate::ir::DType;
+    use crate::ops::{self, Attr, Attrs};
+    use crate::runtime::{Runtime, RuntimeOptions};
+    use crate::tensor::DeviceTensor;
+    use crate::Stream;
+    use proptest::prelude::*;
+
+    fn rt() -> Runtime {
+        Runtime::new(&RuntimeOptions {
+            platform: Some("host".into()),
+            host_chips: Some(1),
+            host_topology: None,
+            host_hbm_bytes: Some(256 << 20),
+            cache: Some(CacheConfig::memory_only(256)),
+        })
+        .unwrap()
+    }
+
+    fn upload(r: &Runtime, s: &Stream, dims: &[u64], v: &[f32]) -> DeviceTensor {
+        let b = r.allocate(0, (v.len() * 4) as u64, s).unwrap();
+        r.copy_host_to_device(bytemuck::cast_slice(v), &b, &Layout::bytes(b.len()), s)
+            .unwrap();
+        DeviceTensor::contiguous(b, DType::F32, dims).unwrap()
+    }
+
+    fn download(r: &Runtime, s: &Stream, t: &DeviceTensor) -> Vec<f32> {
+        let mut out = vec![0u8; (t.numel() * 4) as usize];
+        r.copy_device_to_host(&t.buffer, &t.layout, &mut out, s)
+            .unwrap();
+        bytemuck::cast_slice(&out).to_vec()
+    }
+
+    fn op(
+        r: &Runtime,
+        s: &Stream,
+        name: &str,
+        ins: &[&DeviceTensor],
+        attrs: Attrs,
+    ) -> DeviceTensor {
+        let ins: Vec<DeviceTensor> = ins.iter().map(|t| (*t).clone()).collect();
+        r.call_op_alloc(ops::lookup(name).unwrap(), &ins, &attrs, s)
+            .unwrap()
+            .remove(0)
+    }
+
+    /// bias + gelu + residual + layer_norm, as a model block issues it.
+    fn block(r: &Runtime, s: &Stream, x: &DeviceTensor, b: &DeviceTensor) -> DeviceTensor {
+        let h = op(r, s, "add", &[x, b], Attrs::new());
+        let g = op(r, s, "gelu", &[&h], Attrs::new());
+        let y = op(r, s, "add", &[&g, x], Attrs::new());
+        let ln = Attrs::new().with("normalized_shape", Attr::Ints(vec![8]));
+        let outs = r
+            .call_op_alloc(ops::lookup("layer_norm").unwrap(), &[y], &ln, s)
+            .unwrap();
+        outs.into_iter().next().unwrap()
+    }
+
+    fn in_mode<T>(mode: EagerMode, f: impl FnOnce() -> T) -> T {
+        push_mode(mode).unwrap();
+        let out = f();
+        pop_mode().unwrap();
+        out
+    }
+
+    #[test]
+    fn deferred_block_equals_strict_and_compiles_once() {
+        let r = rt();
+        let s = r.default_stream(0).unwrap();
+        let xv: Vec<f32> = (0..32).map(|i| (i as f32 * 0.37).sin()).collect();
+        let x = upload(&r, &s, &[4, 8], &xv);
+        let b = upload(&r, &s, &[8], &[0.1, -0.2, 0.3, 0.0, 0.5, -0.5, 1.0, -1.0]);
+        let strict = download(&r, &s, &block(&r, &s, &x, &b));
+        let before = r.compile_cache_stats();
+        let deferred = in_mode(EagerMode::DeferAndFuse, || {
+            let y = block(&r, &s, &x, &b);
+            assert_eq!(s.deferred_ops(), 4, "the ops wait for a flush");
+            download(&r, &s, &y)
+        });
+        assert_eq!(s.deferred_ops(), 0);
+        for (a, b) in strict.iter().zip(&deferred) {
+            assert!((a - b).abs() <= 1e-6, "{strict:?} vs {deferred:?}");
+        }
+        let mid = r.compile_cache_stats();
+        assert_eq!(
+            mid.misses - before.misses,
+            1,
+            "one fused graph was compiled"
+        );
+        // The same step again: a cache hit, no compile.
+        in_mode(EagerMode::DeferAndFuse, || {
+            let y = block(&r, &s, &x, &b);
+            download(&r, &s, &y)
+        });
+        assert_eq!(r.compile_cache_stats().misses, mid.misses);
+    }
+
+    #[test]
+    fn in_place_updates_and_overlapping_views_stay_exact() {
+        let r = rt();
+        let s = r.default_stream(0).unwrap();
+        let x = upload(&r, &s, &[2, 3], &[1., 2., 3., 4., 5., 6.]);
+        let one = upload(&r, &s, &[], &[1.0]);
+        let add = ops::lookup("add").unwrap();
+        let got = in_mode(EagerMode::DeferAndFuse, || {
+            // x += 1, twice, in place.
+            r.call_op(
+                add,
+                &[x.clone(), one.clone()],
+                std::slice::from_ref(&x),
+                &Attrs::new(),
+                &s,
+            )
+            .unwrap();
+            r.call_op(
+                add,
+                &[x.clone(), one.clone()],
+                std::slice::from_ref(&x),
+                &Attrs::new(),
+                &s,
+            )
+            .unwrap();
+            // Row 1 as a view (overlaps x but is not x): x[1] += 10.
+            let row = DeviceTensor::new(x.buffer.clone(), DType::F32, 12, &[3], None).unwrap();
+            let ten = upload(&r, &s, &[], &[10.0]);
+            r.call_op(add, &[row.clone(), ten], &[row], &Attrs::new(), &s)
+                .unwrap();
+            // Then the whole x again: x * 2.
+            let y = op(&r, &s, "mul", &[&x, &x], Attrs::new());
+            (download(&r, &s, &x), download(&r, &s, &y))
+        });
+        assert_eq!(got.0, vec![3., 4., 5., 16., 17., 18.]);
+        assert_eq!(got.1, vec![9., 16., 25., 256., 289., 324.]);
+    }
+
+    #[test]
+    fn dead_intermediates_are_not_written_and_errors_surface_at_sync() {
+        let r = rt();
+        let s = r.default_stream(0).unwrap();
+        let x = upload(&r, &s, &[1024], &vec![0.5; 1024]);
+        let y = in_mode(EagerMode::DeferAndFuse, || {
+            let a = op(&r, &s, "exp", &[&x], Attrs::new());
+            let b = op(&r, &s, "mul", &[&a, &a], Attrs::new());
+            drop(a); // dead before the flush: never stored
+            b
+        });
+        let want = (1.0f32).exp();
+        assert!(download(&r, &s, &y).iter().all(|v| (v - want).abs() < 1e-5));
+        // A bad index inside a deferred group is reported at the next sync.
+        let w = upload(&r, &s, &[2, 2], &[1., 2., 3., 4.]);
+        let ib = r.allocate(0, 8, &s).unwrap();
+        r.copy_host_to_device(bytemuck::cast_slice(&[7i32, 0]), &ib, &Layout::bytes(8), &s)
+            .unwrap();
+        let idx = DeviceTensor::contiguous(ib, DType::I32, &[2]).unwrap();
+        in_mode(EagerMode::DeferAndFuse, || {
+            let e = op(&r, &s, "embedding", &[&w, &idx], Attrs::new());
+            let _f = op(&r, &s, "exp", &[&e], Attrs::new());
+        });
+        let err = s.synchronize().unwrap_err().to_string();
+        assert!(err.contains("embedding") && err.contains('7'), "{err}");
+        s.reset();
+    }
+
+    #[test]
+    fn waits_events_and_other_streams_see_deferred_work() {
+        let r = rt();
+        let a = r.create_stream(0, crate::CoreKind::TensorCore, 0).unwrap();
+        let b = r.create_stream(0, crate::CoreKind::SparseCore, 0).unwrap();
+        let x = upload(&r, &a, &[4], &[1., 2., 3., 4.]);
+        let y = in_mode(EagerMode::DeferAndFuse, || {
+            op(&r, &a, "mul", &[&x, &x], Attrs::new())
+        });
+        assert_eq!(a.deferred_ops(), 1);
+        // Another stream waits for a: the deferred op is flushed first.
+        b.wait_stream(&a).unwrap();
+        assert_eq!(a.deferred_ops(), 0);
+        assert_eq!(download(&r, &b, &y), vec![1., 4., 9., 16.]);
+        // An event recorded after deferred ops covers them.
+        let z = in_mode(EagerMode::DeferAndFuse, || {
+            op(&r, &a, "add", &[&x, &x], Attrs::new())
+        });
+        let e = r.create_event(false);
+        e.record(&a).unwrap();
+        e.synchronize().unwrap();
+        assert_eq!(download(&r, &a, &z), vec![2., 4., 6., 8.]);
+        // Device synchronize flushes every stream.
+        let _w = in_mode(EagerMode::DeferAndFuse, || {
+            op(&r, &b, "neg", &[&x], Attrs::new())
+        });
+        r.synchronize_device(0).unwrap();
+        assert_eq!(b.deferred_ops(), 0);
+    }
+
+    #[derive(Clone, Debug)]
+    enum Step {
+        Unary(&'static str, usize),
+        Binary(&'static str, usize, usize),
+        InPlaceAdd(usize, usize),
+        SumRows(usize),
+        MatMul(usize, usize),
+        Softmax(usize),
+        Drop(usize),
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            (
+                prop::sample::select(vec!["exp", "tanh", "neg", "sigmoid", "relu"]),
+                0..6usize
+            )
+                .prop_map(|(o, i)| Step::Unary(o, i)),
+            (
+                prop::sample::select(vec!["add", "mul", "sub", "maximum"]),
+                0..6usize,
+                0..6usize
+            )
+                .prop_map(|(o, i, j)| Step::Binary(o, i, j)),
+            (0..6usize, 0..6usize).prop_map(|(i, j)| Step::InPlaceAdd(i, j)),
+            (0..6usize).prop_map(Step::SumRows),
+            (0..6usize, 0..6usize).prop_map(|(i, j)| Step::MatMul(i, j)),
+            (0..6usize).prop_map(Step::Softmax),
+            (0..6usize).prop_map(Step::Drop),
+        ]
+    }
+
+    /// Runs `steps` over a pool of 4x4 tensors; returns every live tensor's values.
+    fn play(r: &Runtime, s: &Stream, steps: &[Step]) -> Vec<Vec<f32>> {
+        let mut pool: Vec<DeviceTensor> = (0..3)
+            .map(|k| {
+                let v: Vec<f32> = (0..16)
+                    .map(|i| ((i * 7 + k * 3) % 11) as f32 * 0.1 - 0.5)
+                    .collect();
+                upload(r, s, &[4, 4], &v)
+            })
+            .collect();
+        let pick = |pool: &Vec<DeviceTensor>, i: usize| pool[i % pool.len()].clone();
+        for st in steps {
+            let out = match st {
+                Step::Unary(o, i) => Some(op(r, s, o, &[&pick(&pool, *i)], Attrs::new())),
+                Step::Binary(o, i, j) => Some(op(
+                    r,
+                    s,
+                    o,
+                    &[&pick(&pool, *i), &pick(&pool, *j)],
+                    Attrs::new(),
+                )),
+                Step::InPlaceAdd(i, j) => {
+                    let (x, y) = (pick(&pool, *i), pick(&pool, *j));
+                    r.call_op(
+                        ops::lookup("add").unwrap(),
+                        &[x.clone(), y],
+                        &[x],
+                        &Attrs::new(),
+                        s,
+                    )
+                    .unwrap();
+                    None
+                }
+                Step::SumRows(i) => {
+                    let t = op(
+                        r,
+                        s,
+                        "sum",
+                        &[&pick(&pool, *i)],
+                        Attrs::new()
+                            .with("dim", Attr::Ints(vec![1]))
+                            .with("keepdim", Attr::Bool(true)),
+                    );
+                    Some(op(
+                        r,
+                        s,
+                        "expand",
+                        &[&t],
+                        Attrs::new().with("size", Attr::Ints(vec![4, 4])),
+                    ))
+                }
+                Step::MatMul(i, j) => Some(op(
+                    r,
+                    s,
+                    "matmul",
+                    &[&pick(&pool, *i), &pick(&pool, *j)],
+                    Attrs::new(),
+                )),
+                Step::Softmax(i) => Some(op(
+                    r,
+                    s,
+                    "softmax",
+                    &[&pick(&pool, *i)],
+                    Attrs::new().with("dim", Attr::Int(-1)),
+                )),
+                Step::Drop(i) => {
+                    if pool.len() > 2 {
+                        pool.remove(i % pool.len());
+                    }
+                    None
+                }
+            };
+            if let Some(t) = out {
+                pool.push(t);
+                if pool.len() > 6 {
+                    pool.remove(0);
+                }
+            }
+        }
+        pool.iter().map(|t| download(r, s, t)).collect()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+        #[test]
+        fn random_op_sequences_defer_equals_strict(steps in prop::collection::vec(step(), 1..24)) {
+            let r = rt();
+            let s = r.default_stream(0).unwrap();
+            let strict = play(&r, &s, &steps);
+            let deferred = in_mode(EagerMode::DeferAndFuse, || play(&r, &s, &steps));
+            prop_assert_eq!(strict.len(), deferred.len());
+            for (a, b) in strict.iter().zip(&deferred) {
+                for (x, y) in a.iter().zip(b) {
+                    prop_assert!((x - y).abs() <= 1e-4 * (1.0 + x.abs()) || (x.is_nan() && y.is_nan()), "{:?} vs {:?}", a, b);
+                }
+            }
+        }
+    }
+}

@@ -7,6 +7,7 @@ pub mod compile;
 pub mod copy;
 pub mod eager;
 pub mod error;
+pub mod fusion;
 pub mod ir;
 mod lazy;
 pub mod memory;

@@ -4,9 +4,11 @@
 //! the output layouts. All inputs are read before any output is written,
 //! so in-place ops are safe.
 
-use super::kernels::{eval_graph, HostTensor};
+use super::fused::{run_plan, LoopProgram};
+use super::kernels::HostTensor;
 use crate::copy::{for_each_run, Layout};
 use crate::error::{Error, Result};
+use crate::fusion::{self, KernelKind, Plan};
 use crate::ir::{Graph, TensorType};
 use crate::platform::Executable;
 use crate::tensor::DeviceTensor;
@@ -17,15 +19,34 @@ pub struct HostExecutable {
     graph: Graph,
     params: Vec<TensorType>,
     outputs: Vec<TensorType>,
+    plan: Plan,
+    /// The loop engine's program for each loop kernel of the plan.
+    programs: Vec<Option<LoopProgram>>,
 }
 
 impl HostExecutable {
     pub fn new(graph: Graph) -> Self {
+        let plan = fusion::plan(&graph);
+        let programs = plan
+            .kernels
+            .iter()
+            .map(|k| match k.kind {
+                // A group the loop engine cannot take runs node by node.
+                KernelKind::Loop { .. } => LoopProgram::compile(&graph, &plan, k).ok(),
+                KernelKind::Single => None,
+            })
+            .collect();
         HostExecutable {
             params: graph.param_types(),
             outputs: graph.output_types(),
+            plan,
+            programs,
             graph,
         }
+    }
+
+    pub fn plan(&self) -> &Plan {
+        &self.plan
     }
 
     pub fn graph(&self) -> &Graph {
@@ -84,9 +105,15 @@ impl Executable for HostExecutable {
 
     fn execute(&self, inputs: &[DeviceTensor], outputs: &[DeviceTensor]) -> Result<()> {
         crate::platform::check_io("host executable", self, inputs, outputs)?;
-        let host_inputs: Vec<HostTensor> = inputs.iter().map(read_tensor).collect::<Result<_>>()?;
-        let results = eval_graph(&self.graph, &host_inputs)?;
-        for (r, t) in results.iter().zip(outputs) {
+        let mut values: Vec<Option<HostTensor>> = vec![None; self.graph.num_values()];
+        for (p, t) in self.graph.params().iter().zip(inputs) {
+            values[p.0 as usize] = Some(read_tensor(t)?);
+        }
+        run_plan(&self.graph, &self.plan, &self.programs, &mut values)?;
+        for (v, t) in self.graph.outputs().iter().zip(outputs) {
+            let r = values[v.0 as usize]
+                .as_ref()
+                .ok_or_else(|| Error::Internal(format!("output %{} was not computed", v.0)))?;
             write_tensor(r, t)?;
         }
         Ok(())

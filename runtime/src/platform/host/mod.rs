@@ -8,6 +8,7 @@
 //! TensorCore and one SparseCore queue; the runtime's executors model them.
 
 mod executable;
+pub mod fused;
 pub mod kernels;
 mod memory;
 

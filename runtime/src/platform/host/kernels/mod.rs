@@ -182,6 +182,11 @@ pub fn read_device_tensor(t: &crate::tensor::DeviceTensor) -> Result<HostTensor>
     super::executable::read_tensor(t)
 }
 
+/// erf in f64, accurate to a few ulps (the kernels' own).
+pub fn erf(x: f64) -> f64 {
+    elementwise::erf_f64(x)
+}
+
 /// Row-major strides (in elements) of `dims`.
 pub fn contiguous_strides(dims: &[u64]) -> Vec<u64> {
     let mut s = vec![1u64; dims.len()];

@@ -1,0 +1,246 @@
+//! The fusion planner: the one place that decides where a kernel ends and
+//! the next begins. Platforms take its plan as it is.
+//!
+//! Rules, applied in graph order:
+//! - A *loop group* computes elementwise nodes (unary, binary, compare,
+//!   select, clamp, convert) that share one iteration shape, in one pass.
+//!   An elementwise node joins the newest group among its operands'
+//!   producers when that group is a loop over its shape without an
+//!   epilogue; otherwise it starts a new loop group.
+//! - A `reduce` over trailing dimensions of the newest loop group's shape,
+//!   whose operand that group computes, becomes the group's epilogue: the
+//!   same pass accumulates it. One set of trailing dimensions per group;
+//!   after an epilogue the group takes no more nodes.
+//! - *Loads*: a scalar constant, or a `broadcast_in_dim` / `reshape` whose
+//!   operand is stored (a parameter or another kernel's result), is not run
+//!   at all when only loop groups consume it and the graph does not return
+//!   it: the groups read its operand through its index map.
+//! - Loop groups hold f32, bf16, f16 and bool values; other dtypes run node
+//!   by node. Every other node is a kernel of its own.
+//! - A kernel stores a value when a later kernel (directly or through a
+//!   load) uses it, or the graph returns it; other values stay in the pass.
+
+use std::collections::HashSet;
+
+use crate::ir::{DType, Graph, Prim, ReduceOp, ValueId};
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum KernelKind {
+    /// One node, run by the platform's primitive kernel.
+    Single,
+    /// Elementwise nodes over `shape`; the last `reduce_dims` dimensions
+    /// are reduced by epilogue nodes (0 when there are none).
+    Loop { shape: Vec<u64>, reduce_dims: usize },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Kernel {
+    pub kind: KernelKind,
+    /// Indices into `graph.nodes()`, in graph order.
+    pub nodes: Vec<usize>,
+    /// Values this kernel must store, ascending.
+    pub stores: Vec<ValueId>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    pub kernels: Vec<Kernel>,
+    /// Load nodes that are not run: loop groups read through them.
+    pub folded_loads: HashSet<usize>,
+}
+
+impl Plan {
+    /// Nodes that run, one kernel per entry of `kernels`.
+    pub fn loop_count(&self) -> usize {
+        self.kernels
+            .iter()
+            .filter(|k| matches!(k.kind, KernelKind::Loop { .. }))
+            .count()
+    }
+}
+
+fn loop_dtype(d: DType) -> bool {
+    matches!(d, DType::F32 | DType::BF16 | DType::F16 | DType::Bool)
+}
+
+fn is_load(prim: &Prim) -> bool {
+    match prim {
+        Prim::Constant { dims, dtype, .. } => dims.is_empty() && loop_dtype(*dtype),
+        Prim::BroadcastInDim { .. } | Prim::Reshape { .. } => true,
+        _ => false,
+    }
+}
+
+pub fn plan(graph: &Graph) -> Plan {
+    let nodes = graph.nodes();
+    let mut producer: Vec<Option<usize>> = vec![None; graph.num_values()];
+    for (i, n) in nodes.iter().enumerate() {
+        for o in &n.outputs {
+            producer[o.0 as usize] = Some(i);
+        }
+    }
+    let mut consumers: Vec<Vec<usize>> = vec![vec![]; nodes.len()];
+    for (i, n) in nodes.iter().enumerate() {
+        for v in &n.inputs {
+            if let Some(p) = producer[v.0 as usize] {
+                consumers[p].push(i);
+            }
+        }
+    }
+    let returned: HashSet<ValueId> = graph.outputs().iter().copied().collect();
+
+    // 1. Kernels, in graph order.
+    let mut kernel_of: Vec<usize> = vec![usize::MAX; nodes.len()];
+    let mut kernels: Vec<Kernel> = Vec::new();
+    let is_loop =
+        |kernels: &Vec<Kernel>, k: usize| matches!(kernels[k].kind, KernelKind::Loop { .. });
+    for (i, n) in nodes.iter().enumerate() {
+        let out = graph.value_type(n.outputs[0]);
+        let elementwise = n.prim.is_elementwise()
+            && loop_dtype(out.dtype)
+            && n.inputs
+                .iter()
+                .all(|v| loop_dtype(graph.value_type(*v).dtype));
+        if elementwise {
+            let newest = n
+                .inputs
+                .iter()
+                .filter_map(|v| producer[v.0 as usize])
+                .map(|p| kernel_of[p])
+                .max();
+            let joinable = newest.filter(|&k| {
+                matches!(&kernels[k].kind, KernelKind::Loop { shape, reduce_dims: 0 } if *shape == out.dims)
+            });
+            let k = joinable.unwrap_or_else(|| {
+                kernels.push(Kernel {
+                    kind: KernelKind::Loop {
+                        shape: out.dims.clone(),
+                        reduce_dims: 0,
+                    },
+                    nodes: vec![],
+                    stores: vec![],
+                });
+                kernels.len() - 1
+            });
+            kernel_of[i] = k;
+            kernels[k].nodes.push(i);
+            continue;
+        }
+        if let Prim::Reduce { op, dimensions } = &n.prim {
+            let xt = graph.value_type(n.inputs[0]);
+            let r = dimensions.len();
+            let trailing = r > 0
+                && dimensions
+                    .iter()
+                    .enumerate()
+                    .all(|(j, &d)| d == xt.rank() - r + j);
+            let ok = trailing
+                && matches!(
+                    op,
+                    ReduceOp::Sum | ReduceOp::Max | ReduceOp::Min | ReduceOp::Prod
+                )
+                && matches!(xt.dtype, DType::F32 | DType::BF16 | DType::F16);
+            if ok {
+                let k = producer[n.inputs[0].0 as usize].map(|p| kernel_of[p]);
+                let fits = k.is_some_and(|k| {
+                    k + 1 == kernels.len()
+                        && matches!(&kernels[k].kind, KernelKind::Loop { shape, reduce_dims }
+                            if *shape == xt.dims && (*reduce_dims == 0 || *reduce_dims == r))
+                });
+                let k = if fits {
+                    k.unwrap_or_default()
+                } else {
+                    // A reduction of a stored value: a loop of its own.
+                    kernels.push(Kernel {
+                        kind: KernelKind::Single,
+                        nodes: vec![],
+                        stores: vec![],
+                    });
+                    kernels.len() - 1
+                };
+                kernels[k].kind = KernelKind::Loop {
+                    shape: xt.dims.clone(),
+                    reduce_dims: r,
+                };
+                kernel_of[i] = k;
+                kernels[k].nodes.push(i);
+                continue;
+            }
+        }
+        kernel_of[i] = kernels.len();
+        kernels.push(Kernel {
+            kind: KernelKind::Single,
+            nodes: vec![i],
+            stores: vec![],
+        });
+    }
+
+    // 2. Loads read through by loop groups. Reverse graph order, so each
+    //    consumer's decision is known: a load folds when every consumer is
+    //    a loop node or a folded load (chains of loads compose).
+    let mut folded: HashSet<usize> = HashSet::new();
+    for (i, n) in nodes.iter().enumerate().rev() {
+        if !is_load(&n.prim)
+            || n.outputs.iter().any(|o| returned.contains(o))
+            || consumers[i].is_empty()
+        {
+            continue;
+        }
+        let feeds_loops = consumers[i].iter().all(|&c| {
+            folded.contains(&c) || (is_loop(&kernels, kernel_of[c]) && !is_load(&nodes[c].prim))
+        });
+        if feeds_loops {
+            folded.insert(i);
+        }
+    }
+
+    // 3. Stores: a value crossing kernels (a folded load's use counts as a
+    //    use of its operand by the consumer's kernel), or returned.
+    let mut stores: Vec<HashSet<ValueId>> = vec![HashSet::new(); kernels.len()];
+    let need = |v: ValueId, user: usize, stores: &mut Vec<HashSet<ValueId>>| {
+        if let Some(p) = producer[v.0 as usize] {
+            if !folded.contains(&p) && kernel_of[p] != user {
+                stores[kernel_of[p]].insert(v);
+            }
+        }
+    };
+    for (i, n) in nodes.iter().enumerate() {
+        if folded.contains(&i) {
+            continue;
+        }
+        for v in &n.inputs {
+            // Through a chain of folded loads to the stored value it reads.
+            let mut v = *v;
+            while let Some(p) = producer[v.0 as usize].filter(|p| folded.contains(p)) {
+                match nodes[p].inputs.first() {
+                    Some(u) => v = *u,
+                    None => break, // a scalar constant: nothing to store
+                }
+            }
+            need(v, kernel_of[i], &mut stores);
+        }
+    }
+    for o in graph.outputs() {
+        if let Some(p) = producer[o.0 as usize] {
+            stores[kernel_of[p]].insert(*o);
+        }
+    }
+    let kernels = kernels
+        .into_iter()
+        .enumerate()
+        .filter(|(_, k)| !(k.nodes.len() == 1 && folded.contains(&k.nodes[0])))
+        .map(|(idx, mut k)| {
+            let mut s: Vec<ValueId> = stores[idx].iter().copied().collect();
+            s.sort();
+            k.stores = s;
+            k
+        })
+        .collect();
+    Plan {
+        kernels,
+        folded_loads: folded,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,399 @@
+//! Losses and their backward ops: nll_loss (aten nll_loss_forward, any
+//! number of trailing dimensions), nll_loss_backward, cross_entropy
+//! (log_softmax + nll, label smoothing, class-probability targets),
+//! mse_loss and mse_loss_backward. Half inputs compute in f32 and round
+//! the result once.
+
+use super::attrs::Attrs;
+use super::emit::Emitter;
+use super::support::{compute_dtype, iota, need_float, reduction, unsqueeze, Reduction};
+use super::{Arity, OpDef};
+use crate::error::{Error, Result};
+use crate::ir::{BinaryOp, CompareOp, DType, Prim, ReduceOp, UnaryOp, ValueId};
+
+/// Class indices as i32/i64 (narrower integers widen; others are errors).
+fn class_target(e: &mut Emitter, t: ValueId) -> Result<ValueId> {
+    match e.dtype(t) {
+        DType::I32 | DType::I64 => Ok(t),
+        DType::U8 | DType::I8 => e.convert(t, DType::I64),
+        _ => Err(Error::invalid(format!(
+            "target must hold class indices (an integer tensor), got {}",
+            e.ty(t)
+        ))),
+    }
+}
+
+/// The class dimension: 0 for an unbatched [C] input, else 1.
+fn class_dim(e: &Emitter, x: ValueId) -> Result<usize> {
+    match e.rank(x) {
+        0 => Err(Error::invalid("input needs at least 1 dimension, got a scalar")),
+        1 => Ok(0),
+        _ => Ok(1),
+    }
+}
+
+/// Checks target's shape: x's without the class dimension.
+fn check_target_shape(e: &Emitter, x: ValueId, t: ValueId) -> Result<()> {
+    let mut want = e.dims(x);
+    want.remove(class_dim(e, x)?);
+    if e.dims(t) != want {
+        return Err(Error::invalid(format!(
+            "expected target size {want:?} for input {:?}, got {:?}",
+            e.dims(x),
+            e.dims(t)
+        )));
+    }
+    Ok(())
+}
+
+/// The class weight vector in `cd`, checked against the class count.
+fn class_weight(e: &mut Emitter, w: ValueId, classes: u64, cd: DType) -> Result<ValueId> {
+    need_float(e, w, "weight")?;
+    if e.dims(w) != [classes] {
+        return Err(Error::invalid(format!(
+            "weight tensor should be defined either for all {classes} classes or no classes \
+             but got weight tensor of shape: {:?}",
+            e.dims(w)
+        )));
+    }
+    e.convert(w, cd)
+}
+
+/// Per-sample pieces of nll: (valid, per-sample weight, per-sample loss),
+/// each of target's shape, the last two in `cd`. Ignored samples have
+/// weight 0 and loss 0; a target outside 0..C that is not ignored is an
+/// error when the graph runs (from the gather).
+struct NllParts {
+    valid: ValueId,
+    weight: ValueId,
+    loss: ValueId,
+}
+
+fn nll_parts(
+    e: &mut Emitter,
+    x: ValueId,
+    target: ValueId,
+    weight: Option<ValueId>,
+    ignore_index: i64,
+) -> Result<NllParts> {
+    let cd = e.dtype(x);
+    let cdim = class_dim(e, x)?;
+    let classes = e.dims(x)[cdim];
+    let tdims = e.dims(target);
+    let ignore = e.scalar(e.dtype(target), ignore_index as f64)?;
+    let valid = e.compare(CompareOp::Ne, target, ignore)?;
+    let zero_index = e.full(e.dtype(target), &tdims, 0.0)?;
+    let safe = e.select(valid, target, zero_index)?;
+    // Gather along the class dimension with an index of x's rank.
+    let (xg, idx) = if cdim == 0 {
+        (e.reshape(x, &[1, classes])?, e.reshape(safe, &[1, 1])?)
+    } else {
+        (x, unsqueeze(e, safe, 1)?)
+    };
+    let picked = e.op(Prim::Gather { axis: 1 }, &[xg, idx])?;
+    let picked = e.reshape(picked, &tdims)?;
+    let zero = e.full(cd, &tdims, 0.0)?;
+    let w = match weight {
+        Some(w) => {
+            let w = class_weight(e, w, classes, cd)?;
+            e.op(Prim::Take { axis: 0 }, &[w, safe])?
+        }
+        None => e.full(cd, &tdims, 1.0)?,
+    };
+    let w = e.select(valid, w, zero)?;
+    let l = e.mul(picked, w)?;
+    let l = e.unary(UnaryOp::Neg, l)?;
+    let loss = e.select(valid, l, zero)?;
+    Ok(NllParts {
+        valid,
+        weight: w,
+        loss,
+    })
+}
+
+fn sum_all(e: &mut Emitter, x: ValueId) -> Result<ValueId> {
+    let dims: Vec<usize> = (0..e.rank(x)).collect();
+    e.reduce(ReduceOp::Sum, x, &dims, false)
+}
+
+/// Reduced nll and the total weight (sum of the weights of non-ignored
+/// samples; 0 for reduction none, as aten leaves it).
+fn reduce_nll(e: &mut Emitter, parts: &NllParts, r: Reduction) -> Result<(ValueId, ValueId)> {
+    let cd = e.dtype(parts.loss);
+    match r {
+        Reduction::None => Ok((parts.loss, e.scalar(cd, 0.0)?)),
+        Reduction::Sum => Ok((sum_all(e, parts.loss)?, sum_all(e, parts.weight)?)),
+        Reduction::Mean => {
+            let s = sum_all(e, parts.loss)?;
+            let tw = sum_all(e, parts.weight)?;
+            // All samples ignored gives 0 / 0 = nan, as torch.
+            Ok((e.div(s, tw)?, tw))
+        }
+    }
+}
+
+/// nll_loss(log_probs [N, C, d...] or [C], target [N, d...] or [],
+/// weight? [C]; reduction=mean, ignore_index=-100) -> (loss, total_weight).
+fn nll_loss(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let dt = need_float(e, x[0], "input")?;
+    let cd = compute_dtype(dt)?;
+    let target = class_target(e, x[1])?;
+    check_target_shape(e, x[0], target)?;
+    let r = reduction(a)?;
+    let ignore_index = a.int_or("ignore_index", -100)?;
+    let v = e.convert(x[0], cd)?;
+    let parts = nll_parts(e, v, target, x.get(2).copied(), ignore_index)?;
+    let (loss, tw) = reduce_nll(e, &parts, r)?;
+    Ok(vec![e.convert(loss, dt)?, e.convert(tw, dt)?])
+}
+
+/// nll_loss_backward(grad_output, log_probs, target, weight?, total_weight;
+/// reduction, ignore_index) -> grad_input: at [i, target_i] the value
+/// -w_i * g (divided by total_weight for mean), 0 elsewhere and for
+/// ignored samples.
+fn nll_loss_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let (g, input, target) = (x[0], x[1], x[2]);
+    let (weight, total_weight) = match x.len() {
+        4 => (None, x[3]),
+        _ => (Some(x[3]), x[4]),
+    };
+    let dt = need_float(e, input, "input")?;
+    let cd = compute_dtype(dt)?;
+    let target = class_target(e, target)?;
+    check_target_shape(e, input, target)?;
+    let r = reduction(a)?;
+    let ignore_index = a.int_or("ignore_index", -100)?;
+    let tdims = e.dims(target);
+    let want_g: &[u64] = if r == Reduction::None { &tdims } else { &[] };
+    if e.dims(g) != want_g {
+        return Err(Error::invalid(format!(
+            "grad_output must have shape {want_g:?} for reduction {r:?}, got {:?}",
+            e.dims(g)
+        )));
+    }
+    if e.rank(total_weight) != 0 {
+        return Err(Error::invalid(format!(
+            "total_weight must be a scalar, got {:?}",
+            e.dims(total_weight)
+        )));
+    }
+    let cdim = class_dim(e, input)?;
+    let xdims = e.dims(input);
+    let classes = xdims[cdim];
+    let ignore = e.scalar(e.dtype(target), ignore_index as f64)?;
+    let valid = e.compare(CompareOp::Ne, target, ignore)?;
+    let gc = e.convert(g, cd)?;
+    let w = match weight {
+        Some(w) => {
+            let w = class_weight(e, w, classes, cd)?;
+            let zero_index = e.full(e.dtype(target), &tdims, 0.0)?;
+            let safe = e.select(valid, target, zero_index)?;
+            e.op(Prim::Take { axis: 0 }, &[w, safe])?
+        }
+        None => e.full(cd, &tdims, 1.0)?,
+    };
+    let mut coef = e.mul(w, gc)?;
+    coef = e.unary(UnaryOp::Neg, coef)?;
+    if r == Reduction::Mean {
+        let tw = e.convert(total_weight, cd)?;
+        coef = e.div(coef, tw)?;
+    }
+    // One-hot of the target along the class dimension.
+    let classes_iota = iota(e, &xdims, cdim)?;
+    let t64 = e.convert(target, DType::I64)?;
+    let (t_b, valid_b, coef_b) = (
+        unsqueeze(e, t64, cdim)?,
+        unsqueeze(e, valid, cdim)?,
+        unsqueeze(e, coef, cdim)?,
+    );
+    let hit = e.compare(CompareOp::Eq, classes_iota, t_b)?;
+    let hit = e.binary(BinaryOp::And, hit, valid_b)?;
+    let zero = e.full(cd, &xdims, 0.0)?;
+    let grad = e.select(hit, coef_b, zero)?;
+    Ok(vec![e.convert(grad, dt)?])
+}
+
+/// log_softmax along `dim` in the value's dtype.
+fn log_softmax(e: &mut Emitter, v: ValueId, dim: usize) -> Result<ValueId> {
+    let m = e.reduce(ReduceOp::Max, v, &[dim], true)?;
+    let finite = e.unary(UnaryOp::IsFinite, m)?;
+    let zero = e.full_like(m, 0.0)?;
+    let m = e.select(finite, m, zero)?;
+    let sh = e.sub(v, m)?;
+    let ex = e.unary(UnaryOp::Exp, sh)?;
+    let s = e.reduce(ReduceOp::Sum, ex, &[dim], true)?;
+    let ls = e.unary(UnaryOp::Log, s)?;
+    e.sub(sh, ls)
+}
+
+/// The class weight shaped to broadcast against x along the class dim.
+fn weight_along(e: &mut Emitter, w: ValueId, x: ValueId, cdim: usize) -> Result<ValueId> {
+    let mut d = vec![1u64; e.rank(x)];
+    d[cdim] = e.dims(x)[cdim];
+    e.reshape(w, &d)
+}
+
+/// cross_entropy(logits, target, weight?; reduction=mean, ignore_index=-100,
+/// label_smoothing=0) -> loss. Class-index targets go through nll; a float
+/// target of the logits' shape holds class probabilities (torch's rule).
+fn cross_entropy(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let dt = need_float(e, x[0], "input")?;
+    let cd = compute_dtype(dt)?;
+    let r = reduction(a)?;
+    let ignore_index = a.int_or("ignore_index", -100)?;
+    let ls = a.float_or("label_smoothing", 0.0)?;
+    if !(0.0..=1.0).contains(&ls) {
+        return Err(Error::invalid(format!(
+            "label_smoothing must be between 0.0 and 1.0. Got: {ls}"
+        )));
+    }
+    let cdim = class_dim(e, x[0])?;
+    let classes = e.dims(x[0])[cdim];
+    let v = e.convert(x[0], cd)?;
+    let lp = log_softmax(e, v, cdim)?;
+    let weight = match x.get(2) {
+        Some(&w) => Some(class_weight(e, w, classes, cd)?),
+        None => None,
+    };
+    if e.dtype(x[1]).is_float() && e.dims(x[1]) == e.dims(x[0]) {
+        if ignore_index >= 0 {
+            return Err(Error::invalid(
+                "ignore_index is not supported for floating point target",
+            ));
+        }
+        let mut t = e.convert(x[1], cd)?;
+        if ls > 0.0 {
+            t = e.binary_scalar(BinaryOp::Mul, t, 1.0 - ls)?;
+            t = e.binary_scalar(BinaryOp::Add, t, ls / classes as f64)?;
+        }
+        let mut prod = e.mul(lp, t)?;
+        if let Some(w) = weight {
+            let wb = weight_along(e, w, lp, cdim)?;
+            prod = e.mul(prod, wb)?;
+        }
+        let loss = match r {
+            Reduction::None => e.reduce(ReduceOp::Sum, prod, &[cdim], false)?,
+            Reduction::Sum => sum_all(e, prod)?,
+            Reduction::Mean => {
+                let s = sum_all(e, prod)?;
+                let n = e.ty(x[0]).numel() / classes.max(1);
+                let n = if e.ty(x[0]).numel() == 0 { 0 } else { n };
+                let nv = e.scalar(cd, n as f64)?;
+                e.div(s, nv)?
+            }
+        };
+        let loss = e.unary(UnaryOp::Neg, loss)?;
+        return Ok(vec![e.convert(loss, dt)?]);
+    }
+    let target = class_target(e, x[1])?;
+    check_target_shape(e, x[0], target)?;
+    let parts = nll_parts(e, lp, target, weight, ignore_index)?;
+    let (nll, tw) = reduce_nll(e, &parts, r)?;
+    if ls == 0.0 {
+        return Ok(vec![e.convert(nll, dt)?]);
+    }
+    // Label smoothing: (1 - ls) * nll + ls / C * smooth, where smooth is
+    // -sum_c(w_c * lp_c) per sample (0 for ignored samples), normalized as
+    // nll is (by the total weight for mean).
+    let weighted = match weight {
+        Some(w) => {
+            let wb = weight_along(e, w, lp, cdim)?;
+            e.mul(lp, wb)?
+        }
+        None => lp,
+    };
+    let smooth = e.reduce(ReduceOp::Sum, weighted, &[cdim], false)?;
+    let smooth = e.unary(UnaryOp::Neg, smooth)?;
+    let zero = e.full_like(smooth, 0.0)?;
+    let smooth = e.select(parts.valid, smooth, zero)?;
+    let smooth = match r {
+        Reduction::None => smooth,
+        Reduction::Sum => sum_all(e, smooth)?,
+        Reduction::Mean => {
+            let s = sum_all(e, smooth)?;
+            e.div(s, tw)?
+        }
+    };
+    let a_part = e.binary_scalar(BinaryOp::Mul, nll, 1.0 - ls)?;
+    let b_part = e.binary_scalar(BinaryOp::Mul, smooth, ls / classes as f64)?;
+    let loss = e.add(a_part, b_part)?;
+    Ok(vec![e.convert(loss, dt)?])
+}
+
+/// Promoted float operands of mse_loss and their dtype.
+fn mse_operands(e: &mut Emitter, xs: &[ValueId]) -> Result<(Vec<ValueId>, DType)> {
+    let (xs, dt) = super::pointwise::promote(e, xs, &Attrs::new())?;
+    if !dt.is_float() {
+        return Err(Error::invalid(format!(
+            "needs floating-point inputs, got {dt}"
+        )));
+    }
+    let cd = compute_dtype(dt)?;
+    let xs = xs
+        .iter()
+        .map(|&v| e.convert(v, cd))
+        .collect::<Result<Vec<_>>>()?;
+    Ok((xs, dt))
+}
+
+/// mse_loss(input, target; reduction=mean): (input - target)^2, broadcast.
+fn mse_loss(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let r = reduction(a)?;
+    let (xs, dt) = mse_operands(e, x)?;
+    let d = e.sub(xs[0], xs[1])?;
+    let sq = e.mul(d, d)?;
+    let loss = match r {
+        Reduction::None => sq,
+        Reduction::Sum => sum_all(e, sq)?,
+        Reduction::Mean => {
+            let dims: Vec<usize> = (0..e.rank(sq)).collect();
+            super::reduction::mean_of(e, sq, &dims, false)?
+        }
+    };
+    Ok(vec![e.convert(loss, dt)?])
+}
+
+/// mse_loss_backward(grad_output, input, target; reduction) -> grad_input
+/// = norm * (input - target) * grad_output with norm 2 (2 / numel for
+/// mean, numel of the broadcast shape), in the broadcast shape.
+fn mse_loss_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let r = reduction(a)?;
+    let (xs, dt) = mse_operands(e, &x[1..])?;
+    let cd = e.dtype(xs[0]);
+    let d = e.sub(xs[0], xs[1])?;
+    let numel = e.ty(d).numel();
+    if r != Reduction::None && e.rank(x[0]) != 0 {
+        return Err(Error::invalid(format!(
+            "grad_output must be a scalar for reduction {r:?}, got {:?}",
+            e.dims(x[0])
+        )));
+    }
+    let norm = if r == Reduction::Mean {
+        2.0 / numel as f64
+    } else {
+        2.0
+    };
+    let normv = e.scalar(cd, norm)?;
+    let g = e.convert(x[0], cd)?;
+    let scaled = e.mul(normv, d)?;
+    let grad = e.mul(scaled, g)?;
+    Ok(vec![e.convert(grad, dt)?])
+}
+
+macro_rules! def {
+    ($name:literal, $n:expr, $f:ident) => {
+        OpDef {
+            name: $name,
+            arity: $n,
+            build: $f,
+        }
+    };
+}
+
+pub(super) const OPS: &[OpDef] = &[
+    def!("nll_loss", Arity::Between(2, 3), nll_loss),
+    def!("nll_loss_backward", Arity::Between(4, 5), nll_loss_backward),
+    def!("cross_entropy", Arity::Between(2, 3), cross_entropy),
+    def!("mse_loss", Arity::Exactly(2), mse_loss),
+    def!("mse_loss_backward", Arity::Exactly(3), mse_loss_backward),
+];

@@ -1,0 +1,1011 @@
+//! The host platform's loop engine: runs one loop group of the fusion plan
+//! in a single pass over the iteration space, in chunks that stay in the
+//! L1 cache. Values are f32 registers; a node whose result is bf16 or f16
+//! rounds its register to that precision, so fused results equal the
+//! node-by-node results. Trailing-dimension reductions accumulate in f64
+//! (as the reduce kernel does) while the pass runs.
+
+use std::collections::HashMap;
+
+use half::{bf16, f16};
+
+use super::kernels::{self, HostTensor};
+use crate::error::{Error, Result};
+use crate::fusion::{Kernel, KernelKind, Plan};
+use crate::ir::{BinaryOp, CompareOp, DType, Graph, Prim, ReduceOp, UnaryOp, ValueId};
+
+/// Elements per chunk: 16 KiB of f32 per register, so a dozen registers
+/// stay in L1/L2.
+const CHUNK: usize = 4096;
+
+/// Where a loop reads an outside value from.
+#[derive(Clone, Debug)]
+enum Source {
+    /// A stored value, indexed as `sum(index[d] * strides[d])` over the
+    /// loop's shape (strides 0 where it broadcasts).
+    Strided { value: ValueId, strides: Vec<u64> },
+    /// A scalar constant.
+    Splat(f32),
+}
+
+#[derive(Clone, Debug)]
+enum Inst {
+    Load {
+        dst: usize,
+        src: usize,
+    },
+    /// A convert: a move, then the `Round` that follows it.
+    Move {
+        dst: usize,
+        a: usize,
+    },
+    Unary {
+        op: UnaryOp,
+        dst: usize,
+        a: usize,
+    },
+    Binary {
+        op: BinaryOp,
+        dst: usize,
+        a: usize,
+        b: usize,
+    },
+    Compare {
+        op: CompareOp,
+        dst: usize,
+        a: usize,
+        b: usize,
+    },
+    Select {
+        dst: usize,
+        p: usize,
+        a: usize,
+        b: usize,
+    },
+    Clamp {
+        dst: usize,
+        lo: usize,
+        x: usize,
+        hi: usize,
+    },
+    /// Round a register to a dtype's precision (after a node of that dtype).
+    Round {
+        reg: usize,
+        dtype: DType,
+    },
+}
+
+#[derive(Clone, Debug)]
+struct Epilogue {
+    op: ReduceOp,
+    reg: usize,
+    out: ValueId,
+    dtype: DType,
+}
+
+/// A loop group compiled for the host.
+#[derive(Clone, Debug)]
+pub struct LoopProgram {
+    shape: Vec<u64>,
+    /// Elements reduced per epilogue output (1 without epilogues).
+    reduce_len: u64,
+    sources: Vec<Source>,
+    insts: Vec<Inst>,
+    registers: usize,
+    /// Stored loop values: (register, value, dtype).
+    stores: Vec<(usize, ValueId, DType)>,
+    epilogues: Vec<Epilogue>,
+    /// Folded loads that could not be expressed as strides: evaluated
+    /// before the pass (node index).
+    materialize: Vec<usize>,
+}
+
+fn contiguous(dims: &[u64]) -> Vec<u64> {
+    kernels::contiguous_strides(dims)
+}
+
+/// The value of a chain of folded loads that ends in a scalar constant.
+fn splat_through(
+    graph: &Graph,
+    plan: &Plan,
+    producer: &[Option<usize>],
+    v: ValueId,
+) -> Option<f32> {
+    let mut cur = v;
+    loop {
+        let p = producer[cur.0 as usize].filter(|p| plan.folded_loads.contains(p))?;
+        match &graph.nodes()[p].prim {
+            Prim::Constant { dtype, bytes, .. } => {
+                return Some(crate::ir::literal::decode(*dtype, bytes, 0) as f32)
+            }
+            _ => cur = *graph.nodes()[p].inputs.first()?,
+        }
+    }
+}
+
+/// The strides over `shape` that read `node`'s output through a chain of
+/// folded loads, or None when the chain is not a strided view.
+fn strides_through(
+    graph: &Graph,
+    plan: &Plan,
+    producer: &[Option<usize>],
+    v: ValueId,
+    shape: &[u64],
+) -> Option<(ValueId, Vec<u64>)> {
+    // Walk down to the stored value, remembering the loads on the way.
+    let mut chain = Vec::new();
+    let mut cur = v;
+    while let Some(p) = producer[cur.0 as usize].filter(|p| plan.folded_loads.contains(p)) {
+        chain.push(p);
+        cur = *graph.nodes()[p].inputs.first()?;
+    }
+    // Strides of `cur` as a contiguous tensor, then apply loads outward.
+    let mut dims = graph.value_type(cur).dims.clone();
+    let mut strides = contiguous(&dims);
+    for &p in chain.iter().rev() {
+        match &graph.nodes()[p].prim {
+            Prim::Reshape { dims: nd } => {
+                // Only a relabel of a contiguous layout is strided.
+                if strides != contiguous(&dims) {
+                    return None;
+                }
+                dims = nd.clone();
+                strides = contiguous(&dims);
+            }
+            Prim::BroadcastInDim { dims: nd, mapping } => {
+                let mut ns = vec![0u64; nd.len()];
+                for (i, &m) in mapping.iter().enumerate() {
+                    ns[m] = if dims[i] == 1 { 0 } else { strides[i] };
+                }
+                dims = nd.clone();
+                strides = ns;
+            }
+            _ => return None,
+        }
+    }
+    (dims == shape).then_some((cur, strides))
+}
+
+impl LoopProgram {
+    pub fn compile(graph: &Graph, plan: &Plan, kernel: &Kernel) -> Result<LoopProgram> {
+        let KernelKind::Loop { shape, reduce_dims } = &kernel.kind else {
+            return Err(Error::Internal("not a loop kernel".into()));
+        };
+        let nodes = graph.nodes();
+        let mut producer: Vec<Option<usize>> = vec![None; graph.num_values()];
+        for (i, n) in nodes.iter().enumerate() {
+            for o in &n.outputs {
+                producer[o.0 as usize] = Some(i);
+            }
+        }
+        let in_group: std::collections::HashSet<usize> = kernel.nodes.iter().copied().collect();
+        let mut reg_of: HashMap<ValueId, usize> = HashMap::new();
+        let mut registers = 0usize;
+        let mut sources: Vec<Source> = Vec::new();
+        let mut source_of: HashMap<ValueId, usize> = HashMap::new();
+        let mut insts = Vec::new();
+        let mut epilogues = Vec::new();
+        let mut materialize = Vec::new();
+        let reduce_len: u64 = shape[shape.len() - reduce_dims..].iter().product();
+
+        for &i in &kernel.nodes {
+            let n = &nodes[i];
+            // Operand registers, loading outside values on first use.
+            let mut operand =
+                |v: ValueId, insts: &mut Vec<Inst>, registers: &mut usize| -> Result<usize> {
+                    if let Some(&r) = reg_of.get(&v) {
+                        return Ok(r);
+                    }
+                    let src = if let Some(&s) = source_of.get(&v) {
+                        s
+                    } else {
+                        let source = match splat_through(graph, plan, &producer, v) {
+                            Some(x) => Source::Splat(x),
+                            None => match strides_through(graph, plan, &producer, v, shape) {
+                                Some((value, strides)) => Source::Strided { value, strides },
+                                None => {
+                                    // Evaluate the folded chain up front.
+                                    let mut chain = vec![];
+                                    let mut cur = v;
+                                    while let Some(p) = producer[cur.0 as usize]
+                                        .filter(|p| plan.folded_loads.contains(p))
+                                    {
+                                        chain.push(p);
+                                        match nodes[p].inputs.first() {
+                                            Some(u) => cur = *u,
+                                            None => break,
+                                        }
+                                    }
+                                    chain.reverse();
+                                    materialize.extend(chain);
+                                    Source::Strided {
+                                        value: v,
+                                        strides: contiguous(shape),
+                                    }
+                                }
+                            },
+                        };
+                        sources.push(source);
+                        source_of.insert(v, sources.len() - 1);
+                        sources.len() - 1
+                    };
+                    let dst = *registers;
+                    *registers += 1;
+                    insts.push(Inst::Load { dst, src });
+                    reg_of.insert(v, dst);
+                    Ok(dst)
+                };
+            if let Prim::Reduce { op, .. } = &n.prim {
+                let reg = operand(n.inputs[0], &mut insts, &mut registers)?;
+                epilogues.push(Epilogue {
+                    op: *op,
+                    reg,
+                    out: n.outputs[0],
+                    dtype: graph.value_type(n.outputs[0]).dtype,
+                });
+                continue;
+            }
+            let ins: Vec<usize> = n
+                .inputs
+                .iter()
+                .map(|v| operand(*v, &mut insts, &mut registers))
+                .collect::<Result<_>>()?;
+            let dst = registers;
+            registers += 1;
+            let inst = match &n.prim {
+                Prim::Unary(op) => Inst::Unary {
+                    op: *op,
+                    dst,
+                    a: ins[0],
+                },
+                Prim::Binary(op) => Inst::Binary {
+                    op: *op,
+                    dst,
+                    a: ins[0],
+                    b: ins[1],
+                },
+                Prim::Compare(op) => Inst::Compare {
+                    op: *op,
+                    dst,
+                    a: ins[0],
+                    b: ins[1],
+                },
+                Prim::Select => Inst::Select {
+                    dst,
+                    p: ins[0],
+                    a: ins[1],
+                    b: ins[2],
+                },
+                Prim::Clamp => Inst::Clamp {
+                    dst,
+                    lo: ins[0],
+                    x: ins[1],
+                    hi: ins[2],
+                },
+                Prim::Convert { .. } => Inst::Move { dst, a: ins[0] },
+                other => return Err(Error::Internal(format!("{} in a loop group", other.name()))),
+            };
+            insts.push(inst);
+            let dtype = graph.value_type(n.outputs[0]).dtype;
+            if dtype != DType::F32 {
+                insts.push(Inst::Round { reg: dst, dtype });
+            }
+            reg_of.insert(n.outputs[0], dst);
+        }
+        let stores = kernel
+            .stores
+            .iter()
+            .filter(|v| {
+                producer[v.0 as usize].is_some_and(|p| in_group.contains(&p))
+                    && !epilogues.iter().any(|e: &Epilogue| e.out == **v)
+            })
+            .map(|v| (reg_of[v], *v, graph.value_type(*v).dtype))
+            .collect();
+        Ok(LoopProgram {
+            shape: shape.clone(),
+            reduce_len,
+            sources,
+            insts,
+            registers,
+            stores,
+            epilogues,
+            materialize,
+        })
+    }
+
+    /// Run the pass: read sources from `values`, write stored values and
+    /// epilogue results into `values`.
+    pub fn run(&self, graph: &Graph, values: &mut [Option<HostTensor>]) -> Result<()> {
+        for &p in &self.materialize {
+            let n = &graph.nodes()[p];
+            let ins: Vec<&HostTensor> = n
+                .inputs
+                .iter()
+                .map(|v| {
+                    values[v.0 as usize]
+                        .as_ref()
+                        .ok_or_else(|| Error::Internal("missing value".into()))
+                })
+                .collect::<Result<_>>()?;
+            let outs = kernels::eval(&n.prim, &ins)?;
+            for (o, t) in n.outputs.iter().zip(outs) {
+                values[o.0 as usize] = Some(t);
+            }
+        }
+        let n: u64 = self.shape.iter().product();
+        let rank = self.shape.len();
+        let mut outs: Vec<HostTensor> = self
+            .stores
+            .iter()
+            .map(|(_, v, _)| HostTensor::zeros(graph.value_type(*v).clone()))
+            .collect();
+        let mut red_outs: Vec<HostTensor> = self
+            .epilogues
+            .iter()
+            .map(|e| HostTensor::zeros(graph.value_type(e.out).clone()))
+            .collect();
+        let mut acc: Vec<f64> = self.epilogues.iter().map(|e| identity(e.op)).collect();
+        // Source data as f32 views (converted once if not f32).
+        let src_data: Vec<std::borrow::Cow<'_, [f32]>> = self
+            .sources
+            .iter()
+            .map(|s| match s {
+                Source::Splat(_) => Ok(std::borrow::Cow::Borrowed(&[][..])),
+                Source::Strided { value, .. } => {
+                    let t = values[value.0 as usize].as_ref().ok_or_else(|| {
+                        Error::Internal(format!("loop source %{} is not stored", value.0))
+                    })?;
+                    Ok(as_f32(t))
+                }
+            })
+            .collect::<Result<_>>()?;
+        let mut regs = vec![0f32; self.registers.max(1) * CHUNK];
+        // Iterate rows along the last dimension, chunked.
+        let last = if rank == 0 { 1 } else { self.shape[rank - 1] };
+        let rows = n.checked_div(last).unwrap_or(0);
+        let mut index = vec![0u64; rank.saturating_sub(1)];
+        for row in 0..rows {
+            // Base offset of each source at this row.
+            let bases: Vec<u64> = self
+                .sources
+                .iter()
+                .map(|s| match s {
+                    Source::Strided { strides, .. } => {
+                        index.iter().zip(strides).map(|(i, s)| i * s).sum()
+                    }
+                    Source::Splat(_) => 0,
+                })
+                .collect();
+            let mut start = 0u64;
+            while start < last {
+                let len = (last - start).min(CHUNK as u64) as usize;
+                for inst in &self.insts {
+                    self.exec(inst, &mut regs, len, &src_data, &bases, start)?;
+                }
+                let flat0 = row * last + start;
+                for ((reg, _, dtype), out) in self.stores.iter().zip(outs.iter_mut()) {
+                    store(
+                        out,
+                        *dtype,
+                        flat0 as usize,
+                        &regs[reg * CHUNK..reg * CHUNK + len],
+                    );
+                }
+                for (k, e) in self.epilogues.iter().enumerate() {
+                    let r = &regs[e.reg * CHUNK..e.reg * CHUNK + len];
+                    // The chunk may span several reduction rows (short rows).
+                    let mut off = 0usize;
+                    while off < len {
+                        let flat = flat0 + off as u64;
+                        let to_end = (self.reduce_len - flat % self.reduce_len) as usize;
+                        let take = to_end.min(len - off);
+                        acc[k] = accumulate(e.op, acc[k], &r[off..off + take]);
+                        off += take;
+                        if (flat + take as u64).is_multiple_of(self.reduce_len) {
+                            let outer = ((flat + take as u64) / self.reduce_len - 1) as usize;
+                            store(&mut red_outs[k], e.dtype, outer, &[acc[k] as f32]);
+                            acc[k] = identity(e.op);
+                        }
+                    }
+                }
+                start += len as u64;
+            }
+            // Advance the row index (odometer over all but the last dim).
+            for d in (0..index.len()).rev() {
+                index[d] += 1;
+                if index[d] < self.shape[d] {
+                    break;
+                }
+                index[d] = 0;
+            }
+        }
+        if n == 0 || last == 0 {
+            // Empty iteration space: reductions give their identity.
+            for (k, e) in self.epilogues.iter().enumerate() {
+                let m = red_outs[k].numel();
+                for j in 0..m {
+                    store(&mut red_outs[k], e.dtype, j, &[identity(e.op) as f32]);
+                }
+            }
+        }
+        for ((_, v, _), t) in self.stores.iter().zip(outs) {
+            values[v.0 as usize] = Some(t);
+        }
+        for (e, t) in self.epilogues.iter().zip(red_outs) {
+            values[e.out.0 as usize] = Some(t);
+        }
+        Ok(())
+    }
+
+    fn exec(
+        &self,
+        inst: &Inst,
+        regs: &mut [f32],
+        len: usize,
+        src: &[std::borrow::Cow<'_, [f32]>],
+        bases: &[u64],
+        start: u64,
+    ) -> Result<()> {
+        // Split the register file so a destination and its operands can be
+        // borrowed at once (operands are always earlier registers or equal).
+        macro_rules! two {
+            ($dst:expr, $a:expr) => {{
+                let (lo, hi) = regs.split_at_mut($dst * CHUNK);
+                (&mut hi[..len], &lo[$a * CHUNK..$a * CHUNK + len])
+            }};
+        }
+        match *inst {
+            Inst::Load { dst, src: s } => {
+                let out = &mut regs[dst * CHUNK..dst * CHUNK + len];
+                match &self.sources[s] {
+                    Source::Splat(v) => out.fill(*v),
+                    Source::Strided { strides, .. } => {
+                        let step = *strides.last().unwrap_or(&0);
+                        let data = &src[s];
+                        let base = (bases[s] + start * step) as usize;
+                        if step == 1 {
+                            out.copy_from_slice(&data[base..base + len]);
+                        } else if step == 0 {
+                            out.fill(data.get(base).copied().unwrap_or(0.0));
+                        } else {
+                            for (j, o) in out.iter_mut().enumerate() {
+                                *o = data[base + j * step as usize];
+                            }
+                        }
+                    }
+                }
+            }
+            Inst::Unary { op, dst, a } => {
+                let (out, x) = two!(dst, a);
+                unary(op, out, x);
+            }
+            Inst::Move { dst, a } => {
+                let (out, x) = two!(dst, a);
+                out.copy_from_slice(x);
+            }
+            Inst::Binary { op, dst, a, b } => {
+                let (lo, hi) = regs.split_at_mut(dst * CHUNK);
+                let (x, y) = (
+                    &lo[a * CHUNK..a * CHUNK + len],
+                    &lo[b * CHUNK..b * CHUNK + len],
+                );
+                binary(op, &mut hi[..len], x, y);
+            }
+            Inst::Compare { op, dst, a, b } => {
+                let (lo, hi) = regs.split_at_mut(dst * CHUNK);
+                let (x, y) = (
+                    &lo[a * CHUNK..a * CHUNK + len],
+                    &lo[b * CHUNK..b * CHUNK + len],
+                );
+                let out = &mut hi[..len];
+                for j in 0..len {
+                    let r = match op {
+                        CompareOp::Eq => x[j] == y[j],
+                        CompareOp::Ne => x[j] != y[j],
+                        CompareOp::Lt => x[j] < y[j],
+                        CompareOp::Le => x[j] <= y[j],
+                        CompareOp::Gt => x[j] > y[j],
+                        CompareOp::Ge => x[j] >= y[j],
+                    };
+                    out[j] = r as u8 as f32;
+                }
+            }
+            Inst::Select { dst, p, a, b } => {
+                let (lo, hi) = regs.split_at_mut(dst * CHUNK);
+                let out = &mut hi[..len];
+                let (pr, x, y) = (
+                    &lo[p * CHUNK..p * CHUNK + len],
+                    &lo[a * CHUNK..a * CHUNK + len],
+                    &lo[b * CHUNK..b * CHUNK + len],
+                );
+                for j in 0..len {
+                    out[j] = if pr[j] != 0.0 { x[j] } else { y[j] };
+                }
+            }
+            Inst::Clamp {
+                dst,
+                lo: l,
+                x,
+                hi: h,
+            } => {
+                let (lo, hi) = regs.split_at_mut(dst * CHUNK);
+                let out = &mut hi[..len];
+                let (a, v, b) = (
+                    &lo[l * CHUNK..l * CHUNK + len],
+                    &lo[x * CHUNK..x * CHUNK + len],
+                    &lo[h * CHUNK..h * CHUNK + len],
+                );
+                for j in 0..len {
+                    out[j] = if v[j].is_nan() {
+                        v[j]
+                    } else {
+                        b[j].min(a[j].max(v[j]))
+                    };
+                    if a[j] > b[j] {
+                        out[j] = b[j];
+                    }
+                }
+            }
+            Inst::Round { reg, dtype } => {
+                let r = &mut regs[reg * CHUNK..reg * CHUNK + len];
+                match dtype {
+                    DType::BF16 => r.iter_mut().for_each(|v| *v = bf16::from_f32(*v).to_f32()),
+                    DType::F16 => r.iter_mut().for_each(|v| *v = f16::from_f32(*v).to_f32()),
+                    DType::Bool => r.iter_mut().for_each(|v| *v = (*v != 0.0) as u8 as f32),
+                    _ => {}
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn as_f32(t: &HostTensor) -> std::borrow::Cow<'_, [f32]> {
+    match t.dtype() {
+        DType::F32 => std::borrow::Cow::Borrowed(t.as_slice::<f32>()),
+        DType::BF16 => {
+            std::borrow::Cow::Owned(t.as_slice::<bf16>().iter().map(|v| v.to_f32()).collect())
+        }
+        DType::F16 => {
+            std::borrow::Cow::Owned(t.as_slice::<f16>().iter().map(|v| v.to_f32()).collect())
+        }
+        _ => std::borrow::Cow::Owned((0..t.numel()).map(|i| t.get_f64(i) as f32).collect()),
+    }
+}
+
+fn store(out: &mut HostTensor, dtype: DType, at: usize, vals: &[f32]) {
+    match dtype {
+        DType::F32 => out.as_slice_mut::<f32>()[at..at + vals.len()].copy_from_slice(vals),
+        DType::BF16 => {
+            for (o, v) in out.as_slice_mut::<bf16>()[at..at + vals.len()]
+                .iter_mut()
+                .zip(vals)
+            {
+                *o = bf16::from_f32(*v);
+            }
+        }
+        DType::F16 => {
+            for (o, v) in out.as_slice_mut::<f16>()[at..at + vals.len()]
+                .iter_mut()
+                .zip(vals)
+            {
+                *o = f16::from_f32(*v);
+            }
+        }
+        DType::Bool => {
+            for (o, v) in out.as_slice_mut::<u8>()[at..at + vals.len()]
+                .iter_mut()
+                .zip(vals)
+            {
+                *o = (*v != 0.0) as u8;
+            }
+        }
+        _ => {}
+    }
+}
+
+fn identity(op: ReduceOp) -> f64 {
+    match op {
+        ReduceOp::Sum | ReduceOp::Or => 0.0,
+        ReduceOp::Prod | ReduceOp::And => 1.0,
+        ReduceOp::Max => f64::NEG_INFINITY,
+        ReduceOp::Min => f64::INFINITY,
+    }
+}
+
+fn accumulate(op: ReduceOp, acc: f64, xs: &[f32]) -> f64 {
+    match op {
+        ReduceOp::Sum => {
+            // Four f64 lanes, then combined: vectorizes and stays accurate.
+            let mut lanes = [0f64; 4];
+            let mut chunks = xs.chunks_exact(4);
+            for c in &mut chunks {
+                for k in 0..4 {
+                    lanes[k] += c[k] as f64;
+                }
+            }
+            let tail: f64 = chunks.remainder().iter().map(|&v| v as f64).sum();
+            acc + (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]) + tail
+        }
+        ReduceOp::Prod => xs.iter().fold(acc, |a, &v| a * v as f64),
+        ReduceOp::Max => xs.iter().fold(acc, |a, &v| {
+            if a.is_nan() || (v as f64) > a || v.is_nan() {
+                v as f64
+            } else {
+                a
+            }
+        }),
+        ReduceOp::Min => xs.iter().fold(acc, |a, &v| {
+            if a.is_nan() || (v as f64) < a || v.is_nan() {
+                v as f64
+            } else {
+                a
+            }
+        }),
+        ReduceOp::And | ReduceOp::Or => acc,
+    }
+}
+
+fn unary(op: UnaryOp, out: &mut [f32], x: &[f32]) {
+    macro_rules! map {
+        ($f:expr) => {
+            for (o, &v) in out.iter_mut().zip(x) {
+                *o = $f(v);
+            }
+        };
+    }
+    match op {
+        UnaryOp::Neg => map!(|v: f32| -v),
+        UnaryOp::Abs => map!(|v: f32| v.abs()),
+        UnaryOp::Exp => map!(|v: f32| v.exp()),
+        UnaryOp::Expm1 => map!(|v: f32| v.exp_m1()),
+        UnaryOp::Log => map!(|v: f32| v.ln()),
+        UnaryOp::Log1p => map!(|v: f32| v.ln_1p()),
+        UnaryOp::Sqrt => map!(|v: f32| v.sqrt()),
+        UnaryOp::Rsqrt => map!(|v: f32| 1.0 / v.sqrt()),
+        UnaryOp::Tanh => map!(|v: f32| v.tanh()),
+        UnaryOp::Logistic => map!(|v: f32| 1.0 / (1.0 + (-v).exp())),
+        UnaryOp::Sin => map!(|v: f32| v.sin()),
+        UnaryOp::Cos => map!(|v: f32| v.cos()),
+        UnaryOp::Erf => map!(erf_f32),
+        UnaryOp::Floor => map!(|v: f32| v.floor()),
+        UnaryOp::Ceil => map!(|v: f32| v.ceil()),
+        UnaryOp::Round => map!(|v: f32| v.round_ties_even()),
+        UnaryOp::Sign => map!(|v: f32| if v > 0.0 {
+            1.0
+        } else if v < 0.0 {
+            -1.0
+        } else {
+            v
+        }),
+        UnaryOp::Not => map!(|v: f32| (v == 0.0) as u8 as f32),
+        UnaryOp::IsFinite => map!(|v: f32| v.is_finite() as u8 as f32),
+    }
+}
+
+fn binary(op: BinaryOp, out: &mut [f32], x: &[f32], y: &[f32]) {
+    macro_rules! zip {
+        ($f:expr) => {
+            for ((o, &a), &b) in out.iter_mut().zip(x).zip(y) {
+                *o = $f(a, b);
+            }
+        };
+    }
+    match op {
+        BinaryOp::Add => zip!(|a: f32, b: f32| a + b),
+        BinaryOp::Sub => zip!(|a: f32, b: f32| a - b),
+        BinaryOp::Mul => zip!(|a: f32, b: f32| a * b),
+        BinaryOp::Div => zip!(|a: f32, b: f32| a / b),
+        BinaryOp::Rem => zip!(|a: f32, b: f32| a % b),
+        BinaryOp::Pow => zip!(|a: f32, b: f32| a.powf(b)),
+        BinaryOp::Max => zip!(|a: f32, b: f32| if a.is_nan() || b.is_nan() {
+            f32::NAN
+        } else {
+            a.max(b)
+        }),
+        BinaryOp::Min => zip!(|a: f32, b: f32| if a.is_nan() || b.is_nan() {
+            f32::NAN
+        } else {
+            a.min(b)
+        }),
+        BinaryOp::And => zip!(|a: f32, b: f32| (a != 0.0 && b != 0.0) as u8 as f32),
+        BinaryOp::Or => zip!(|a: f32, b: f32| (a != 0.0 || b != 0.0) as u8 as f32),
+        BinaryOp::Xor => zip!(|a: f32, b: f32| ((a != 0.0) != (b != 0.0)) as u8 as f32),
+        BinaryOp::Atan2 => zip!(|a: f32, b: f32| a.atan2(b)),
+    }
+}
+
+/// erf for f32: the host kernel's accurate erf, computed in f64.
+fn erf_f32(x: f32) -> f32 {
+    kernels::erf(x as f64) as f32
+}
+
+/// Run a whole plan over `values` (parameters set; results filled in).
+pub fn run_plan(
+    graph: &Graph,
+    plan: &Plan,
+    programs: &[Option<LoopProgram>],
+    values: &mut [Option<HostTensor>],
+) -> Result<()> {
+    for (k, kernel) in plan.kernels.iter().enumerate() {
+        match (&kernel.kind, &programs[k]) {
+            (KernelKind::Loop { .. }, Some(p)) => p.run(graph, values)?,
+            _ => {
+                for &i in &kernel.nodes {
+                    let n = &graph.nodes()[i];
+                    let ins: Vec<&HostTensor> = n
+                        .inputs
+                        .iter()
+                        .map(|v| {
+                            values[v.0 as usize]
+                                .as_ref()
+                                .ok_or_else(|| Error::Internal(format!("value %{} missing", v.0)))
+                        })
+                        .collect::<Result<_>>()?;
+                    let outs = kernels::eval(&n.prim, &ins)?;
+                    for (o, t) in n.outputs.iter().zip(outs) {
+                        values[o.0 as usize] = Some(t);
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::TensorType;
+    use crate::ops::{self, Attr, Attrs};
+    use crate::platform::host::kernels::eval_graph;
+    use proptest::prelude::*;
+
+    fn input(ty: &TensorType, seed: u64) -> HostTensor {
+        let n = ty.numel() as usize;
+        let vals: Vec<f64> = (0..n)
+            .map(|i| {
+                let h = (i as u64 ^ seed).wrapping_mul(0x9E3779B97F4A7C15) >> 40;
+                (h as f64 / (1u64 << 24) as f64) * 4.0 - 2.0
+            })
+            .collect();
+        HostTensor::from_f64(ty.dtype, &ty.dims, &vals).unwrap()
+    }
+
+    /// The fused plan gives the node-by-node reference result.
+    fn check(graph: &Graph, tol: f64) {
+        let inputs: Vec<HostTensor> = graph
+            .param_types()
+            .iter()
+            .enumerate()
+            .map(|(i, t)| input(t, i as u64))
+            .collect();
+        let want = eval_graph(graph, &inputs).unwrap();
+        let plan = crate::fusion::plan(graph);
+        let programs: Vec<Option<LoopProgram>> = plan
+            .kernels
+            .iter()
+            .map(|k| match k.kind {
+                KernelKind::Loop { .. } => Some(LoopProgram::compile(graph, &plan, k).unwrap()),
+                KernelKind::Single => None,
+            })
+            .collect();
+        let mut values: Vec<Option<HostTensor>> = vec![None; graph.num_values()];
+        for (p, t) in graph.params().iter().zip(&inputs) {
+            values[p.0 as usize] = Some(t.clone());
+        }
+        run_plan(graph, &plan, &programs, &mut values).unwrap();
+        for (o, w) in graph.outputs().iter().zip(&want) {
+            let got = values[o.0 as usize].as_ref().unwrap();
+            assert_eq!(got.ty, w.ty);
+            for (i, (a, b)) in got.to_f64_vec().iter().zip(w.to_f64_vec()).enumerate() {
+                let ok = (a.is_nan() && b.is_nan()) || (a - b).abs() <= tol * (1.0 + b.abs());
+                assert!(ok, "element {i}: fused {a} vs reference {b}\n{graph}");
+            }
+        }
+    }
+
+    fn op(name: &str, ins: &[TensorType], attrs: Attrs) -> Graph {
+        ops::build_graph(ops::lookup(name).unwrap(), ins, &attrs).unwrap()
+    }
+
+    #[test]
+    fn fused_ops_equal_the_reference() {
+        let f = |d: &[u64]| TensorType::new(DType::F32, d);
+        let h = |d: &[u64]| TensorType::new(DType::BF16, d);
+        check(&op("gelu", &[f(&[33, 70])], Attrs::new()), 1e-6);
+        check(
+            &op(
+                "gelu",
+                &[h(&[9, 16])],
+                Attrs::new().with("approximate", Attr::Str("tanh".into())),
+            ),
+            1e-2,
+        );
+        check(
+            &op(
+                "softmax",
+                &[f(&[5, 300])],
+                Attrs::new().with("dim", Attr::Int(-1)),
+            ),
+            1e-6,
+        );
+        check(
+            &op(
+                "softmax",
+                &[f(&[6, 4])],
+                Attrs::new().with("dim", Attr::Int(0)),
+            ),
+            1e-6,
+        );
+        check(
+            &op(
+                "log_softmax",
+                &[h(&[3, 4100])],
+                Attrs::new().with("dim", Attr::Int(1)),
+            ),
+            1e-2,
+        );
+        let ln = Attrs::new().with("normalized_shape", Attr::Ints(vec![64]));
+        check(
+            &op("layer_norm", &[f(&[7, 64]), f(&[64]), f(&[64])], ln.clone()),
+            1e-5,
+        );
+        check(&op("rms_norm", &[h(&[7, 64]), h(&[64])], ln), 1e-2);
+        check(
+            &op(
+                "sum",
+                &[f(&[3, 5000])],
+                Attrs::new().with("dim", Attr::Ints(vec![1])),
+            ),
+            1e-6,
+        );
+        check(
+            &op(
+                "mean",
+                &[f(&[2, 3, 4])],
+                Attrs::new().with("dim", Attr::Ints(vec![1, 2])),
+            ),
+            1e-6,
+        );
+        check(
+            &op(
+                "amax",
+                &[f(&[4, 9])],
+                Attrs::new().with("dim", Attr::Ints(vec![1])),
+            ),
+            0.0,
+        );
+        check(
+            &op(
+                "where",
+                &[TensorType::new(DType::Bool, &[4, 1]), f(&[4, 5]), f(&[5])],
+                Attrs::new(),
+            ),
+            0.0,
+        );
+        check(
+            &op(
+                "clamp",
+                &[f(&[100])],
+                Attrs::new()
+                    .with("min", Attr::Float(-0.5))
+                    .with("max", Attr::Float(0.5)),
+            ),
+            0.0,
+        );
+        check(&op("silu", &[h(&[3, 3])], Attrs::new()), 1e-2);
+        check(
+            &op(
+                "cast",
+                &[f(&[4, 4])],
+                Attrs::new().with("dtype", Attr::DType(DType::F16)),
+            ),
+            0.0,
+        );
+        check(
+            &op(
+                "logsumexp",
+                &[f(&[3, 7])],
+                Attrs::new().with("dim", Attr::Ints(vec![1])),
+            ),
+            1e-6,
+        );
+        check(
+            &op(
+                "var",
+                &[f(&[3, 17])],
+                Attrs::new().with("dim", Attr::Ints(vec![1])),
+            ),
+            1e-5,
+        );
+        check(
+            &op(
+                "sum",
+                &[f(&[0, 4])],
+                Attrs::new().with("dim", Attr::Ints(vec![1])),
+            ),
+            0.0,
+        );
+    }
+
+    #[derive(Clone, Debug)]
+    enum Node {
+        Unary(UnaryOp),
+        Binary(BinaryOp, usize),
+        BroadcastRow,
+        ReduceLast(ReduceOp),
+        ToBf16,
+    }
+
+    fn node() -> impl Strategy<Value = Node> {
+        prop_oneof![
+            prop::sample::select(vec![
+                UnaryOp::Exp,
+                UnaryOp::Tanh,
+                UnaryOp::Neg,
+                UnaryOp::Logistic,
+                UnaryOp::Erf,
+                UnaryOp::Abs
+            ])
+            .prop_map(Node::Unary),
+            (
+                prop::sample::select(vec![
+                    BinaryOp::Add,
+                    BinaryOp::Mul,
+                    BinaryOp::Sub,
+                    BinaryOp::Max,
+                    BinaryOp::Min
+                ]),
+                0..8usize
+            )
+                .prop_map(|(o, k)| Node::Binary(o, k)),
+            Just(Node::BroadcastRow),
+            prop::sample::select(vec![ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min])
+                .prop_map(Node::ReduceLast),
+            Just(Node::ToBf16),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+        /// Random elementwise graphs with broadcasts and trailing reductions:
+        /// the fused plan equals node-by-node evaluation.
+        #[test]
+        fn random_fused_graphs_equal_the_reference(nodes in prop::collection::vec(node(), 1..16), rows in 1..5u64, cols in 1..40u64) {
+            use crate::ir::GraphBuilder;
+            let mut g = GraphBuilder::new();
+            let x = g.param(TensorType::new(DType::F32, &[rows, cols]));
+            let b = g.param(TensorType::new(DType::F32, &[cols]));
+            let mut vals = vec![x];
+            for n in &nodes {
+                let last = *vals.last().unwrap();
+                let t = g.value_type(last).unwrap().clone();
+                let v = match n {
+                    Node::Unary(op) => g.unary(*op, last),
+                    Node::Binary(op, k) => {
+                        let other = vals[k % vals.len()];
+                        if g.value_type(other).unwrap() == &t { g.binary(*op, last, other) } else { Ok(last) }
+                    }
+                    Node::BroadcastRow if t.dims == vec![rows, cols] => {
+                        let bb = g.op(Prim::BroadcastInDim { dims: vec![rows, cols], mapping: vec![1] }, &[b]).unwrap();
+                        let bb = if t.dtype == DType::F32 { bb } else { g.op(Prim::Convert { to: t.dtype }, &[bb]).unwrap() };
+                        g.binary(BinaryOp::Add, last, bb)
+                    }
+                    Node::ReduceLast(op) if t.rank() == 2 && t.dtype == DType::F32 => {
+                        let r = g.op(Prim::Reduce { op: *op, dimensions: vec![1] }, &[last]).unwrap();
+                        let r2 = g.op(Prim::Reshape { dims: vec![rows, 1] }, &[r]).unwrap();
+                        g.op(Prim::BroadcastInDim { dims: vec![rows, cols], mapping: vec![0, 1] }, &[r2])
+                    }
+                    Node::ToBf16 => g.op(Prim::Convert { to: DType::BF16 }, &[last]),
+                    _ => Ok(last),
+                }.unwrap();
+                vals.push(v);
+            }
+            let outs = vec![*vals.last().unwrap(), vals[vals.len() / 2]];
+            let graph = g.build(&outs).unwrap();
+            let tol = if graph.output_types().iter().any(|t| t.dtype == DType::BF16) { 1e-2 } else { 1e-5 };
+            check(&graph, tol);
+        }
+    }
+}

@@ -13,6 +13,13 @@
 //! aligned) and excludes an explicit mask. A query row with nothing to
 //! attend to gives 0 (torch's _safe_softmax) and a logsumexp of -inf.
 //!
+//! Dropout (dropout_p > 0) keeps a probability where a uniform draw at
+//! (seed, offset) is below 1 - dropout_p, one draw per element of the
+//! broadcast [..., Hq, L, S] scores in row-major order (f32 draws, f64 for
+//! f64 inputs), and scales kept ones by 1 / (1 - dropout_p); the frontend
+//! advances the offset by that element count. The backward, given the same
+//! seed and offset, regenerates the same mask.
+//!
 //! Inputs: (q, k, v), then the mask if any, then (seed, offset) when
 //! dropout_p > 0 and the `seed` attribute is left out; the count tells them
 //! apart. The backward takes (grad_out, q, k, v, out, logsumexp) and the
@@ -130,7 +137,7 @@ fn prepare(
             )));
         }
         if hq != hk {
-            if hk == 0 || hq % hk != 0 {
+            if hk == 0 || !hq.is_multiple_of(hk) {
                 return Err(Error::invalid(format!(
                     "enable_gqa: the number of query heads ({hq}) must be a multiple of the \
                      number of key/value heads ({hk})"

@@ -186,7 +186,13 @@ fn normalized_dims(e: &Emitter, x: ValueId, a: &Attrs) -> Result<Vec<usize>> {
 
 /// A per-row statistic (mean, rstd) as x's shape with the normalized dims
 /// set to 1; accepts that shape or any with the same element count.
-fn row_stat(e: &mut Emitter, s: ValueId, x: ValueId, dims: &[usize], what: &str) -> Result<ValueId> {
+fn row_stat(
+    e: &mut Emitter,
+    s: ValueId,
+    x: ValueId,
+    dims: &[usize],
+    what: &str,
+) -> Result<ValueId> {
     let mut kept = e.dims(x);
     for &d in dims {
         kept[d] = 1;
@@ -209,7 +215,13 @@ fn need_float_value(e: &Emitter, v: ValueId, what: &str) -> Result<()> {
 }
 
 /// A normalized-shape parameter (weight) in cd, checked.
-fn norm_param(e: &mut Emitter, w: ValueId, x: ValueId, dims: &[usize], what: &str) -> Result<ValueId> {
+fn norm_param(
+    e: &mut Emitter,
+    w: ValueId,
+    x: ValueId,
+    dims: &[usize],
+    what: &str,
+) -> Result<ValueId> {
     let xd = e.dims(x);
     let want: Vec<u64> = dims.iter().map(|&d| xd[d]).collect();
     if e.dims(w) != want {
@@ -539,16 +551,28 @@ macro_rules! def {
 
 pub(super) const OPS: &[OpDef] = &[
     def!("softmax_backward", Arity::Exactly(2), softmax_backward),
-    def!("log_softmax_backward", Arity::Exactly(2), log_softmax_backward),
+    def!(
+        "log_softmax_backward",
+        Arity::Exactly(2),
+        log_softmax_backward
+    ),
     def!("gelu_backward", Arity::Exactly(2), gelu_backward),
     def!("silu_backward", Arity::Exactly(2), silu_backward),
     def!("sigmoid_backward", Arity::Exactly(2), sigmoid_backward),
     def!("tanh_backward", Arity::Exactly(2), tanh_backward),
     def!("threshold_backward", Arity::Exactly(2), threshold_backward),
-    def!("layer_norm_backward", Arity::Between(4, 6), layer_norm_backward),
+    def!(
+        "layer_norm_backward",
+        Arity::Between(4, 6),
+        layer_norm_backward
+    ),
     def!("rms_norm_backward", Arity::Between(2, 3), rms_norm_backward),
     def!("embedding_backward", Arity::Exactly(2), embedding_backward),
-    def!("index_select_backward", Arity::Exactly(2), index_select_backward),
+    def!(
+        "index_select_backward",
+        Arity::Exactly(2),
+        index_select_backward
+    ),
     def!("gather_backward", Arity::Exactly(2), gather_backward),
     def!("cumsum_backward", Arity::Exactly(1), cumsum_backward),
 ];

@@ -100,7 +100,7 @@ fn check_operands(e: &Emitter, x: ValueId, w: ValueId) -> Result<()> {
 
 fn convolution_prim(e: &mut Emitter, x: ValueId, w: ValueId, g: &Geometry) -> Result<ValueId> {
     let (xd, wd) = (e.dims(x), e.dims(w));
-    if xd[1] != wd[1] * g.groups || wd[0] % g.groups != 0 {
+    if xd[1] != wd[1] * g.groups || !wd[0].is_multiple_of(g.groups) {
         return Err(Error::invalid(format!(
             "weight of size {wd:?} with groups={} expects {} input channels and an output \
              channel count divisible by the groups, but the input {xd:?} has {} channels",
@@ -158,7 +158,7 @@ fn input_grad(
     let (yd, wd) = (e.dims(dy), e.dims(w));
     let n = wd.len() - 2;
     let (o, cg) = (wd[0], wd[1]);
-    if yd[1] != o || o % g.groups != 0 {
+    if yd[1] != o || !o.is_multiple_of(g.groups) {
         return Err(Error::invalid(format!(
             "gradient {yd:?} and weight {wd:?} do not agree on {o} output channels in {} groups",
             g.groups
@@ -224,7 +224,7 @@ fn weight_grad(
     let n = xd.len() - 2;
     let (batch, c, o) = (xd[0], xd[1], yd[1]);
     let groups = g.groups;
-    if c % groups != 0 || o % groups != 0 {
+    if !c.is_multiple_of(groups) || !o.is_multiple_of(groups) {
         return Err(Error::invalid(format!(
             "channels of input {xd:?} and gradient {yd:?} do not split into {groups} groups"
         )));
@@ -321,10 +321,7 @@ fn forward(
     let n = match spatial {
         Some(n) => n,
         None => e.rank(w).checked_sub(2).filter(|&n| n > 0).ok_or_else(|| {
-            Error::invalid(format!(
-                "weight needs rank 3 or more, got {:?}",
-                e.dims(w)
-            ))
+            Error::invalid(format!("weight needs rank 3 or more, got {:?}", e.dims(w)))
         })?,
     };
     if e.rank(w) != n + 2 {
@@ -352,7 +349,7 @@ fn forward(
     let g = geometry(a, n, &wd[2..], allow_str)?;
     let y = if a.bool_or("transposed", false)? {
         let op = spatial_list(a, "output_padding", n, 0)?;
-        if wd[0] % g.groups != 0 {
+        if !wd[0].is_multiple_of(g.groups) {
             return Err(Error::invalid(format!(
                 "weight {wd:?} of a transposed convolution needs input channels divisible by \
                  groups={}",
@@ -485,5 +482,9 @@ pub(super) const OPS: &[OpDef] = &[
     def!("conv2d", Arity::Between(2, 3), conv2d),
     def!("conv3d", Arity::Between(2, 3), conv3d),
     def!("convolution", Arity::Between(2, 3), convolution),
-    def!("convolution_backward", Arity::Exactly(3), convolution_backward),
+    def!(
+        "convolution_backward",
+        Arity::Exactly(3),
+        convolution_backward
+    ),
 ];

@@ -26,7 +26,9 @@ fn class_target(e: &mut Emitter, t: ValueId) -> Result<ValueId> {
 /// The class dimension: 0 for an unbatched [C] input, else 1.
 fn class_dim(e: &Emitter, x: ValueId) -> Result<usize> {
     match e.rank(x) {
-        0 => Err(Error::invalid("input needs at least 1 dimension, got a scalar")),
+        0 => Err(Error::invalid(
+            "input needs at least 1 dimension, got a scalar",
+        )),
         1 => Ok(0),
         _ => Ok(1),
     }

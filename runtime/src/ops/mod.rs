@@ -8,16 +8,26 @@
 //! - Shapes broadcast as in numpy; negative dimensions count from the end.
 //! - Errors name the op, then what was wrong.
 
+mod attention;
 mod attrs;
+mod backward;
+mod conv;
 mod emit;
+mod index;
 mod linalg;
+mod loss;
 mod nn;
+mod optim;
 mod pointwise;
 pub mod promote;
+mod random;
 mod reduction;
 mod shape;
+mod support;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod train_tests;
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -80,6 +90,13 @@ fn registry() -> &'static Registry {
             shape::OPS,
             linalg::OPS,
             nn::OPS,
+            random::OPS,
+            loss::OPS,
+            attention::OPS,
+            backward::OPS,
+            conv::OPS,
+            index::OPS,
+            optim::OPS,
         ] {
             defs.extend(group.iter());
         }

@@ -2,7 +2,9 @@
 //! the counter-based `Rng` primitive at a (seed, offset) the frontend
 //! supplies, so a seed gives the same numbers in every mode and on every
 //! platform; element i of a draw uses counter offset + i, so the frontend
-//! advances the offset by the element count after each call.
+//! advances the offset by the element count after each call. Draws are
+//! f32 for f16/bf16/f32 results and f64 for f64 (uniform and normal with
+//! default parameters draw in the result dtype itself).
 //!
 //! Seed and offset are attributes, or (with the `seed` attribute left out)
 //! two trailing i64 scalar inputs, which keeps one compiled graph for every
@@ -51,7 +53,13 @@ fn uniform(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     }
     let keys = factory_keys(e, x, a)?;
     if low == 0.0 && high == 1.0 {
-        return Ok(vec![rng_draw(e, keys, RngDistribution::Uniform, dt, &dims)?]);
+        return Ok(vec![rng_draw(
+            e,
+            keys,
+            RngDistribution::Uniform,
+            dt,
+            &dims,
+        )?]);
     }
     let cd = compute_dtype(dt)?;
     let u = rng_draw(e, keys, RngDistribution::Uniform, cd, &dims)?;

@@ -84,7 +84,8 @@ pub(super) fn spatial_list(a: &Attrs, name: &str, n: usize, default: u64) -> Res
     };
     v.iter()
         .map(|&x| {
-            u64::try_from(x).map_err(|_| Error::invalid(format!("{name} {v:?} has a negative entry")))
+            u64::try_from(x)
+                .map_err(|_| Error::invalid(format!("{name} {v:?} has a negative entry")))
         })
         .collect()
 }
@@ -94,7 +95,8 @@ pub(super) fn sizes_attr(a: &Attrs, name: &str) -> Result<Vec<u64>> {
     let v = a.ints(name)?;
     v.iter()
         .map(|&s| {
-            u64::try_from(s).map_err(|_| Error::invalid(format!("{name} {v:?} has a negative size")))
+            u64::try_from(s)
+                .map_err(|_| Error::invalid(format!("{name} {v:?} has a negative size")))
         })
         .collect()
 }

@@ -1,0 +1,418 @@
+//! Sorting and indexed ops for training: sort, topk (sort, then the first
+//! k), embedding_bag and index_put.
+
+use super::attrs::{Attr, Attrs};
+use super::emit::{wrap_dim, Emitter};
+use super::support::{compute_dtype, iota, wrap_indices};
+use super::{Arity, OpDef};
+use crate::error::{Error, Result};
+use crate::ir::{BinaryOp, CompareOp, DType, Prim, ReduceOp, ScatterCombiner, ValueId};
+
+/// (values, indices) of a stable sort along `dim`; rank 0 sorts as [1].
+fn sort_values(
+    e: &mut Emitter,
+    x: ValueId,
+    dim: i64,
+    descending: bool,
+) -> Result<(ValueId, ValueId, usize)> {
+    let rank = e.rank(x);
+    let d = wrap_dim(dim, rank)?;
+    let v = if rank == 0 { e.reshape(x, &[1])? } else { x };
+    let outs = e.g.node(
+        Prim::Sort {
+            dimension: if rank == 0 { 0 } else { d },
+            descending,
+            stable: true,
+        },
+        &[v],
+    )?;
+    Ok((outs[0], outs[1], d))
+}
+
+/// sort(x; dim=-1, descending=false, stable=false) -> (values, indices i64).
+/// The sort is always stable; NaN sorts above every number.
+fn sort(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let (v, i, _) = sort_values(
+        e,
+        x[0],
+        a.int_or("dim", -1)?,
+        a.bool_or("descending", false)?,
+    )?;
+    if e.rank(x[0]) == 0 {
+        return Ok(vec![e.reshape(v, &[])?, e.reshape(i, &[])?]);
+    }
+    Ok(vec![v, i])
+}
+
+/// topk(x; k, dim=-1, largest=true, sorted=true) -> (values, indices):
+/// the k largest (smallest) along dim, in sorted order, ties by position.
+fn topk(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let k = a.int("k")?;
+    let rank = e.rank(x[0]);
+    let (v, i, d) = sort_values(e, x[0], a.int_or("dim", -1)?, a.bool_or("largest", true)?)?;
+    let n = if rank == 0 { 1 } else { e.dims(x[0])[d] };
+    if k < 0 || k as u64 > n {
+        return Err(Error::invalid(format!(
+            "selected index k={k} is out of range for a dimension of size {n}"
+        )));
+    }
+    let vd = e.dims(v);
+    let axis = if rank == 0 { 0 } else { d };
+    let mut limit = vd.clone();
+    limit[axis] = k as u64;
+    let slice = Prim::Slice {
+        start: vec![0; vd.len()],
+        limit,
+        stride: vec![1; vd.len()],
+    };
+    let v = e.op(slice.clone(), &[v])?;
+    let i = e.op(slice, &[i])?;
+    if rank == 0 && k == 1 {
+        return Ok(vec![e.reshape(v, &[])?, e.reshape(i, &[])?]);
+    }
+    Ok(vec![v, i])
+}
+
+/// The `mode` attribute of embedding_bag: "sum" | "mean" | "max" or 0 | 1 | 2.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum BagMode {
+    Sum,
+    Mean,
+    Max,
+}
+
+fn bag_mode(a: &Attrs) -> Result<BagMode> {
+    match a.get("mode") {
+        None | Some(Attr::None) => Ok(BagMode::Mean),
+        Some(Attr::Str(s)) if s == "sum" => Ok(BagMode::Sum),
+        Some(Attr::Str(s)) if s == "mean" => Ok(BagMode::Mean),
+        Some(Attr::Str(s)) if s == "max" => Ok(BagMode::Max),
+        Some(Attr::Int(0)) => Ok(BagMode::Sum),
+        Some(Attr::Int(1)) => Ok(BagMode::Mean),
+        Some(Attr::Int(2)) => Ok(BagMode::Max),
+        Some(other) => Err(Error::invalid(format!(
+            "mode {other:?}; use \"sum\", \"mean\" or \"max\""
+        ))),
+    }
+}
+
+fn int_index(e: &mut Emitter, v: ValueId, what: &str) -> Result<ValueId> {
+    match e.dtype(v) {
+        DType::I64 => Ok(v),
+        d if d.is_integer() => e.convert(v, DType::I64),
+        _ => Err(Error::invalid(format!(
+            "{what} must be an integer tensor, got {}",
+            e.ty(v)
+        ))),
+    }
+}
+
+/// `v` [M] broadcast to [M, d].
+fn per_row(e: &mut Emitter, v: ValueId, d: u64) -> Result<ValueId> {
+    let m = e.dims(v)[0];
+    e.op(
+        Prim::BroadcastInDim {
+            dims: vec![m, d],
+            mapping: vec![0],
+        },
+        &[v],
+    )
+}
+
+fn scatter(
+    e: &mut Emitter,
+    base: ValueId,
+    idx: ValueId,
+    upd: ValueId,
+    c: ScatterCombiner,
+) -> Result<ValueId> {
+    e.op(
+        Prim::Scatter {
+            axis: 0,
+            combiner: c,
+        },
+        &[base, idx, upd],
+    )
+}
+
+/// embedding_bag(weight [W, D], indices, offsets?, per_sample_weights?;
+/// mode=mean, include_last_offset=false, padding_idx=none) ->
+/// (output [B, D], offset2bag [M] i64, bag_size [B] i64, max_indices).
+///
+/// 1-D indices [M] with offsets [B] (or [B + 1] with include_last_offset;
+/// offsets[0] must be 0): bag b holds indices[offsets[b]..offsets[b+1]].
+/// 2-D indices [B, F] are B bags of F and take no offsets (a third input
+/// is then per_sample_weights). Entries equal to padding_idx are left out
+/// (and not counted for mean). Empty bags give 0. per_sample_weights scale
+/// the rows (mode sum only). max_indices is, for mode max, the weight row
+/// of the first maximum per bag and column (-1 for empty bags), else a
+/// zero-element tensor.
+fn embedding_bag(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let weight = x[0];
+    let dt = e.dtype(weight);
+    let cd = compute_dtype(dt)?;
+    if e.rank(weight) != 2 {
+        return Err(Error::invalid(format!(
+            "weight must be 2-D, got {:?}",
+            e.dims(weight)
+        )));
+    }
+    let d = e.dims(weight)[1];
+    let mode = bag_mode(a)?;
+    let indices = int_index(e, x[1], "indices")?;
+    let (flat, bag_of, bags, psw) = match e.rank(indices) {
+        2 => {
+            let id = e.dims(indices);
+            let (b, f) = (id[0], id[1]);
+            if x.len() > 3 {
+                return Err(Error::invalid(
+                    "2-D indices take no offsets: pass (weight, indices, per_sample_weights?)",
+                ));
+            }
+            let flat = e.reshape(indices, &[b * f])?;
+            let bag = iota(e, &[b, f], 0)?;
+            let bag = e.reshape(bag, &[b * f])?;
+            (flat, bag, b, x.get(2).copied())
+        }
+        1 => {
+            let m = e.dims(indices)[0];
+            let offsets = x.get(2).copied().ok_or_else(|| {
+                Error::invalid("1-D indices need offsets (the start of each bag)")
+            })?;
+            let offsets = int_index(e, offsets, "offsets")?;
+            if e.rank(offsets) != 1 {
+                return Err(Error::invalid(format!(
+                    "offsets must be 1-D, got {:?}",
+                    e.dims(offsets)
+                )));
+            }
+            let mut b = e.dims(offsets)[0];
+            let mut starts = offsets;
+            if a.bool_or("include_last_offset", false)? {
+                if b == 0 {
+                    return Err(Error::invalid(
+                        "include_last_offset needs at least one offset",
+                    ));
+                }
+                b -= 1;
+                starts = e.op(
+                    Prim::Slice {
+                        start: vec![0],
+                        limit: vec![b],
+                        stride: vec![1],
+                    },
+                    &[offsets],
+                )?;
+            }
+            // bag of position i = (number of bag starts <= i) - 1.
+            let marks = e.full(DType::I64, &[m + 1], 0.0)?;
+            let ones = e.full(DType::I64, &[b], 1.0)?;
+            let marks = scatter(e, marks, starts, ones, ScatterCombiner::Add)?;
+            let marks = e.op(
+                Prim::Slice {
+                    start: vec![0],
+                    limit: vec![m],
+                    stride: vec![1],
+                },
+                &[marks],
+            )?;
+            let count = e.op(
+                Prim::Cumulative {
+                    op: ReduceOp::Sum,
+                    dimension: 0,
+                    reverse: false,
+                },
+                &[marks],
+            )?;
+            let bag = e.binary_scalar(BinaryOp::Sub, count, 1.0)?;
+            (indices, bag, b, x.get(3).copied())
+        }
+        _ => {
+            return Err(Error::invalid(format!(
+                "indices must be 1-D or 2-D, got {:?}",
+                e.dims(indices)
+            )))
+        }
+    };
+    let m = e.dims(flat)[0];
+    let valid = match a.int_opt("padding_idx")? {
+        Some(p) if p >= 0 => {
+            let pv = e.scalar(DType::I64, p as f64)?;
+            e.compare(CompareOp::Ne, flat, pv)?
+        }
+        _ => e.full(DType::Bool, &[m], 1.0)?,
+    };
+    let rows = e.op(Prim::Take { axis: 0 }, &[weight, flat])?;
+    let mut rows = e.convert(rows, cd)?;
+    if let Some(w) = psw {
+        if mode != BagMode::Sum {
+            return Err(Error::invalid(
+                "per_sample_weights is only supported for mode='sum'",
+            ));
+        }
+        if e.ty(w).numel() != m || !e.dtype(w).is_float() {
+            return Err(Error::invalid(format!(
+                "per_sample_weights must be a float tensor with one weight per index ({m}), \
+                 got {}",
+                e.ty(w)
+            )));
+        }
+        let w = e.convert(w, cd)?;
+        let w = e.reshape(w, &[m])?;
+        let w = per_row(e, w, d)?;
+        rows = e.mul(rows, w)?;
+    }
+    let valid_rows = per_row(e, valid, d)?;
+    let bag_rows = per_row(e, bag_of, d)?;
+    let ones = e.convert(valid, DType::I64)?;
+    let zero_bags = e.full(DType::I64, &[bags], 0.0)?;
+    let bag_size = scatter(e, zero_bags, bag_of, ones, ScatterCombiner::Add)?;
+    let size_rows = per_row(e, bag_size, d)?;
+    let zero_i = e.scalar(DType::I64, 0.0)?;
+    let nonempty = e.compare(CompareOp::Gt, size_rows, zero_i)?;
+    let (out, max_indices) = match mode {
+        BagMode::Sum | BagMode::Mean => {
+            let zero = e.scalar(cd, 0.0)?;
+            let rows = e.select(valid_rows, rows, zero)?;
+            let base = e.full(cd, &[bags, d], 0.0)?;
+            let s = scatter(e, base, bag_rows, rows, ScatterCombiner::Add)?;
+            let s = if mode == BagMode::Mean {
+                let one = e.scalar(DType::I64, 1.0)?;
+                let n = e.max(size_rows, one)?;
+                let n = e.convert(n, cd)?;
+                e.div(s, n)?
+            } else {
+                s
+            };
+            (s, e.full(DType::I64, &[0], 0.0)?)
+        }
+        BagMode::Max => {
+            let neg_inf = e.scalar(cd, f64::NEG_INFINITY)?;
+            let rows = e.select(valid_rows, rows, neg_inf)?;
+            let base = e.full(cd, &[bags, d], f64::NEG_INFINITY)?;
+            let mx = scatter(e, base, bag_rows, rows, ScatterCombiner::Max)?;
+            // First position reaching the maximum, then its weight row.
+            let back = e.op(Prim::Take { axis: 0 }, &[mx, bag_of])?;
+            let hit = e.compare(CompareOp::Eq, rows, back)?;
+            let hit = e.binary(BinaryOp::And, hit, valid_rows)?;
+            let pos = iota(e, &[m, d], 0)?;
+            let none = e.scalar(DType::I64, m as f64)?;
+            let cand = e.select(hit, pos, none)?;
+            let first = e.full(DType::I64, &[bags, d], m as f64)?;
+            let first = scatter(e, first, bag_rows, cand, ScatterCombiner::Min)?;
+            let sentinel = e.full(DType::I64, &[1], -1.0)?;
+            let ext = e.op(Prim::Concatenate { dimension: 0 }, &[flat, sentinel])?;
+            let max_idx = e.op(Prim::Take { axis: 0 }, &[ext, first])?;
+            let zero = e.scalar(cd, 0.0)?;
+            let mx = e.select(nonempty, mx, zero)?;
+            (mx, max_idx)
+        }
+    };
+    Ok(vec![e.convert(out, dt)?, bag_of, bag_size, max_indices])
+}
+
+/// index_put(x, indices, values; accumulate=false): x with
+/// x[indices[j]] = values[j] (or += with accumulate) along the first dim.
+/// Integer indices of any shape (negative ones count from the end) take
+/// values broadcastable to indices.shape + x.shape[1:]; duplicate indices
+/// without accumulate keep the last write. A bool mask over x's leading
+/// dims takes values broadcastable to the remaining dims.
+fn index_put(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let (base, idx, vals) = (x[0], x[1], x[2]);
+    let accumulate = a.bool_or("accumulate", false)?;
+    let xd = e.dims(base);
+    if xd.is_empty() {
+        return Err(Error::invalid("cannot index a 0-D tensor"));
+    }
+    let dt = e.dtype(base);
+    let vals = e.convert(vals, dt)?;
+    if e.dtype(idx) == DType::Bool {
+        let md = e.dims(idx);
+        if md.len() > xd.len() || md[..] != xd[..md.len()] {
+            return Err(Error::invalid(format!(
+                "the mask of shape {md:?} does not match the leading dimensions of {xd:?}"
+            )));
+        }
+        let rest = &xd[md.len()..];
+        if super::emit::broadcast_shapes(&e.dims(vals), rest)
+            .ok()
+            .as_deref()
+            != Some(rest)
+        {
+            return Err(Error::invalid(format!(
+                "values of shape {:?} must broadcast to {rest:?} for a mask index (a value per \
+                 selected element depends on the data; use where)",
+                e.dims(vals)
+            )));
+        }
+        let mut shaped = md.clone();
+        shaped.extend(vec![1; rest.len()]);
+        let m = e.reshape(idx, &shaped)?;
+        let v = e.broadcast_to(vals, &xd)?;
+        if accumulate {
+            let zero = e.scalar(dt, 0.0)?;
+            let add = e.select(m, v, zero)?;
+            let op = if dt == DType::Bool {
+                BinaryOp::Or
+            } else {
+                BinaryOp::Add
+            };
+            return Ok(vec![e.binary(op, base, add)?]);
+        }
+        return Ok(vec![e.select(m, v, base)?]);
+    }
+    let idx = wrap_indices(e, idx, xd[0])?;
+    let id = e.dims(idx);
+    let k = e.ty(idx).numel();
+    let mut target = id.clone();
+    target.extend(&xd[1..]);
+    let vals = e.broadcast_to(vals, &target).map_err(|_| {
+        Error::invalid(format!(
+            "values of shape {:?} do not broadcast to {target:?} (indices {id:?} then x's \
+             trailing dims)",
+            e.dims(vals)
+        ))
+    })?;
+    let mut rows = vec![k];
+    rows.extend(&xd[1..]);
+    let vals = e.reshape(vals, &rows)?;
+    let flat = e.reshape(idx, &[k])?;
+    let idx_b = e.op(
+        Prim::BroadcastInDim {
+            dims: rows.clone(),
+            mapping: vec![0],
+        },
+        &[flat],
+    )?;
+    let combiner = if accumulate {
+        if dt == DType::Bool {
+            return Err(Error::invalid(
+                "accumulate is not supported for bool tensors",
+            ));
+        }
+        ScatterCombiner::Add
+    } else {
+        ScatterCombiner::Replace
+    };
+    Ok(vec![e.op(
+        Prim::Scatter { axis: 0, combiner },
+        &[base, idx_b, vals],
+    )?])
+}
+
+macro_rules! def {
+    ($name:literal, $n:expr, $f:ident) => {
+        OpDef {
+            name: $name,
+            arity: $n,
+            build: $f,
+        }
+    };
+}
+
+pub(super) const OPS: &[OpDef] = &[
+    def!("sort", Arity::Exactly(1), sort),
+    def!("topk", Arity::Exactly(1), topk),
+    def!("embedding_bag", Arity::Between(2, 4), embedding_bag),
+    def!("index_put", Arity::Exactly(3), index_put),
+];

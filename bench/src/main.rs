@@ -8,7 +8,11 @@ use std::hint::black_box;
 use std::sync::mpsc;
 use std::time::Instant;
 
-use tpurt_runtime::{CoreKind, Runtime, RuntimeOptions};
+use tpurt_runtime::compile::CacheConfig;
+use tpurt_runtime::eager::{pop_mode, push_mode, EagerMode};
+use tpurt_runtime::ir::DType;
+use tpurt_runtime::ops::{self, Attr, Attrs};
+use tpurt_runtime::{CoreKind, DeviceTensor, Layout as TLayout, Runtime, RuntimeOptions, Stream};
 
 struct Row {
     name: String,
@@ -215,10 +219,276 @@ fn event_roundtrip(rows: &mut Vec<Row>) {
 
 type Bench = fn(&mut Vec<Row>);
 
+fn rt_memory_cache() -> Runtime {
+    Runtime::new(&RuntimeOptions {
+        platform: Some("host".into()),
+        cache: Some(CacheConfig::memory_only(4096)),
+        ..Default::default()
+    })
+    .expect("host runtime")
+}
+
+fn upload(r: &Runtime, s: &Stream, dims: &[u64], seed: u32) -> DeviceTensor {
+    let n: u64 = dims.iter().product();
+    let v: Vec<f32> = (0..n)
+        .map(|i| ((i as u32).wrapping_mul(2654435761) ^ seed) as f32 / u32::MAX as f32 - 0.5)
+        .collect();
+    let b = r.allocate(0, n * 4, s).unwrap();
+    r.copy_host_to_device(bytemuck::cast_slice(&v), &b, &TLayout::bytes(n * 4), s)
+        .unwrap();
+    DeviceTensor::contiguous(b, DType::F32, dims).unwrap()
+}
+
+fn call(r: &Runtime, s: &Stream, name: &str, ins: &[&DeviceTensor], attrs: Attrs) -> DeviceTensor {
+    let ins: Vec<DeviceTensor> = ins.iter().map(|t| (*t).clone()).collect();
+    r.call_op_alloc(ops::lookup(name).unwrap(), &ins, &attrs, s)
+        .unwrap()
+        .remove(0)
+}
+
+/// bias + GELU(erf) + residual + layer_norm (dropout joins once the op
+/// library has it), as one model block issues it.
+fn block_a(r: &Runtime, s: &Stream, x: &DeviceTensor, b: &DeviceTensor) -> DeviceTensor {
+    let h = call(r, s, "add", &[x, b], Attrs::new());
+    let g = call(r, s, "gelu", &[&h], Attrs::new());
+    let y = call(r, s, "add", &[&g, x], Attrs::new());
+    let ln = Attrs::new().with("normalized_shape", Attr::Ints(vec![1024]));
+    call(r, s, "layer_norm", &[&y], ln)
+}
+
+/// softmax(q k^T / 8) v over [8, 8, 256, 64].
+fn block_b(
+    r: &Runtime,
+    s: &Stream,
+    q: &DeviceTensor,
+    k: &DeviceTensor,
+    v: &DeviceTensor,
+) -> DeviceTensor {
+    let kt = call(
+        r,
+        s,
+        "transpose",
+        &[k],
+        Attrs::new()
+            .with("dim0", Attr::Int(-2))
+            .with("dim1", Attr::Int(-1)),
+    );
+    let sc = call(r, s, "matmul", &[q, &kt], Attrs::new());
+    let eight = r.allocate(0, 4, s).unwrap();
+    r.copy_host_to_device(&8f32.to_le_bytes(), &eight, &TLayout::bytes(4), s)
+        .unwrap();
+    let eight = DeviceTensor::contiguous(eight, DType::F32, &[]).unwrap();
+    let sc = call(r, s, "div", &[&sc, &eight], Attrs::new());
+    let p = call(
+        r,
+        s,
+        "softmax",
+        &[&sc],
+        Attrs::new().with("dim", Attr::Int(-1)),
+    );
+    call(r, s, "matmul", &[&p, v], Attrs::new())
+}
+
+fn timed_step(mode: EagerMode, s: &Stream, step: &dyn Fn() -> DeviceTensor) {
+    push_mode(mode).unwrap();
+    let out = step();
+    pop_mode().unwrap();
+    s.synchronize().unwrap();
+    drop(out);
+}
+
+/// The same block under DEFER_AND_FUSE (ours) and strict DEFER_NEVER (peer).
+fn defer_vs_strict(rows: &mut Vec<Row>) {
+    let r = rt_memory_cache();
+    let s = r.default_stream(0).unwrap();
+    let x = upload(&r, &s, &[4096, 1024], 1);
+    let b = upload(&r, &s, &[1024], 2);
+    let a = || block_a(&r, &s, &x, &b);
+    let (ours, peer) = paired(
+        7,
+        1,
+        || timed_step(EagerMode::DeferAndFuse, &s, &a),
+        || timed_step(EagerMode::DeferNever, &s, &a),
+    );
+    rows.push(Row {
+        name: "defer_vs_strict_bias_gelu_residual_layernorm_4096x1024".into(),
+        ours: ours / 1e6,
+        peer: peer / 1e6,
+        peer_name: "tpurt strict (DEFER_NEVER) on the same block",
+        unit: "ms/step",
+    });
+    let q = upload(&r, &s, &[8, 8, 256, 64], 3);
+    let k = upload(&r, &s, &[8, 8, 256, 64], 4);
+    let v = upload(&r, &s, &[8, 8, 256, 64], 5);
+    let bb = || block_b(&r, &s, &q, &k, &v);
+    let (ours, peer) = paired(
+        7,
+        1,
+        || timed_step(EagerMode::DeferAndFuse, &s, &bb),
+        || timed_step(EagerMode::DeferNever, &s, &bb),
+    );
+    rows.push(Row {
+        name: "defer_vs_strict_softmax_attention_8x8x256x64".into(),
+        ours: ours / 1e6,
+        peer: peer / 1e6,
+        peer_name: "tpurt strict (DEFER_NEVER) on the same block",
+        unit: "ms/step",
+    });
+}
+
+/// y = x * 2 + 1 over 64 MiB through the fused loop, against a memcpy of
+/// the same bytes (read + write): ratio = fused throughput / memcpy's.
+fn fused_bandwidth(rows: &mut Vec<Row>) {
+    let r = rt_memory_cache();
+    let s = r.default_stream(0).unwrap();
+    let n = 16u64 << 20;
+    let x = upload(&r, &s, &[n], 7);
+    let two = upload(&r, &s, &[], 8);
+    let step = || {
+        let y = call(&r, &s, "mul", &[&x, &two], Attrs::new());
+        call(&r, &s, "add", &[&y, &two], Attrs::new())
+    };
+    let src = vec![1u8; (n * 4) as usize];
+    let mut dst = vec![0u8; (n * 4) as usize];
+    let (ours, peer) = paired(
+        7,
+        1,
+        || timed_step(EagerMode::DeferAndFuse, &s, &step),
+        || {
+            dst.copy_from_slice(black_box(&src));
+            black_box(&dst);
+        },
+    );
+    rows.push(Row {
+        name: "fused_elementwise_64MiB_vs_memcpy".into(),
+        ours: ours / 1e6,
+        peer: peer / 1e6,
+        peer_name: "memcpy of the same bytes (read + write)",
+        unit: "ms",
+    });
+}
+
+/// f32 matmul through the runtime (strict, synchronized) against the gemm
+/// crate called directly on the same sizes, both using 2 threads.
+fn matmul(rows: &mut Vec<Row>) {
+    let r = rt_memory_cache();
+    let s = r.default_stream(0).unwrap();
+    for n in [512u64, 1024, 2048] {
+        let a = upload(&r, &s, &[n, n], 11);
+        let b = upload(&r, &s, &[n, n], 12);
+        let av: Vec<f32> = (0..n * n).map(|i| (i % 7) as f32 * 0.1).collect();
+        let bv = av.clone();
+        let mut cv = vec![0f32; (n * n) as usize];
+        let nn = n as usize;
+        let flops = 2.0 * (n as f64).powi(3);
+        let (ours, peer) = paired(
+            5,
+            1,
+            || {
+                let c = call(&r, &s, "mm", &[&a, &b], Attrs::new());
+                s.synchronize().unwrap();
+                drop(c);
+            },
+            || {
+                // SAFETY: the three buffers hold n*n f32 each, row-major, and do not overlap.
+                unsafe {
+                    gemm::gemm(
+                        nn,
+                        nn,
+                        nn,
+                        cv.as_mut_ptr(),
+                        1,
+                        nn as isize,
+                        false,
+                        av.as_ptr(),
+                        1,
+                        nn as isize,
+                        bv.as_ptr(),
+                        1,
+                        nn as isize,
+                        0.0,
+                        1.0,
+                        false,
+                        false,
+                        false,
+                        gemm::Parallelism::Rayon(2),
+                    )
+                };
+                black_box(&cv);
+            },
+        );
+        eprintln!(
+            "matmul {n}: tpurt {:.0} GFLOP/s, gemm directly {:.0} GFLOP/s",
+            flops / ours,
+            flops / peer
+        );
+        rows.push(Row {
+            name: format!("matmul_f32_{n}"),
+            ours: ours / 1e6,
+            peer: peer / 1e6,
+            peer_name: "gemm crate called directly",
+            unit: "ms",
+        });
+    }
+}
+
+/// The block's first run on an empty compile cache against a warm run.
+fn cold_vs_warm(rows: &mut Vec<Row>) {
+    let mut colds = Vec::new();
+    let mut warms = Vec::new();
+    for _ in 0..5 {
+        let r = rt_memory_cache();
+        let s = r.default_stream(0).unwrap();
+        let x = upload(&r, &s, &[256, 1024], 1);
+        let b = upload(&r, &s, &[1024], 2);
+        let a = || block_a(&r, &s, &x, &b);
+        let t = Instant::now();
+        timed_step(EagerMode::DeferAndFuse, &s, &a);
+        colds.push(t.elapsed().as_nanos() as f64);
+        let t = Instant::now();
+        timed_step(EagerMode::DeferAndFuse, &s, &a);
+        warms.push(t.elapsed().as_nanos() as f64);
+    }
+    rows.push(Row {
+        name: "first_step_cold_vs_warm_cache_block_256x1024".into(),
+        ours: median(warms) / 1e6,
+        peer: median(colds) / 1e6,
+        peer_name: "the same step on an empty compile cache (first run)",
+        unit: "ms",
+    });
+}
+
+/// Profiling aid: the deferred block alone, repeatedly (no peer, no output).
+fn defer_only(_: &mut Vec<Row>) {
+    let r = rt_memory_cache();
+    let s = r.default_stream(0).unwrap();
+    let which = std::env::var("TPURT_PROFILE_BLOCK").unwrap_or_default();
+    let x = upload(&r, &s, &[4096, 1024], 1);
+    let b = upload(&r, &s, &[1024], 2);
+    let two = upload(&r, &s, &[], 8);
+    let a = || block_a(&r, &s, &x, &b);
+    let e = || {
+        let y = call(&r, &s, "mul", &[&x, &two], Attrs::new());
+        call(&r, &s, "add", &[&y, &two], Attrs::new())
+    };
+    for _ in 0..20 {
+        if which == "elementwise" {
+            timed_step(EagerMode::DeferAndFuse, &s, &e);
+        } else {
+            timed_step(EagerMode::DeferAndFuse, &s, &a);
+        }
+    }
+}
+
 const ALL: &[(&str, Bench)] = &[
     ("pool_alloc_free", pool_alloc_free),
     ("stream_empty_task", stream_empty_task),
     ("event_roundtrip", event_roundtrip),
+    ("defer_vs_strict", defer_vs_strict),
+    ("fused_bandwidth", fused_bandwidth),
+    ("matmul", matmul),
+    ("cold_vs_warm", cold_vs_warm),
+    ("defer_only", defer_only),
 ];
 
 fn main() {

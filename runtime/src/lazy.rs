@@ -87,6 +87,20 @@ pub(crate) fn prepare(ops: &[Deferred], compiler: &Compiler) -> Result<Option<Fl
     if ops.is_empty() {
         return Ok(None);
     }
+    // Live buffers: held by someone besides this recording. Counted before
+    // this function clones any tensor.
+    let mut ours: HashMap<usize, usize> = HashMap::new();
+    for d in ops {
+        for t in d.inputs.iter().chain(&d.outputs) {
+            *ours.entry(t.buffer.id()).or_default() += 1;
+        }
+    }
+    let live: std::collections::HashSet<usize> = ops
+        .iter()
+        .flat_map(|d| d.outputs.iter())
+        .filter(|t| t.buffer.handle_count() > ours[&t.buffer.id()])
+        .map(|t| t.buffer.id())
+        .collect();
     // Pass 1: which inputs are parameters (not produced by an earlier op).
     let mut params: Vec<DeviceTensor> = Vec::new();
     let mut written: Vec<DeviceTensor> = Vec::new();
@@ -133,19 +147,10 @@ pub(crate) fn prepare(ops: &[Deferred], compiler: &Compiler) -> Result<Option<Fl
             current.push((t.clone(), v));
         }
     }
-    // Live results: buffers someone besides this recording still holds.
-    let mut ours: HashMap<usize, usize> = HashMap::new();
-    for d in ops {
-        for t in d.inputs.iter().chain(&d.outputs) {
-            *ours.entry(t.buffer.id()).or_default() += 1;
-        }
-    }
     let mut out_tensors = Vec::new();
     let mut out_values = Vec::new();
     for w in &written {
-        let held_elsewhere =
-            w.buffer.handle_count() > ours.get(&w.buffer.id()).copied().unwrap_or(0) + 1;
-        if held_elsewhere {
+        if live.contains(&w.buffer.id()) {
             let v = current
                 .iter()
                 .rev()
@@ -358,13 +363,38 @@ mod tests {
         r.copy_host_to_device(bytemuck::cast_slice(&[7i32, 0]), &ib, &Layout::bytes(8), &s)
             .unwrap();
         let idx = DeviceTensor::contiguous(ib, DType::I32, &[2]).unwrap();
-        in_mode(EagerMode::DeferAndFuse, || {
+        let kept = in_mode(EagerMode::DeferAndFuse, || {
             let e = op(&r, &s, "embedding", &[&w, &idx], Attrs::new());
-            let _f = op(&r, &s, "exp", &[&e], Attrs::new());
+            op(&r, &s, "exp", &[&e], Attrs::new())
         });
         let err = s.synchronize().unwrap_err().to_string();
+        drop(kept);
         assert!(err.contains("embedding") && err.contains('7'), "{err}");
         s.reset();
+    }
+
+    #[test]
+    fn work_whose_results_nobody_holds_is_skipped() {
+        let r = rt();
+        let s = r.default_stream(0).unwrap();
+        let w = upload(&r, &s, &[2, 2], &[1., 2., 3., 4.]);
+        let ib = r.allocate(0, 8, &s).unwrap();
+        r.copy_host_to_device(bytemuck::cast_slice(&[7i32, 0]), &ib, &Layout::bytes(8), &s)
+            .unwrap();
+        let idx = DeviceTensor::contiguous(ib, DType::I32, &[2]).unwrap();
+        let before = r.compile_cache_stats().requests;
+        in_mode(EagerMode::DeferAndFuse, || {
+            // Every result is dropped before the flush: nothing runs, so the
+            // bad index is never read (as dead code in a compiled graph).
+            let e = op(&r, &s, "embedding", &[&w, &idx], Attrs::new());
+            let _ = op(&r, &s, "exp", &[&e], Attrs::new());
+        });
+        s.synchronize().unwrap();
+        assert_eq!(
+            r.compile_cache_stats().requests,
+            before,
+            "nothing was compiled or run"
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! the output layouts. All inputs are read before any output is written,
 //! so in-place ops are safe.
 
-use super::fused::{run_plan, LoopProgram};
+use super::fused::{run_plan, DeviceIo, LoopProgram};
 use super::kernels::HostTensor;
 use crate::copy::{for_each_run, Layout};
 use crate::error::{Error, Result};
@@ -22,12 +22,15 @@ pub struct HostExecutable {
     plan: Plan,
     /// The loop engine's program for each loop kernel of the plan.
     programs: Vec<Option<LoopProgram>>,
+    /// Outputs a loop stores that no later kernel reads: these may be
+    /// written straight into the output tensor.
+    direct_ok: std::collections::HashSet<crate::ir::ValueId>,
 }
 
 impl HostExecutable {
     pub fn new(graph: Graph) -> Self {
         let plan = fusion::plan(&graph);
-        let programs = plan
+        let programs: Vec<Option<LoopProgram>> = plan
             .kernels
             .iter()
             .map(|k| match k.kind {
@@ -36,11 +39,13 @@ impl HostExecutable {
                 KernelKind::Single => None,
             })
             .collect();
+        let direct_ok = direct_outputs(&graph, &plan, &programs);
         HostExecutable {
             params: graph.param_types(),
             outputs: graph.output_types(),
             plan,
             programs,
+            direct_ok,
             graph,
         }
     }
@@ -68,6 +73,60 @@ impl HostExecutable {
         }
         Ok(Self::new(Graph::from_canonical(body.unwrap_or(""))?))
     }
+}
+
+/// Graph outputs stored by a loop program and read by no other kernel.
+fn direct_outputs(
+    graph: &Graph,
+    plan: &Plan,
+    programs: &[Option<LoopProgram>],
+) -> std::collections::HashSet<crate::ir::ValueId> {
+    let nodes = graph.nodes();
+    let mut producer = vec![None; graph.num_values()];
+    for (i, n) in nodes.iter().enumerate() {
+        for o in &n.outputs {
+            producer[o.0 as usize] = Some(i);
+        }
+    }
+    let mut kernel_of = vec![usize::MAX; nodes.len()];
+    for (k, ker) in plan.kernels.iter().enumerate() {
+        for &i in &ker.nodes {
+            kernel_of[i] = k;
+        }
+    }
+    // Values read across kernels (through folded loads).
+    let mut read_elsewhere = std::collections::HashSet::new();
+    for (k, ker) in plan.kernels.iter().enumerate() {
+        for &i in &ker.nodes {
+            for v in &nodes[i].inputs {
+                let mut v = *v;
+                while let Some(p) = producer[v.0 as usize].filter(|p| plan.folded_loads.contains(p))
+                {
+                    match nodes[p].inputs.first() {
+                        Some(u) => v = *u,
+                        None => break,
+                    }
+                }
+                if producer[v.0 as usize].is_some_and(|p| kernel_of[p] != k) {
+                    read_elsewhere.insert(v);
+                }
+            }
+        }
+    }
+    graph
+        .outputs()
+        .iter()
+        .copied()
+        .filter(|v| {
+            producer[v.0 as usize].is_some_and(|p| {
+                let k = kernel_of[p];
+                k != usize::MAX
+                    && programs[k].is_some()
+                    // Epilogue results are kept on the host by the engine.
+                    && !matches!(nodes[p].prim, crate::ir::Prim::Reduce { .. })
+            }) && !read_elsewhere.contains(v)
+        })
+        .collect()
 }
 
 /// Read a device tensor into a contiguous host tensor.
@@ -106,11 +165,37 @@ impl Executable for HostExecutable {
     fn execute(&self, inputs: &[DeviceTensor], outputs: &[DeviceTensor]) -> Result<()> {
         crate::platform::check_io("host executable", self, inputs, outputs)?;
         let mut values: Vec<Option<HostTensor>> = vec![None; self.graph.num_values()];
+        // Parameters stay in device memory; kernels read them when needed.
+        let mut io = DeviceIo::default();
         for (p, t) in self.graph.params().iter().zip(inputs) {
-            values[p.0 as usize] = Some(read_tensor(t)?);
+            io.inputs.insert(*p, t);
         }
-        run_plan(&self.graph, &self.plan, &self.programs, &mut values)?;
+        // Results of the loop engine go straight to device memory when the
+        // output is contiguous, aliases no input and no later kernel reads it.
+        let mut direct = std::collections::HashSet::new();
         for (v, t) in self.graph.outputs().iter().zip(outputs) {
+            let ok = self.direct_ok.contains(v)
+                && t.is_contiguous()
+                && !inputs.iter().any(|i| i.may_overlap(t))
+                && !outputs
+                    .iter()
+                    .any(|o| !std::ptr::eq(o, t) && o.may_overlap(t))
+                && self.graph.outputs().iter().filter(|o| *o == v).count() == 1;
+            if ok {
+                io.outputs.insert(*v, t);
+                direct.insert(*v);
+            }
+        }
+        run_plan(&self.graph, &self.plan, &self.programs, &mut values, &io)?;
+        for (v, t) in self.graph.outputs().iter().zip(outputs) {
+            if direct.contains(v) {
+                continue;
+            }
+            if values[v.0 as usize].is_none() {
+                if let Some(src) = io.inputs.get(v) {
+                    values[v.0 as usize] = Some(read_tensor(src)?);
+                }
+            }
             let r = values[v.0 as usize]
                 .as_ref()
                 .ok_or_else(|| Error::Internal(format!("output %{} was not computed", v.0)))?;

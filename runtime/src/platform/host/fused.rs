@@ -1,18 +1,24 @@
 //! The host platform's loop engine: runs one loop group of the fusion plan
 //! in a single pass over the iteration space, in chunks that stay in the
 //! L1 cache. Values are f32 registers; a node whose result is bf16 or f16
-//! rounds its register to that precision, so fused results equal the
-//! node-by-node results. Trailing-dimension reductions accumulate in f64
-//! (as the reduce kernel does) while the pass runs.
+//! rounds its register to that precision, as node-by-node evaluation does.
+//! exp, erf, tanh and the logistic use the vectorizable forms of `vmath`
+//! (within 4 ulps of the correctly rounded value), so fused results match
+//! node-by-node ones to that accuracy. Trailing-dimension reductions
+//! accumulate in f64 (as the reduce kernel does) while the pass runs.
 
 use std::collections::HashMap;
 
 use half::{bf16, f16};
 
 use super::kernels::{self, HostTensor};
+use super::vmath;
 use crate::error::{Error, Result};
 use crate::fusion::{Kernel, KernelKind, Plan};
 use crate::ir::{BinaryOp, CompareOp, DType, Graph, Prim, ReduceOp, UnaryOp, ValueId};
+use crate::platform::host::executable::read_tensor;
+use crate::platform::host::HostSegment;
+use crate::tensor::DeviceTensor;
 
 /// Elements per chunk: 16 KiB of f32 per register, so a dozen registers
 /// stay in L1/L2.
@@ -81,6 +87,91 @@ struct Epilogue {
     reg: usize,
     out: ValueId,
     dtype: DType,
+}
+
+/// Graph parameters left in device memory, and graph outputs written
+/// straight into device memory, by the loop engine (no staging copies).
+#[derive(Default)]
+pub struct DeviceIo<'a> {
+    /// Parameters not read into host tensors up front.
+    pub inputs: HashMap<ValueId, &'a DeviceTensor>,
+    /// Results the loop engine stores directly (contiguous, not aliasing
+    /// any input, used by no later kernel).
+    pub outputs: HashMap<ValueId, &'a DeviceTensor>,
+}
+
+/// A value's data for a pass: host f32s, or f32s in device memory.
+enum SourceData<'a> {
+    Host(std::borrow::Cow<'a, [f32]>),
+    Device { ptr: *const f32, len: usize },
+    None,
+}
+
+impl SourceData<'_> {
+    fn len(&self) -> usize {
+        match self {
+            SourceData::Host(v) => v.len(),
+            SourceData::Device { len, .. } => *len,
+            SourceData::None => 0,
+        }
+    }
+
+    /// Copy `out.len()` values from `at` with `step` (0: broadcast one value).
+    fn read(&self, at: usize, step: usize, out: &mut [f32]) {
+        let n = out.len();
+        let last = if n == 0 { at } else { at + (n - 1) * step };
+        if n == 0 || last >= self.len() {
+            out.fill(f32::NAN); // unreachable for checked graphs; never reads out of bounds
+            return;
+        }
+        match self {
+            SourceData::Host(v) => {
+                if step == 1 {
+                    out.copy_from_slice(&v[at..at + n]);
+                } else if step == 0 {
+                    out.fill(v[at]);
+                } else {
+                    for (j, o) in out.iter_mut().enumerate() {
+                        *o = v[at + j * step];
+                    }
+                }
+            }
+            SourceData::Device { ptr, .. } => {
+                // SAFETY: [at, last] is inside the tensor's `len` elements
+                // (checked above), which lie inside its buffer's segment
+                // (checked when the tensor was described); the segment
+                // stays allocated while the executing task holds the
+                // buffer; stream order keeps writers away meanwhile.
+                unsafe {
+                    if step == 1 {
+                        std::ptr::copy_nonoverlapping(ptr.add(at), out.as_mut_ptr(), n);
+                    } else if step == 0 {
+                        out.fill(ptr.add(at).read_unaligned());
+                    } else {
+                        for (j, o) in out.iter_mut().enumerate() {
+                            *o = ptr.add(at + j * step).read_unaligned();
+                        }
+                    }
+                }
+            }
+            SourceData::None => out.fill(0.0),
+        }
+    }
+}
+
+/// Where a stored value goes: a new host tensor, or device memory.
+enum Target {
+    Host(HostTensor),
+    Device { ptr: *mut u8, len: usize },
+}
+
+/// A contiguous device tensor's first element, if its memory is host memory.
+fn device_ptr(t: &DeviceTensor) -> Option<*mut u8> {
+    let seg = t.buffer.segment().as_any().downcast_ref::<HostSegment>()?;
+    let offset = t.buffer.segment_offset() + t.layout.offset;
+    // SAFETY: offset is inside the segment: the tensor's layout was checked
+    // against its buffer, and the buffer against its segment.
+    Some(unsafe { seg.as_ptr().add(offset as usize) })
 }
 
 /// A loop group compiled for the host.
@@ -313,11 +404,24 @@ impl LoopProgram {
         })
     }
 
-    /// Run the pass: read sources from `values`, write stored values and
-    /// epilogue results into `values`.
-    pub fn run(&self, graph: &Graph, values: &mut [Option<HostTensor>]) -> Result<()> {
+    /// Run the pass: read sources from `values` (or device memory for the
+    /// parameters in `io`), write stored values into `values` (or device
+    /// memory for the results in `io`) and epilogue results into `values`.
+    pub fn run(
+        &self,
+        graph: &Graph,
+        values: &mut [Option<HostTensor>],
+        io: &DeviceIo<'_>,
+    ) -> Result<()> {
         for &p in &self.materialize {
             let n = &graph.nodes()[p];
+            for v in &n.inputs {
+                if values[v.0 as usize].is_none() {
+                    if let Some(t) = io.inputs.get(v) {
+                        values[v.0 as usize] = Some(read_tensor(t)?);
+                    }
+                }
+            }
             let ins: Vec<&HostTensor> = n
                 .inputs
                 .iter()
@@ -334,10 +438,22 @@ impl LoopProgram {
         }
         let n: u64 = self.shape.iter().product();
         let rank = self.shape.len();
-        let mut outs: Vec<HostTensor> = self
+        let mut outs: Vec<Target> = self
             .stores
             .iter()
-            .map(|(_, v, _)| HostTensor::zeros(graph.value_type(*v).clone()))
+            .map(|(_, v, _)| {
+                match io
+                    .outputs
+                    .get(v)
+                    .and_then(|t| device_ptr(t).map(|p| (p, t)))
+                {
+                    Some((ptr, t)) => Target::Device {
+                        ptr,
+                        len: t.numel() as usize,
+                    },
+                    None => Target::Host(HostTensor::zeros(graph.value_type(*v).clone())),
+                }
+            })
             .collect();
         let mut red_outs: Vec<HostTensor> = self
             .epilogues
@@ -345,17 +461,43 @@ impl LoopProgram {
             .map(|e| HostTensor::zeros(graph.value_type(e.out).clone()))
             .collect();
         let mut acc: Vec<f64> = self.epilogues.iter().map(|e| identity(e.op)).collect();
+        // Parameters the pass cannot read in place (not contiguous f32).
+        let mut staged: HashMap<ValueId, HostTensor> = HashMap::new();
+        for s in &self.sources {
+            if let Source::Strided { value, .. } = s {
+                if values[value.0 as usize].is_none() && !staged.contains_key(value) {
+                    if let Some(t) = io.inputs.get(value) {
+                        if !(t.dtype == DType::F32 && t.is_contiguous() && device_ptr(t).is_some())
+                        {
+                            staged.insert(*value, read_tensor(t)?);
+                        }
+                    }
+                }
+            }
+        }
         // Source data as f32 views (converted once if not f32).
-        let src_data: Vec<std::borrow::Cow<'_, [f32]>> = self
+        let src_data: Vec<SourceData<'_>> = self
             .sources
             .iter()
             .map(|s| match s {
-                Source::Splat(_) => Ok(std::borrow::Cow::Borrowed(&[][..])),
+                Source::Splat(_) => Ok(SourceData::None),
                 Source::Strided { value, .. } => {
-                    let t = values[value.0 as usize].as_ref().ok_or_else(|| {
+                    if let Some(t) = values[value.0 as usize]
+                        .as_ref()
+                        .or_else(|| staged.get(value))
+                    {
+                        return Ok(SourceData::Host(as_f32(t)));
+                    }
+                    let t = io.inputs.get(value).ok_or_else(|| {
                         Error::Internal(format!("loop source %{} is not stored", value.0))
                     })?;
-                    Ok(as_f32(t))
+                    let ptr = device_ptr(t).ok_or_else(|| {
+                        Error::Internal("device source without host memory".into())
+                    })?;
+                    Ok(SourceData::Device {
+                        ptr: ptr as *const f32,
+                        len: t.numel() as usize,
+                    })
                 }
             })
             .collect::<Result<_>>()?;
@@ -384,12 +526,13 @@ impl LoopProgram {
                 }
                 let flat0 = row * last + start;
                 for ((reg, _, dtype), out) in self.stores.iter().zip(outs.iter_mut()) {
-                    store(
-                        out,
-                        *dtype,
-                        flat0 as usize,
-                        &regs[reg * CHUNK..reg * CHUNK + len],
-                    );
+                    let vals = &regs[reg * CHUNK..reg * CHUNK + len];
+                    match out {
+                        Target::Host(t) => store(t, *dtype, flat0 as usize, vals),
+                        Target::Device { ptr, len: total } => {
+                            store_device(*ptr, *total, *dtype, flat0 as usize, vals)
+                        }
+                    }
                 }
                 for (k, e) in self.epilogues.iter().enumerate() {
                     let r = &regs[e.reg * CHUNK..e.reg * CHUNK + len];
@@ -429,7 +572,9 @@ impl LoopProgram {
             }
         }
         for ((_, v, _), t) in self.stores.iter().zip(outs) {
-            values[v.0 as usize] = Some(t);
+            if let Target::Host(t) = t {
+                values[v.0 as usize] = Some(t);
+            }
         }
         for (e, t) in self.epilogues.iter().zip(red_outs) {
             values[e.out.0 as usize] = Some(t);
@@ -442,7 +587,7 @@ impl LoopProgram {
         inst: &Inst,
         regs: &mut [f32],
         len: usize,
-        src: &[std::borrow::Cow<'_, [f32]>],
+        src: &[SourceData<'_>],
         bases: &[u64],
         start: u64,
     ) -> Result<()> {
@@ -461,17 +606,8 @@ impl LoopProgram {
                     Source::Splat(v) => out.fill(*v),
                     Source::Strided { strides, .. } => {
                         let step = *strides.last().unwrap_or(&0);
-                        let data = &src[s];
                         let base = (bases[s] + start * step) as usize;
-                        if step == 1 {
-                            out.copy_from_slice(&data[base..base + len]);
-                        } else if step == 0 {
-                            out.fill(data.get(base).copied().unwrap_or(0.0));
-                        } else {
-                            for (j, o) in out.iter_mut().enumerate() {
-                                *o = data[base + j * step as usize];
-                            }
-                        }
+                        src[s].read(base, step as usize, out);
                     }
                 }
             }
@@ -604,6 +740,45 @@ fn store(out: &mut HostTensor, dtype: DType, at: usize, vals: &[f32]) {
     }
 }
 
+/// Store f32 values as `dtype` into device memory of `total` elements.
+fn store_device(ptr: *mut u8, total: usize, dtype: DType, at: usize, vals: &[f32]) {
+    if at + vals.len() > total {
+        return; // unreachable: the output has the loop's shape
+    }
+    let n = vals.len();
+    // SAFETY: [at, at + n) lies inside the output tensor's `total` elements
+    // of `dtype` (checked above), which lie inside its buffer (checked when
+    // described); the executing task holds the buffer; stream order keeps
+    // other users away. Unaligned writes: device offsets are only element
+    // aligned.
+    unsafe {
+        match dtype {
+            DType::F32 => {
+                std::ptr::copy_nonoverlapping(vals.as_ptr(), (ptr as *mut f32).add(at), n)
+            }
+            DType::BF16 => {
+                let p = (ptr as *mut bf16).add(at);
+                for (j, v) in vals.iter().enumerate() {
+                    p.add(j).write_unaligned(bf16::from_f32(*v));
+                }
+            }
+            DType::F16 => {
+                let p = (ptr as *mut f16).add(at);
+                for (j, v) in vals.iter().enumerate() {
+                    p.add(j).write_unaligned(f16::from_f32(*v));
+                }
+            }
+            DType::Bool => {
+                let p = ptr.add(at);
+                for (j, v) in vals.iter().enumerate() {
+                    p.add(j).write((*v != 0.0) as u8);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
 fn identity(op: ReduceOp) -> f64 {
     match op {
         ReduceOp::Sum | ReduceOp::Or => 0.0,
@@ -657,17 +832,17 @@ fn unary(op: UnaryOp, out: &mut [f32], x: &[f32]) {
     match op {
         UnaryOp::Neg => map!(|v: f32| -v),
         UnaryOp::Abs => map!(|v: f32| v.abs()),
-        UnaryOp::Exp => map!(|v: f32| v.exp()),
+        UnaryOp::Exp => map!(vmath::exp_f32),
         UnaryOp::Expm1 => map!(|v: f32| v.exp_m1()),
         UnaryOp::Log => map!(|v: f32| v.ln()),
         UnaryOp::Log1p => map!(|v: f32| v.ln_1p()),
         UnaryOp::Sqrt => map!(|v: f32| v.sqrt()),
         UnaryOp::Rsqrt => map!(|v: f32| 1.0 / v.sqrt()),
-        UnaryOp::Tanh => map!(|v: f32| v.tanh()),
-        UnaryOp::Logistic => map!(|v: f32| 1.0 / (1.0 + (-v).exp())),
+        UnaryOp::Tanh => map!(vmath::tanh_f32),
+        UnaryOp::Logistic => map!(vmath::logistic_f32),
         UnaryOp::Sin => map!(|v: f32| v.sin()),
         UnaryOp::Cos => map!(|v: f32| v.cos()),
-        UnaryOp::Erf => map!(erf_f32),
+        UnaryOp::Erf => map!(vmath::erf_f32),
         UnaryOp::Floor => map!(|v: f32| v.floor()),
         UnaryOp::Ceil => map!(|v: f32| v.ceil()),
         UnaryOp::Round => map!(|v: f32| v.round_ties_even()),
@@ -715,24 +890,28 @@ fn binary(op: BinaryOp, out: &mut [f32], x: &[f32], y: &[f32]) {
     }
 }
 
-/// erf for f32: the host kernel's accurate erf, computed in f64.
-fn erf_f32(x: f32) -> f32 {
-    kernels::erf(x as f64) as f32
-}
-
-/// Run a whole plan over `values` (parameters set; results filled in).
+/// Run a whole plan over `values` (parameters set or in `io`; results
+/// filled in, or written to device memory for the outputs in `io`).
 pub fn run_plan(
     graph: &Graph,
     plan: &Plan,
     programs: &[Option<LoopProgram>],
     values: &mut [Option<HostTensor>],
+    io: &DeviceIo<'_>,
 ) -> Result<()> {
     for (k, kernel) in plan.kernels.iter().enumerate() {
         match (&kernel.kind, &programs[k]) {
-            (KernelKind::Loop { .. }, Some(p)) => p.run(graph, values)?,
+            (KernelKind::Loop { .. }, Some(p)) => p.run(graph, values, io)?,
             _ => {
                 for &i in &kernel.nodes {
                     let n = &graph.nodes()[i];
+                    for v in &n.inputs {
+                        if values[v.0 as usize].is_none() {
+                            if let Some(t) = io.inputs.get(v) {
+                                values[v.0 as usize] = Some(read_tensor(t)?);
+                            }
+                        }
+                    }
                     let ins: Vec<&HostTensor> = n
                         .inputs
                         .iter()
@@ -794,7 +973,7 @@ mod tests {
         for (p, t) in graph.params().iter().zip(&inputs) {
             values[p.0 as usize] = Some(t.clone());
         }
-        run_plan(graph, &plan, &programs, &mut values).unwrap();
+        run_plan(graph, &plan, &programs, &mut values, &DeviceIo::default()).unwrap();
         for (o, w) in graph.outputs().iter().zip(&want) {
             let got = values[o.0 as usize].as_ref().unwrap();
             assert_eq!(got.ty, w.ty);

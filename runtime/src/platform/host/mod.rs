@@ -11,6 +11,7 @@ mod executable;
 pub mod fused;
 pub mod kernels;
 mod memory;
+mod vmath;
 
 pub use executable::HostExecutable;
 pub use memory::HostSegment;

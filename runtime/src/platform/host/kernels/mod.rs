@@ -25,12 +25,64 @@ pub struct AlignedBytes {
     len: usize,
 }
 
+/// Large host buffers are kept per thread after use and handed out again:
+/// a fresh multi-megabyte allocation costs a page fault per 4 KiB on first
+/// touch, which dominated big elementwise kernels. Bounded per thread.
+const SCRATCH_MIN_BYTES: usize = 1 << 20;
+const SCRATCH_MAX_BUFFERS: usize = 6;
+const SCRATCH_MAX_BYTES: usize = 384 << 20;
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Vec<Vec<u64>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn take_scratch(words: usize) -> Option<Vec<u64>> {
+    SCRATCH.with(|s| {
+        let mut s = s.borrow_mut();
+        // Smallest cached buffer that fits without wasting more than half.
+        let best = s
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| v.capacity() >= words && v.capacity() <= words * 2)
+            .min_by_key(|(_, v)| v.capacity())
+            .map(|(i, _)| i)?;
+        Some(s.swap_remove(best))
+    })
+}
+
+impl Drop for AlignedBytes {
+    fn drop(&mut self) {
+        let bytes = self.words.capacity() * 8;
+        if bytes < SCRATCH_MIN_BYTES {
+            return;
+        }
+        let words = std::mem::take(&mut self.words);
+        let _ = SCRATCH.try_with(|s| {
+            let mut s = s.borrow_mut();
+            let held: usize = s.iter().map(|v| v.capacity() * 8).sum();
+            if s.len() < SCRATCH_MAX_BUFFERS && held + bytes <= SCRATCH_MAX_BYTES {
+                s.push(words);
+            }
+        });
+    }
+}
+
 impl AlignedBytes {
     pub fn zeroed(len: usize) -> Self {
-        AlignedBytes {
-            words: vec![0; len.div_ceil(8)],
-            len,
-        }
+        let n = len.div_ceil(8);
+        let words = if n * 8 >= SCRATCH_MIN_BYTES {
+            match take_scratch(n) {
+                Some(mut v) => {
+                    v.clear();
+                    v.resize(n, 0);
+                    v
+                }
+                None => vec![0; n],
+            }
+        } else {
+            vec![0; n]
+        };
+        AlignedBytes { words, len }
     }
     pub fn from_bytes(bytes: &[u8]) -> Self {
         let mut a = Self::zeroed(bytes.len());

@@ -552,7 +552,7 @@ mod tests {
             prop_assert_eq!(strict.len(), deferred.len());
             for (a, b) in strict.iter().zip(&deferred) {
                 for (x, y) in a.iter().zip(b) {
-                    prop_assert!((x - y).abs() <= 1e-4 * (1.0 + x.abs()) || (x.is_nan() && y.is_nan()), "{:?} vs {:?}", a, b);
+                    prop_assert!(x == y || (x - y).abs() <= 1e-4 * (1.0 + x.abs()) || (x.is_nan() && y.is_nan()), "{:?} vs {:?}", a, b);
                 }
             }
         }

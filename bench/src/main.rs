@@ -471,9 +471,13 @@ fn defer_only(_: &mut Vec<Row>) {
         let y = call(&r, &s, "mul", &[&x, &two], Attrs::new());
         call(&r, &s, "add", &[&y, &two], Attrs::new())
     };
+    let q = upload(&r, &s, &[8, 8, 256, 64], 3);
+    let att = || block_b(&r, &s, &q, &q, &q);
     for _ in 0..20 {
         if which == "elementwise" {
             timed_step(EagerMode::DeferAndFuse, &s, &e);
+        } else if which == "attention" {
+            timed_step(EagerMode::DeferAndFuse, &s, &att);
         } else {
             timed_step(EagerMode::DeferAndFuse, &s, &a);
         }

@@ -165,6 +165,15 @@ pub(crate) fn prepare(ops: &[Deferred], compiler: &Compiler) -> Result<Option<Fl
         return Ok(None);
     }
     let graph = b.build(&out_values)?;
+    if std::env::var_os("TPURT_DEBUG_FLUSH").is_some() {
+        eprintln!(
+            "flush: {} ops, {} params, {} outputs, live {}\n{graph}",
+            ops.len(),
+            params.len(),
+            out_tensors.len(),
+            live.len()
+        );
+    }
     let exe = compiler.compile(&graph)?;
     // Prune parameters the live outputs do not need? The graph keeps them as
     // parameters; reading a few extra inputs is cheaper than recompiling.

@@ -7,9 +7,9 @@
 //!   An elementwise node joins the newest group among its operands'
 //!   producers when that group is a loop over its shape without an
 //!   epilogue; otherwise it starts a new loop group.
-//! - A `reduce` over trailing dimensions of the newest loop group's shape,
-//!   whose operand that group computes, becomes the group's epilogue: the
-//!   same pass accumulates it. One set of trailing dimensions per group;
+//! - A `reduce` over trailing dimensions of a loop group's shape, whose
+//!   operand that group computes, becomes the group's epilogue: the same
+//!   pass accumulates it. One set of trailing dimensions per group;
 //!   after an epilogue the group takes no more nodes.
 //! - *Loads*: a scalar constant, or a `broadcast_in_dim` / `reshape` whose
 //!   operand is stored (a parameter or another kernel's result), is not run
@@ -63,7 +63,9 @@ fn loop_dtype(d: DType) -> bool {
     matches!(d, DType::F32 | DType::BF16 | DType::F16 | DType::Bool)
 }
 
-fn is_load(prim: &Prim) -> bool {
+/// A node a loop group reads through instead of reading its result: a
+/// scalar constant, a broadcast or a reshape.
+pub fn is_load(prim: &Prim) -> bool {
     match prim {
         Prim::Constant { dims, dtype, .. } => dims.is_empty() && loop_dtype(*dtype),
         Prim::BroadcastInDim { .. } | Prim::Reshape { .. } => true,
@@ -102,10 +104,21 @@ pub fn plan(graph: &Graph) -> Plan {
                 .iter()
                 .all(|v| loop_dtype(graph.value_type(*v).dtype));
         if elementwise {
+            // Loops read through loads, so a load's own kernel (if it gets
+            // one) never orders a loop: look at what the load reads.
             let newest = n
                 .inputs
                 .iter()
-                .filter_map(|v| producer[v.0 as usize])
+                .filter_map(|v| {
+                    let mut v = *v;
+                    loop {
+                        let p = producer[v.0 as usize]?;
+                        if !is_load(&nodes[p].prim) {
+                            return Some(p);
+                        }
+                        v = *nodes[p].inputs.first()?;
+                    }
+                })
                 .map(|p| kernel_of[p])
                 .max();
             let joinable = newest.filter(|&k| {
@@ -142,10 +155,11 @@ pub fn plan(graph: &Graph) -> Plan {
                 && matches!(xt.dtype, DType::F32 | DType::BF16 | DType::F16);
             if ok {
                 let k = producer[n.inputs[0].0 as usize].map(|p| kernel_of[p]);
+                // Any open loop over this shape may take it: the result is
+                // stored at the end of that loop's pass, before any consumer.
                 let fits = k.is_some_and(|k| {
-                    k + 1 == kernels.len()
-                        && matches!(&kernels[k].kind, KernelKind::Loop { shape, reduce_dims }
-                            if *shape == xt.dims && (*reduce_dims == 0 || *reduce_dims == r))
+                    matches!(&kernels[k].kind, KernelKind::Loop { shape, reduce_dims }
+                        if *shape == xt.dims && (*reduce_dims == 0 || *reduce_dims == r))
                 });
                 let k = if fits {
                     k.unwrap_or_default()
@@ -208,10 +222,14 @@ pub fn plan(graph: &Graph) -> Plan {
         if folded.contains(&i) {
             continue;
         }
+        let in_loop = is_loop(&kernels, kernel_of[i]) && !is_load(&n.prim);
         for v in &n.inputs {
-            // Through a chain of folded loads to the stored value it reads.
+            // A loop reads through loads (folded or not) to the value
+            // underneath; other kernels read through folded loads only.
             let mut v = *v;
-            while let Some(p) = producer[v.0 as usize].filter(|p| folded.contains(p)) {
+            while let Some(p) = producer[v.0 as usize]
+                .filter(|p| folded.contains(p) || (in_loop && is_load(&nodes[*p].prim)))
+            {
                 match nodes[p].inputs.first() {
                     Some(u) => v = *u,
                     None => break, // a scalar constant: nothing to store

@@ -35,7 +35,7 @@ impl HostExecutable {
             .iter()
             .map(|k| match k.kind {
                 // A group the loop engine cannot take runs node by node.
-                KernelKind::Loop { .. } => LoopProgram::compile(&graph, &plan, k).ok(),
+                KernelKind::Loop { .. } => LoopProgram::compile(&graph, k).ok(),
                 KernelKind::Single => None,
             })
             .collect();
@@ -185,6 +185,9 @@ impl Executable for HostExecutable {
                 io.outputs.insert(*v, t);
                 direct.insert(*v);
             }
+        }
+        if std::env::var_os("TPURT_DEBUG_FLUSH").is_some() {
+            eprintln!("execute: direct {:?}, plan {:?}", direct, self.plan);
         }
         run_plan(&self.graph, &self.plan, &self.programs, &mut values, &io)?;
         for (v, t) in self.graph.outputs().iter().zip(outputs) {

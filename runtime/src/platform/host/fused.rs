@@ -14,7 +14,7 @@ use half::{bf16, f16};
 use super::kernels::{self, HostTensor};
 use super::vmath;
 use crate::error::{Error, Result};
-use crate::fusion::{Kernel, KernelKind, Plan};
+use crate::fusion::{is_load, Kernel, KernelKind, Plan};
 use crate::ir::{BinaryOp, CompareOp, DType, Graph, Prim, ReduceOp, UnaryOp, ValueId};
 use crate::platform::host::executable::read_tensor;
 use crate::platform::host::HostSegment;
@@ -197,15 +197,10 @@ fn contiguous(dims: &[u64]) -> Vec<u64> {
 }
 
 /// The value of a chain of folded loads that ends in a scalar constant.
-fn splat_through(
-    graph: &Graph,
-    plan: &Plan,
-    producer: &[Option<usize>],
-    v: ValueId,
-) -> Option<f32> {
+fn splat_through(graph: &Graph, producer: &[Option<usize>], v: ValueId) -> Option<f32> {
     let mut cur = v;
     loop {
-        let p = producer[cur.0 as usize].filter(|p| plan.folded_loads.contains(p))?;
+        let p = producer[cur.0 as usize].filter(|p| is_load(&graph.nodes()[*p].prim))?;
         match &graph.nodes()[p].prim {
             Prim::Constant { dtype, bytes, .. } => {
                 return Some(crate::ir::literal::decode(*dtype, bytes, 0) as f32)
@@ -219,7 +214,6 @@ fn splat_through(
 /// folded loads, or None when the chain is not a strided view.
 fn strides_through(
     graph: &Graph,
-    plan: &Plan,
     producer: &[Option<usize>],
     v: ValueId,
     shape: &[u64],
@@ -227,7 +221,7 @@ fn strides_through(
     // Walk down to the stored value, remembering the loads on the way.
     let mut chain = Vec::new();
     let mut cur = v;
-    while let Some(p) = producer[cur.0 as usize].filter(|p| plan.folded_loads.contains(p)) {
+    while let Some(p) = producer[cur.0 as usize].filter(|p| is_load(&graph.nodes()[*p].prim)) {
         chain.push(p);
         cur = *graph.nodes()[p].inputs.first()?;
     }
@@ -259,7 +253,7 @@ fn strides_through(
 }
 
 impl LoopProgram {
-    pub fn compile(graph: &Graph, plan: &Plan, kernel: &Kernel) -> Result<LoopProgram> {
+    pub fn compile(graph: &Graph, kernel: &Kernel) -> Result<LoopProgram> {
         let KernelKind::Loop { shape, reduce_dims } = &kernel.kind else {
             return Err(Error::Internal("not a loop kernel".into()));
         };
@@ -291,16 +285,16 @@ impl LoopProgram {
                     let src = if let Some(&s) = source_of.get(&v) {
                         s
                     } else {
-                        let source = match splat_through(graph, plan, &producer, v) {
+                        let source = match splat_through(graph, &producer, v) {
                             Some(x) => Source::Splat(x),
-                            None => match strides_through(graph, plan, &producer, v, shape) {
+                            None => match strides_through(graph, &producer, v, shape) {
                                 Some((value, strides)) => Source::Strided { value, strides },
                                 None => {
                                     // Evaluate the folded chain up front.
                                     let mut chain = vec![];
                                     let mut cur = v;
                                     while let Some(p) = producer[cur.0 as usize]
-                                        .filter(|p| plan.folded_loads.contains(p))
+                                        .filter(|p| is_load(&nodes[*p].prim))
                                     {
                                         chain.push(p);
                                         match nodes[p].inputs.first() {
@@ -972,7 +966,7 @@ mod tests {
             .kernels
             .iter()
             .map(|k| match k.kind {
-                KernelKind::Loop { .. } => Some(LoopProgram::compile(graph, &plan, k).unwrap()),
+                KernelKind::Loop { .. } => Some(LoopProgram::compile(graph, k).unwrap()),
                 KernelKind::Single => None,
             })
             .collect();

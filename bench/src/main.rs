@@ -458,6 +458,50 @@ fn cold_vs_warm(rows: &mut Vec<Row>) {
     });
 }
 
+/// A tiny add through the whole runtime (strict: dispatch, memo lookup,
+/// launch, execute) against the host kernel called directly on host
+/// tensors: the dispatch overhead per op.
+fn tiny_add(rows: &mut Vec<Row>) {
+    use tpurt_runtime::platform::host::kernels::{eval, HostTensor};
+    let r = rt_memory_cache();
+    let s = r.default_stream(0).unwrap();
+    let x = upload(&r, &s, &[16], 1);
+    let out = call(&r, &s, "add", &[&x, &x], Attrs::new());
+    let add = ops::lookup("add").unwrap();
+    let hx = HostTensor::from_f64(DType::F32, &[16], &[1.0; 16]).unwrap();
+    let prim = tpurt_runtime::ir::Prim::Binary(tpurt_runtime::ir::BinaryOp::Add);
+    let ops_n = 2000;
+    let (ours, peer) = paired(
+        9,
+        ops_n,
+        || {
+            for _ in 0..ops_n {
+                r.call_op(
+                    add,
+                    &[x.clone(), x.clone()],
+                    std::slice::from_ref(&out),
+                    &Attrs::new(),
+                    &s,
+                )
+                .unwrap();
+            }
+            s.synchronize().unwrap();
+        },
+        || {
+            for _ in 0..ops_n {
+                black_box(eval(&prim, &[&hx, &hx]).unwrap());
+            }
+        },
+    );
+    rows.push(Row {
+        name: "tiny_add_16_through_runtime".into(),
+        ours: ours / 1000.0,
+        peer: peer / 1000.0,
+        peer_name: "the host add kernel called directly (no dispatch)",
+        unit: "us/op",
+    });
+}
+
 /// Profiling aid: the deferred block alone, repeatedly (no peer, no output).
 fn defer_only(_: &mut Vec<Row>) {
     let r = rt_memory_cache();
@@ -492,6 +536,7 @@ const ALL: &[(&str, Bench)] = &[
     ("fused_bandwidth", fused_bandwidth),
     ("matmul", matmul),
     ("cold_vs_warm", cold_vs_warm),
+    ("tiny_add", tiny_add),
     ("defer_only", defer_only),
 ];
 

@@ -20,6 +20,10 @@
 //! - A kernel stores a value when a later kernel (directly or through a
 //!   load) uses it, or the graph returns it; other values stay in the pass.
 
+mod simplify;
+
+pub use simplify::simplify;
+
 use std::collections::HashSet;
 
 use crate::ir::{DType, Graph, Prim, ReduceOp, ValueId};

@@ -29,6 +29,8 @@ pub struct HostExecutable {
 
 impl HostExecutable {
     pub fn new(graph: Graph) -> Self {
+        // Parameters and outputs stay as given; only the inside changes.
+        let graph = fusion::simplify(&graph).unwrap_or(graph);
         let plan = fusion::plan(&graph);
         let programs: Vec<Option<LoopProgram>> = plan
             .kernels

@@ -1,0 +1,253 @@
+//! Graph simplification before planning: rewrites that change no result
+//! but remove work. Today: a transpose read only by `dot_general` is folded
+//! into the dot's dimension numbers (a matmul with `k.transpose(-2, -1)`
+//! then reads `k` in place instead of copying it), and nodes nobody uses
+//! are dropped.
+
+use std::collections::HashMap;
+
+use crate::error::Result;
+use crate::ir::{Graph, GraphBuilder, Prim, ValueId};
+
+/// The graph with transposes folded into dot_general operands, or the
+/// graph unchanged when nothing applies.
+pub fn simplify(graph: &Graph) -> Result<Graph> {
+    let nodes = graph.nodes();
+    let mut producer: Vec<Option<usize>> = vec![None; graph.num_values()];
+    let mut uses: Vec<usize> = vec![0; graph.num_values()];
+    for (i, n) in nodes.iter().enumerate() {
+        for o in &n.outputs {
+            producer[o.0 as usize] = Some(i);
+        }
+        for v in &n.inputs {
+            uses[v.0 as usize] += 1;
+        }
+    }
+    for o in graph.outputs() {
+        uses[o.0 as usize] += 1;
+    }
+    // New prims and inputs for dot nodes that absorb a transpose.
+    let mut rewritten: HashMap<usize, (Prim, Vec<ValueId>)> = HashMap::new();
+    for (i, n) in nodes.iter().enumerate() {
+        let Prim::DotGeneral {
+            lhs_batch,
+            rhs_batch,
+            lhs_contract,
+            rhs_contract,
+        } = &n.prim
+        else {
+            continue;
+        };
+        let (mut lb, mut rb, mut lc, mut rc) = (
+            lhs_batch.clone(),
+            rhs_batch.clone(),
+            lhs_contract.clone(),
+            rhs_contract.clone(),
+        );
+        let mut inputs = n.inputs.clone();
+        let mut changed = false;
+        for (side, input) in inputs.iter_mut().enumerate() {
+            let v = *input;
+            let Some(p) = producer[v.0 as usize] else {
+                continue;
+            };
+            let Prim::Transpose { perm } = &nodes[p].prim else {
+                continue;
+            };
+            if uses[v.0 as usize] != 1 {
+                continue;
+            }
+            let (batch, contract) = if side == 0 {
+                (&mut lb, &mut lc)
+            } else {
+                (&mut rb, &mut rc)
+            };
+            // Dimension d of the transposed value is dimension perm[d] of its input.
+            let nb: Vec<usize> = batch.iter().map(|&d| perm[d]).collect();
+            let nc: Vec<usize> = contract.iter().map(|&d| perm[d]).collect();
+            // Free dimensions must keep their order (the result lists them in order).
+            let free: Vec<usize> = (0..perm.len())
+                .filter(|d| !batch.contains(d) && !contract.contains(d))
+                .map(|d| perm[d])
+                .collect();
+            if free.windows(2).any(|w| w[0] > w[1]) {
+                continue;
+            }
+            *batch = nb;
+            *contract = nc;
+            *input = nodes[p].inputs[0];
+            changed = true;
+        }
+        if changed {
+            rewritten.insert(
+                i,
+                (
+                    Prim::DotGeneral {
+                        lhs_batch: lb,
+                        rhs_batch: rb,
+                        lhs_contract: lc,
+                        rhs_contract: rc,
+                    },
+                    inputs,
+                ),
+            );
+        }
+    }
+    if rewritten.is_empty() {
+        return Ok(graph.clone());
+    }
+    // Rebuild, dropping nodes whose results nobody reads any more.
+    let mut live = vec![false; graph.num_values()];
+    for o in graph.outputs() {
+        live[o.0 as usize] = true;
+    }
+    let mut keep = vec![false; nodes.len()];
+    for (i, n) in nodes.iter().enumerate().rev() {
+        if n.outputs.iter().any(|o| live[o.0 as usize]) {
+            keep[i] = true;
+            let ins = rewritten.get(&i).map_or(&n.inputs, |(_, ins)| ins);
+            for v in ins {
+                live[v.0 as usize] = true;
+            }
+        }
+    }
+    let mut b = GraphBuilder::new();
+    let mut map: HashMap<ValueId, ValueId> = HashMap::new();
+    for p in graph.params() {
+        map.insert(*p, b.param(graph.value_type(*p).clone()));
+    }
+    for (i, n) in nodes.iter().enumerate() {
+        if !keep[i] {
+            continue;
+        }
+        let (prim, ins) = match rewritten.get(&i) {
+            Some((p, ins)) => (p.clone(), ins.clone()),
+            None => (n.prim.clone(), n.inputs.clone()),
+        };
+        let ins: Vec<ValueId> = ins.iter().map(|v| map[v]).collect();
+        let outs = b.node(prim, &ins)?;
+        for (o, v) in n.outputs.iter().zip(outs) {
+            map.insert(*o, v);
+        }
+    }
+    let outputs: Vec<ValueId> = graph.outputs().iter().map(|o| map[o]).collect();
+    b.build(&outputs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::{DType, TensorType};
+    use crate::ops::{self, Attr, Attrs};
+    use crate::platform::host::kernels::{eval_graph, HostTensor};
+
+    #[test]
+    fn a_transposed_matmul_operand_is_read_in_place() {
+        // scores = q @ k^T over [2, 3, 5, 4]
+        let t = TensorType::new(DType::F32, &[2, 3, 5, 4]);
+        let mut g = GraphBuilder::new();
+        let q = g.param(t.clone());
+        let k = g.param(t.clone());
+        let kt = g
+            .op(
+                Prim::Transpose {
+                    perm: vec![0, 1, 3, 2],
+                },
+                &[k],
+            )
+            .unwrap();
+        let s = g
+            .op(
+                Prim::DotGeneral {
+                    lhs_batch: vec![0, 1],
+                    rhs_batch: vec![0, 1],
+                    lhs_contract: vec![3],
+                    rhs_contract: vec![2],
+                },
+                &[q, kt],
+            )
+            .unwrap();
+        let graph = g.build(&[s]).unwrap();
+        let simple = simplify(&graph).unwrap();
+        assert!(
+            !simple
+                .nodes()
+                .iter()
+                .any(|n| matches!(n.prim, Prim::Transpose { .. })),
+            "{simple}"
+        );
+        let vals: Vec<f64> = (0..120).map(|i| (i as f64 * 0.37).sin()).collect();
+        let a = HostTensor::from_f64(DType::F32, &t.dims, &vals).unwrap();
+        let b = HostTensor::from_f64(
+            DType::F32,
+            &t.dims,
+            &vals.iter().map(|v| v * 2.0 - 0.5).collect::<Vec<_>>(),
+        )
+        .unwrap();
+        let want = eval_graph(&graph, &[a.clone(), b.clone()]).unwrap();
+        let got = eval_graph(&simple, &[a, b]).unwrap();
+        // Same products, another summation order inside the GEMM: ulps apart.
+        for (w, g) in want[0].to_f64_vec().iter().zip(got[0].to_f64_vec()) {
+            assert!((w - g).abs() <= 1e-6 * (1.0 + w.abs()), "{w} vs {g}");
+        }
+    }
+
+    #[test]
+    fn a_transpose_used_elsewhere_or_reordering_free_dims_stays() {
+        // Transpose also returned: kept.
+        let g = ops::build_graph(
+            ops::lookup("transpose").unwrap(),
+            &[TensorType::new(DType::F32, &[3, 4])],
+            &Attrs::new()
+                .with("dim0", Attr::Int(0))
+                .with("dim1", Attr::Int(1)),
+        )
+        .unwrap();
+        assert_eq!(simplify(&g).unwrap(), g);
+        // x^T @ y on 2-D: the free dim of x^T is x's dim 1, still one free dim: folded.
+        let mut b = GraphBuilder::new();
+        let x = b.param(TensorType::new(DType::F32, &[4, 3]));
+        let y = b.param(TensorType::new(DType::F32, &[4, 5]));
+        let xt = b.op(Prim::Transpose { perm: vec![1, 0] }, &[x]).unwrap();
+        let d = b
+            .op(
+                Prim::DotGeneral {
+                    lhs_batch: vec![],
+                    rhs_batch: vec![],
+                    lhs_contract: vec![1],
+                    rhs_contract: vec![0],
+                },
+                &[xt, y],
+            )
+            .unwrap();
+        let graph = b.build(&[d]).unwrap();
+        let simple = simplify(&graph).unwrap();
+        assert_eq!(simple.nodes().len(), 1);
+        assert_eq!(simple.output_types(), graph.output_types());
+        // A transpose that reorders two free dims is not folded.
+        let mut b = GraphBuilder::new();
+        let x = b.param(TensorType::new(DType::F32, &[2, 3, 4]));
+        let y = b.param(TensorType::new(DType::F32, &[4, 5]));
+        let xt = b
+            .op(
+                Prim::Transpose {
+                    perm: vec![1, 0, 2],
+                },
+                &[x],
+            )
+            .unwrap();
+        let d = b
+            .op(
+                Prim::DotGeneral {
+                    lhs_batch: vec![],
+                    rhs_batch: vec![],
+                    lhs_contract: vec![2],
+                    rhs_contract: vec![0],
+                },
+                &[xt, y],
+            )
+            .unwrap();
+        let graph = b.build(&[d]).unwrap();
+        assert_eq!(simplify(&graph).unwrap(), graph);
+    }
+}

@@ -166,6 +166,114 @@ enum Target {
     Device { ptr: *mut u8, len: usize },
 }
 
+/// Where a pass writes one stored value: `len` elements of `dtype` at `ptr`.
+struct Sink {
+    ptr: *mut u8,
+    len: usize,
+    dtype: DType,
+}
+
+// SAFETY: threads of one pass write disjoint element ranges of a sink
+// (their row ranges do not overlap), and the memory outlives the pass.
+unsafe impl Sync for Sink {}
+// SAFETY: the data behind a source is only read during the pass.
+unsafe impl Sync for SourceData<'_> {}
+
+/// Threads for a pass over `n` elements: one below 256K elements (a thread
+/// costs more than it saves), else one per available core (at most 8).
+fn worker_count(n: u64) -> usize {
+    if n < (1 << 18) {
+        return 1;
+    }
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map_or(1, |c| c.get())
+            .min(8)
+    })
+}
+
+/// One pass of a loop program over a range of rows.
+struct Pass<'a> {
+    program: &'a LoopProgram,
+    src: &'a [SourceData<'a>],
+    sinks: &'a [Sink],
+    red_sinks: &'a [Sink],
+    last: u64,
+}
+
+impl Pass<'_> {
+    /// Rows [r0, r1) of the iteration space (r0 starts a reduction).
+    fn rows(&self, r0: u64, r1: u64) -> Result<()> {
+        if r0 >= r1 {
+            return Ok(());
+        }
+        let p = self.program;
+        let rank = p.shape.len();
+        let last = self.last;
+        let mut regs = vec![0f32; p.registers.max(1) * CHUNK];
+        let mut acc: Vec<f64> = p.epilogues.iter().map(|e| identity(e.op)).collect();
+        // The multi-index of row r0 over all but the last dimension.
+        let mut index = vec![0u64; rank.saturating_sub(1)];
+        let mut rest = r0;
+        for d in (0..index.len()).rev() {
+            index[d] = rest % p.shape[d];
+            rest /= p.shape[d];
+        }
+        let mut bases = vec![0u64; p.sources.len()];
+        for row in r0..r1 {
+            for (b, s) in bases.iter_mut().zip(&p.sources) {
+                *b = match s {
+                    Source::Strided { strides, .. } => {
+                        index.iter().zip(strides).map(|(i, s)| i * s).sum()
+                    }
+                    Source::Splat(_) => 0,
+                };
+            }
+            let mut start = 0u64;
+            while start < last {
+                let len = (last - start).min(CHUNK as u64) as usize;
+                for inst in &p.insts {
+                    p.exec(inst, &mut regs, len, self.src, &bases, start)?;
+                }
+                let flat0 = row * last + start;
+                for ((reg, _, _), sink) in p.stores.iter().zip(self.sinks) {
+                    let vals = &regs[reg * CHUNK..reg * CHUNK + len];
+                    store_device(sink.ptr, sink.len, sink.dtype, flat0 as usize, vals);
+                }
+                for (k, e) in p.epilogues.iter().enumerate() {
+                    let r = &regs[e.reg * CHUNK..e.reg * CHUNK + len];
+                    // The chunk may span several reduction rows (short rows).
+                    let mut off = 0usize;
+                    while off < len {
+                        let flat = flat0 + off as u64;
+                        let to_end = (p.reduce_len - flat % p.reduce_len) as usize;
+                        let take = to_end.min(len - off);
+                        acc[k] = accumulate(e.op, acc[k], &r[off..off + take]);
+                        off += take;
+                        if (flat + take as u64).is_multiple_of(p.reduce_len) {
+                            let outer = ((flat + take as u64) / p.reduce_len - 1) as usize;
+                            let sink = &self.red_sinks[k];
+                            store_device(sink.ptr, sink.len, sink.dtype, outer, &[acc[k] as f32]);
+                            acc[k] = identity(e.op);
+                        }
+                    }
+                }
+                start += len as u64;
+            }
+            // Advance the row index (odometer over all but the last dim).
+            for d in (0..index.len()).rev() {
+                index[d] += 1;
+                if index[d] < p.shape[d] {
+                    break;
+                }
+                index[d] = 0;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A contiguous device tensor's first element, if its memory is host memory.
 fn device_ptr(t: &DeviceTensor) -> Option<*mut u8> {
     let seg = t.buffer.segment().as_any().downcast_ref::<HostSegment>()?;
@@ -455,7 +563,6 @@ impl LoopProgram {
             .iter()
             .map(|e| HostTensor::zeros(graph.value_type(e.out).clone()))
             .collect();
-        let mut acc: Vec<f64> = self.epilogues.iter().map(|e| identity(e.op)).collect();
         // Parameters the pass cannot read in place (not contiguous f32).
         let mut staged: HashMap<ValueId, HostTensor> = HashMap::new();
         for s in &self.sources {
@@ -496,66 +603,70 @@ impl LoopProgram {
                 }
             })
             .collect::<Result<_>>()?;
-        let mut regs = vec![0f32; self.registers.max(1) * CHUNK];
-        // Iterate rows along the last dimension, chunked.
+        // Iterate rows along the last dimension, chunked; big passes split
+        // their rows across threads (at reduction boundaries).
         let last = if rank == 0 { 1 } else { self.shape[rank - 1] };
         let rows = n.checked_div(last).unwrap_or(0);
-        let mut index = vec![0u64; rank.saturating_sub(1)];
-        for row in 0..rows {
-            // Base offset of each source at this row.
-            let bases: Vec<u64> = self
-                .sources
-                .iter()
-                .map(|s| match s {
-                    Source::Strided { strides, .. } => {
-                        index.iter().zip(strides).map(|(i, s)| i * s).sum()
-                    }
-                    Source::Splat(_) => 0,
-                })
-                .collect();
-            let mut start = 0u64;
-            while start < last {
-                let len = (last - start).min(CHUNK as u64) as usize;
-                for inst in &self.insts {
-                    self.exec(inst, &mut regs, len, &src_data, &bases, start)?;
-                }
-                let flat0 = row * last + start;
-                for ((reg, _, dtype), out) in self.stores.iter().zip(outs.iter_mut()) {
-                    let vals = &regs[reg * CHUNK..reg * CHUNK + len];
-                    match out {
-                        Target::Host(t) => store(t, *dtype, flat0 as usize, vals),
-                        Target::Device { ptr, len: total } => {
-                            store_device(*ptr, *total, *dtype, flat0 as usize, vals)
-                        }
-                    }
-                }
-                for (k, e) in self.epilogues.iter().enumerate() {
-                    let r = &regs[e.reg * CHUNK..e.reg * CHUNK + len];
-                    // The chunk may span several reduction rows (short rows).
-                    let mut off = 0usize;
-                    while off < len {
-                        let flat = flat0 + off as u64;
-                        let to_end = (self.reduce_len - flat % self.reduce_len) as usize;
-                        let take = to_end.min(len - off);
-                        acc[k] = accumulate(e.op, acc[k], &r[off..off + take]);
-                        off += take;
-                        if (flat + take as u64).is_multiple_of(self.reduce_len) {
-                            let outer = ((flat + take as u64) / self.reduce_len - 1) as usize;
-                            store(&mut red_outs[k], e.dtype, outer, &[acc[k] as f32]);
-                            acc[k] = identity(e.op);
-                        }
-                    }
-                }
-                start += len as u64;
-            }
-            // Advance the row index (odometer over all but the last dim).
-            for d in (0..index.len()).rev() {
-                index[d] += 1;
-                if index[d] < self.shape[d] {
-                    break;
-                }
-                index[d] = 0;
-            }
+        let sinks: Vec<Sink> = outs
+            .iter_mut()
+            .zip(&self.stores)
+            .map(|(o, (_, _, dtype))| match o {
+                Target::Host(t) => Sink {
+                    ptr: t.bytes_mut().as_mut_ptr(),
+                    len: t.numel(),
+                    dtype: *dtype,
+                },
+                Target::Device { ptr, len } => Sink {
+                    ptr: *ptr,
+                    len: *len,
+                    dtype: *dtype,
+                },
+            })
+            .collect();
+        let red_sinks: Vec<Sink> = red_outs
+            .iter_mut()
+            .zip(&self.epilogues)
+            .map(|(t, e)| Sink {
+                ptr: t.bytes_mut().as_mut_ptr(),
+                len: t.numel(),
+                dtype: e.dtype,
+            })
+            .collect();
+        let rows_per_reduction = (self.reduce_len / last.max(1)).max(1);
+        let threads = worker_count(n);
+        let units = rows / rows_per_reduction;
+        let per = units.div_ceil(threads as u64).max(1) * rows_per_reduction;
+        let ranges: Vec<(u64, u64)> = (0..threads as u64)
+            .map(|t| (t * per, ((t + 1) * per).min(rows)))
+            .filter(|(a, b)| a < b)
+            .collect();
+        let pass = Pass {
+            program: self,
+            src: &src_data,
+            sinks: &sinks,
+            red_sinks: &red_sinks,
+            last,
+        };
+        if ranges.len() <= 1 {
+            pass.rows(0, rows)?;
+        } else {
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = ranges
+                    .iter()
+                    .map(|&(a, b)| {
+                        let pass = &pass;
+                        scope.spawn(move || pass.rows(a, b))
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join().unwrap_or_else(|_| {
+                            Err(Error::Internal("a loop thread panicked".into()))
+                        })
+                    })
+                    .collect::<Result<Vec<()>>>()
+            })?;
         }
         if n == 0 || last == 0 {
             // Empty iteration space: reductions give their identity.

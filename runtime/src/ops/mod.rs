@@ -16,6 +16,8 @@ mod emit;
 mod index;
 mod linalg;
 mod loss;
+#[cfg(test)]
+mod modes_tests;
 mod nn;
 mod optim;
 mod pointwise;

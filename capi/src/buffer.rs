@@ -2,7 +2,9 @@
 
 use std::ffi::c_void;
 
-use tpurt_core::{Buffer, Error, HostDestination, Layout, Result};
+use std::sync::Arc;
+
+use tpurt_core::{Buffer, Error, HostDestination, Layout, Result, Runtime, Stream};
 
 use crate::runtime::{
     check_struct_size, out_ptr, runtime_of, tpurt_runtime, versioned_field, BUFFERS, RUNTIMES,
@@ -44,6 +46,18 @@ pub const TPURT_COPY_ASYNC: u32 = 1;
 
 pub(crate) fn buffer_of(b: tpurt_buffer) -> Result<(Buffer, u64)> {
     BUFFERS.get(b.handle)
+}
+
+/// The buffer, its runtime, and `stream` (zero: the default stream of the
+/// buffer's device), checked to belong together.
+fn buffer_and_stream(
+    b: tpurt_buffer,
+    stream: tpurt_stream,
+) -> Result<(Buffer, Arc<Runtime>, Stream)> {
+    let (buf, owner) = buffer_of(b)?;
+    let runtime = RUNTIMES.get(owner)?.0;
+    let s = stream_or_default(stream, &runtime, owner, buf.chip())?;
+    Ok((buf, runtime, s))
 }
 
 fn layout_of(layout: *const tpurt_layout, buffer_len: u64, what: &str) -> Result<Layout> {
@@ -177,9 +191,7 @@ pub extern "C" fn tpurt_copy_host_to_device(
 ) -> *mut tpurt_status {
     guard(|| {
         let is_async = check_flags(flags)?;
-        let (buf, owner) = buffer_of(dst)?;
-        let runtime = RUNTIMES.get(owner)?.0;
-        let s = stream_or_default(stream, &runtime, owner, buf.chip())?;
+        let (buf, runtime, s) = buffer_and_stream(dst, stream)?;
         let layout = layout_of(dst_layout, buf.len(), "dst_layout")?;
         let bytes = host_slice(src, src_size, "src")?;
         if is_async {
@@ -227,9 +239,7 @@ pub extern "C" fn tpurt_copy_device_to_host(
 ) -> *mut tpurt_status {
     guard(|| {
         let is_async = check_flags(flags)?;
-        let (buf, owner) = buffer_of(src)?;
-        let runtime = RUNTIMES.get(owner)?.0;
-        let s = stream_or_default(stream, &runtime, owner, buf.chip())?;
+        let (buf, runtime, s) = buffer_and_stream(src, stream)?;
         let layout = layout_of(src_layout, buf.len(), "src_layout")?;
         if dst.is_null() && dst_size > 0 {
             return Err(Error::invalid(format!(
@@ -315,9 +325,7 @@ pub extern "C" fn tpurt_buffer_fill(
 ) -> *mut tpurt_status {
     guard(|| {
         let is_async = check_flags(flags)?;
-        let (buf, owner) = buffer_of(buffer)?;
-        let runtime = RUNTIMES.get(owner)?.0;
-        let s = stream_or_default(stream, &runtime, owner, buf.chip())?;
+        let (buf, runtime, s) = buffer_and_stream(buffer, stream)?;
         runtime.fill_async(&buf, offset, size, value, &s)?;
         if !is_async {
             s.synchronize()?;

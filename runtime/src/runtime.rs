@@ -514,7 +514,7 @@ impl Runtime {
         let mode = current_mode();
         if mode == EagerMode::DeferAndFuse {
             check_devices(name, inputs, outputs, stream)?;
-            check_types(name, "output", outputs, &entry.graph.output_types())?;
+            crate::platform::check_types(name, "output", outputs, &entry.graph.output_types())?;
             let op = crate::lazy::Deferred {
                 name,
                 graph: Arc::clone(&entry.graph),
@@ -587,25 +587,6 @@ fn check_devices(
                     stream.chip()
                 )));
             }
-        }
-    }
-    Ok(())
-}
-
-fn check_types(name: &str, what: &str, given: &[DeviceTensor], want: &[TensorType]) -> Result<()> {
-    if given.len() != want.len() {
-        return Err(Error::invalid(format!(
-            "{name}: {} {what}s given, it takes {}",
-            given.len(),
-            want.len()
-        )));
-    }
-    for (i, (g, w)) in given.iter().zip(want).enumerate() {
-        if &g.ty() != w {
-            return Err(Error::invalid(format!(
-                "{name}: {what} {i} is {} but must be {w}",
-                g.ty()
-            )));
         }
     }
     Ok(())

@@ -107,24 +107,31 @@ pub fn check_io(
     inputs: &[DeviceTensor],
     outputs: &[DeviceTensor],
 ) -> Result<()> {
-    for (what, given, want) in [
-        ("input", inputs, exe.param_types()),
-        ("output", outputs, exe.output_types()),
-    ] {
-        if given.len() != want.len() {
+    check_types(name, "input", inputs, exe.param_types())?;
+    check_types(name, "output", outputs, exe.output_types())
+}
+
+/// Check the count and types of tensors (`what`: "input" or "output");
+/// errors name `name` and the tensor's index.
+pub fn check_types(
+    name: &str,
+    what: &str,
+    given: &[DeviceTensor],
+    want: &[TensorType],
+) -> Result<()> {
+    if given.len() != want.len() {
+        return Err(Error::invalid(format!(
+            "{name}: {} {what}s given, it takes {}",
+            given.len(),
+            want.len()
+        )));
+    }
+    for (i, (g, w)) in given.iter().zip(want).enumerate() {
+        if &g.ty() != w {
             return Err(Error::invalid(format!(
-                "{name}: {} {what}s given, it takes {}",
-                given.len(),
-                want.len()
+                "{name}: {what} {i} is {} but must be {w}",
+                g.ty()
             )));
-        }
-        for (i, (g, w)) in given.iter().zip(want).enumerate() {
-            if &g.ty() != w {
-                return Err(Error::invalid(format!(
-                    "{name}: {what} {i} is {} but must be {w}",
-                    g.ty()
-                )));
-            }
         }
     }
     Ok(())

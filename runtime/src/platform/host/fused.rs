@@ -517,27 +517,7 @@ impl LoopProgram {
         io: &DeviceIo<'_>,
     ) -> Result<()> {
         for &p in &self.materialize {
-            let n = &graph.nodes()[p];
-            for v in &n.inputs {
-                if values[v.0 as usize].is_none() {
-                    if let Some(t) = io.inputs.get(v) {
-                        values[v.0 as usize] = Some(read_tensor(t)?);
-                    }
-                }
-            }
-            let ins: Vec<&HostTensor> = n
-                .inputs
-                .iter()
-                .map(|v| {
-                    values[v.0 as usize]
-                        .as_ref()
-                        .ok_or_else(|| Error::Internal("missing value".into()))
-                })
-                .collect::<Result<_>>()?;
-            let outs = kernels::eval(&n.prim, &ins)?;
-            for (o, t) in n.outputs.iter().zip(outs) {
-                values[o.0 as usize] = Some(t);
-            }
+            eval_node(graph, p, values, io)?;
         }
         let n: u64 = self.shape.iter().product();
         let rank = self.shape.len();
@@ -1002,6 +982,39 @@ fn binary(op: BinaryOp, out: &mut [f32], x: &[f32], y: &[f32]) {
     }
 }
 
+/// Run one node with the primitive kernels: its inputs from `values`
+/// (parameters still in device memory are read first), its results into
+/// `values`.
+fn eval_node(
+    graph: &Graph,
+    node: usize,
+    values: &mut [Option<HostTensor>],
+    io: &DeviceIo<'_>,
+) -> Result<()> {
+    let n = &graph.nodes()[node];
+    for v in &n.inputs {
+        if values[v.0 as usize].is_none() {
+            if let Some(t) = io.inputs.get(v) {
+                values[v.0 as usize] = Some(read_tensor(t)?);
+            }
+        }
+    }
+    let ins: Vec<&HostTensor> = n
+        .inputs
+        .iter()
+        .map(|v| {
+            values[v.0 as usize]
+                .as_ref()
+                .ok_or_else(|| Error::Internal(format!("value %{} missing", v.0)))
+        })
+        .collect::<Result<_>>()?;
+    let outs = kernels::eval(&n.prim, &ins)?;
+    for (o, t) in n.outputs.iter().zip(outs) {
+        values[o.0 as usize] = Some(t);
+    }
+    Ok(())
+}
+
 /// Run a whole plan over `values` (parameters set or in `io`; results
 /// filled in, or written to device memory for the outputs in `io`).
 pub fn run_plan(
@@ -1016,27 +1029,7 @@ pub fn run_plan(
             (KernelKind::Loop { .. }, Some(p)) => p.run(graph, values, io)?,
             _ => {
                 for &i in &kernel.nodes {
-                    let n = &graph.nodes()[i];
-                    for v in &n.inputs {
-                        if values[v.0 as usize].is_none() {
-                            if let Some(t) = io.inputs.get(v) {
-                                values[v.0 as usize] = Some(read_tensor(t)?);
-                            }
-                        }
-                    }
-                    let ins: Vec<&HostTensor> = n
-                        .inputs
-                        .iter()
-                        .map(|v| {
-                            values[v.0 as usize]
-                                .as_ref()
-                                .ok_or_else(|| Error::Internal(format!("value %{} missing", v.0)))
-                        })
-                        .collect::<Result<_>>()?;
-                    let outs = kernels::eval(&n.prim, &ins)?;
-                    for (o, t) in n.outputs.iter().zip(outs) {
-                        values[o.0 as usize] = Some(t);
-                    }
+                    eval_node(graph, i, values, io)?;
                 }
             }
         }

@@ -180,7 +180,8 @@ unsafe impl Sync for Sink {}
 unsafe impl Sync for SourceData<'_> {}
 
 /// Threads for a pass over `n` elements: one below 256K elements (a thread
-/// costs more than it saves), else one per available core (at most 8).
+/// costs more than it saves), else `TPURT_HOST_THREADS`, by default one
+/// per available core (at most 8).
 fn worker_count(n: u64) -> usize {
     if n < (1 << 18) {
         return 1;

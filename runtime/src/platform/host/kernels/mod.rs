@@ -19,10 +19,27 @@ use crate::error::{Error, Result};
 use crate::ir::{DType, Graph, Prim, TensorType};
 
 /// Bytes with 8-byte alignment, so typed views of any dtype are aligned.
-#[derive(Clone, PartialEq)]
+/// Or, for an input read in place, a read-only view of device memory (see
+/// [`HostTensor::borrow_device`]); writing to such a view copies it first.
+#[derive(Clone)]
 pub struct AlignedBytes {
     words: Vec<u64>,
     len: usize,
+    /// Non-null: the bytes live there (borrowed, read-only), not in `words`.
+    borrowed: *const u8,
+}
+
+// SAFETY: owned bytes are a plain Vec; a borrowed view is read-only and its
+// creator (`HostTensor::borrow_device`) guarantees the memory stays valid
+// and unwritten while any copy of the view exists.
+unsafe impl Send for AlignedBytes {}
+// SAFETY: as above; shared access only reads.
+unsafe impl Sync for AlignedBytes {}
+
+impl PartialEq for AlignedBytes {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
 }
 
 /// Large host buffers are kept per thread after use and handed out again:
@@ -82,7 +99,11 @@ impl AlignedBytes {
         } else {
             vec![0; n]
         };
-        AlignedBytes { words, len }
+        AlignedBytes {
+            words,
+            len,
+            borrowed: std::ptr::null(),
+        }
     }
     pub fn from_bytes(bytes: &[u8]) -> Self {
         let mut a = Self::zeroed(bytes.len());
@@ -96,9 +117,19 @@ impl AlignedBytes {
         self.len == 0
     }
     pub fn as_bytes(&self) -> &[u8] {
+        if !self.borrowed.is_null() {
+            // SAFETY: a borrowed view points at `len` readable bytes for as
+            // long as it exists (the contract of `HostTensor::borrow_device`).
+            return unsafe { std::slice::from_raw_parts(self.borrowed, self.len) };
+        }
         &bytemuck::cast_slice(&self.words)[..self.len]
     }
     pub fn as_bytes_mut(&mut self) -> &mut [u8] {
+        if !self.borrowed.is_null() {
+            // Never write through a view of device memory: own a copy first.
+            let copy = Self::from_bytes(self.as_bytes());
+            *self = copy;
+        }
         &mut bytemuck::cast_slice_mut(&mut self.words)[..self.len]
     }
 }
@@ -150,6 +181,41 @@ impl HostTensor {
             ty,
             data: AlignedBytes::zeroed(n),
         }
+    }
+
+    /// A read-only view of a contiguous device tensor's memory, without a
+    /// copy. None when the tensor is not contiguous, not in host memory, or
+    /// not aligned for its dtype.
+    ///
+    /// # Safety
+    /// The tensor's memory must stay allocated and unwritten while the view
+    /// or any clone of it exists (an executable's inputs, during `execute`).
+    pub unsafe fn borrow_device(t: &crate::tensor::DeviceTensor) -> Option<Self> {
+        if !t.is_contiguous() {
+            return None;
+        }
+        let seg = t
+            .buffer
+            .segment()
+            .as_any()
+            .downcast_ref::<super::HostSegment>()?;
+        let offset = (t.buffer.segment_offset() + t.layout.offset) as usize;
+        // SAFETY: the offset lies inside the segment (the layout was checked
+        // against the buffer, the buffer against the segment).
+        let ptr = unsafe { seg.as_ptr().add(offset) } as *const u8;
+        if !(ptr as usize).is_multiple_of(t.dtype.size()) {
+            return None;
+        }
+        let ty = t.ty();
+        let len = ty.nbytes() as usize;
+        Some(HostTensor {
+            ty,
+            data: AlignedBytes {
+                words: Vec::new(),
+                len,
+                borrowed: ptr,
+            },
+        })
     }
 
     pub fn from_bytes(ty: TensorType, bytes: &[u8]) -> Result<Self> {

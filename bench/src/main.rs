@@ -246,12 +246,18 @@ fn call(r: &Runtime, s: &Stream, name: &str, ins: &[&DeviceTensor], attrs: Attrs
         .remove(0)
 }
 
-/// bias + GELU(erf) + residual + layer_norm (dropout joins once the op
-/// library has it), as one model block issues it.
+/// bias + GELU(erf) + dropout(0.1) + residual + layer_norm, as one model
+/// block issues it (ANCHORS' block; a fixed dropout seed, so every step is
+/// the same program).
 fn block_a(r: &Runtime, s: &Stream, x: &DeviceTensor, b: &DeviceTensor) -> DeviceTensor {
     let h = call(r, s, "add", &[x, b], Attrs::new());
     let g = call(r, s, "gelu", &[&h], Attrs::new());
-    let y = call(r, s, "add", &[&g, x], Attrs::new());
+    let dropout = Attrs::new()
+        .with("p", Attr::Float(0.1))
+        .with("seed", Attr::Int(1234))
+        .with("offset", Attr::Int(0));
+    let d = call(r, s, "dropout", &[&g], dropout);
+    let y = call(r, s, "add", &[&d, x], Attrs::new());
     let ln = Attrs::new().with("normalized_shape", Attr::Ints(vec![1024]));
     call(r, s, "layer_norm", &[&y], ln)
 }
@@ -311,7 +317,7 @@ fn defer_vs_strict(rows: &mut Vec<Row>) {
         || timed_step(EagerMode::DeferNever, &s, &a),
     );
     rows.push(Row {
-        name: "defer_vs_strict_bias_gelu_residual_layernorm_4096x1024".into(),
+        name: "defer_vs_strict_bias_gelu_dropout_residual_layernorm_4096x1024".into(),
         ours: ours / 1e6,
         peer: peer / 1e6,
         peer_name: "tpurt strict (DEFER_NEVER) on the same block",
@@ -502,6 +508,32 @@ fn tiny_add(rows: &mut Vec<Row>) {
     });
 }
 
+/// Profiling aid: a 2048 matmul's executable run on this thread vs on a stream.
+fn mm_probe(_: &mut Vec<Row>) {
+    let r = rt_memory_cache();
+    let s = r.default_stream(0).unwrap();
+    let n = 2048u64;
+    let a = upload(&r, &s, &[n, n], 11);
+    let b = upload(&r, &s, &[n, n], 12);
+    let c = call(&r, &s, "mm", &[&a, &b], Attrs::new());
+    let types = vec![a.ty(), b.ty()];
+    let exe = r
+        .op_executable(ops::lookup("mm").unwrap(), &types, &Attrs::new())
+        .unwrap();
+    for _ in 0..3 {
+        let t = Instant::now();
+        exe.execute(&[a.clone(), b.clone()], std::slice::from_ref(&c))
+            .unwrap();
+        let direct = t.elapsed();
+        let t = Instant::now();
+        let c2 = call(&r, &s, "mm", &[&a, &b], Attrs::new());
+        s.synchronize().unwrap();
+        let streamed = t.elapsed();
+        drop(c2);
+        eprintln!("mm 2048: on this thread {direct:?}, through a stream {streamed:?}");
+    }
+}
+
 /// Profiling aid: the deferred block alone, repeatedly (no peer, no output).
 fn defer_only(_: &mut Vec<Row>) {
     let r = rt_memory_cache();
@@ -537,6 +569,7 @@ const ALL: &[(&str, Bench)] = &[
     ("matmul", matmul),
     ("cold_vs_warm", cold_vs_warm),
     ("tiny_add", tiny_add),
+    ("mm_probe", mm_probe),
     ("defer_only", defer_only),
 ];
 

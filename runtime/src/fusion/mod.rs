@@ -26,7 +26,7 @@ pub use simplify::simplify;
 
 use std::collections::HashSet;
 
-use crate::ir::{DType, Graph, Prim, ReduceOp, ValueId};
+use crate::ir::{DType, Graph, Prim, ReduceOp, RngDistribution, ValueId};
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum KernelKind {
@@ -142,6 +142,43 @@ pub fn plan(graph: &Graph) -> Plan {
             kernel_of[i] = k;
             kernels[k].nodes.push(i);
             continue;
+        }
+        // A uniform draw depends only on its position: it joins the newest
+        // open loop over its shape whose pass runs after its seed and
+        // offset are known (constants always are).
+        if let Prim::Rng {
+            distribution: RngDistribution::Uniform,
+            dtype,
+            dims,
+        } = &n.prim
+        {
+            if matches!(dtype, DType::F32 | DType::BF16 | DType::F16) {
+                let ready_after = n
+                    .inputs
+                    .iter()
+                    .filter_map(|v| producer[v.0 as usize])
+                    .filter(|&p| !matches!(nodes[p].prim, Prim::Constant { .. }))
+                    .map(|p| kernel_of[p])
+                    .max();
+                let joinable = (0..kernels.len()).rev().find(|&k| {
+                    ready_after.is_none_or(|r| k > r)
+                        && matches!(&kernels[k].kind, KernelKind::Loop { shape, reduce_dims: 0 } if shape == dims)
+                });
+                let k = joinable.unwrap_or_else(|| {
+                    kernels.push(Kernel {
+                        kind: KernelKind::Loop {
+                            shape: dims.clone(),
+                            reduce_dims: 0,
+                        },
+                        nodes: vec![],
+                        stores: vec![],
+                    });
+                    kernels.len() - 1
+                });
+                kernel_of[i] = k;
+                kernels[k].nodes.push(i);
+                continue;
+            }
         }
         if let Prim::Reduce { op, dimensions } = &n.prim {
             let xt = graph.value_type(n.inputs[0]);

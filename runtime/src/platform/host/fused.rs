@@ -79,6 +79,20 @@ enum Inst {
         reg: usize,
         dtype: DType,
     },
+    /// Uniform [0, 1) draws for the chunk's positions (Philox, as `rng`).
+    Uniform {
+        dst: usize,
+        seed: Scalar,
+        offset: Scalar,
+        dtype: DType,
+    },
+}
+
+/// An i64 scalar operand: known when compiling, or read when the pass runs.
+#[derive(Clone, Copy, Debug)]
+enum Scalar {
+    Const(u64),
+    Value(ValueId),
 }
 
 #[derive(Clone, Debug)]
@@ -194,9 +208,23 @@ fn worker_count(n: u64) -> usize {
     })
 }
 
+/// Where one chunk sits: its length, the sources and their row bases, its
+/// first column and flat position, and the pass's rng scalars.
+#[derive(Clone, Copy)]
+struct ChunkAt<'a> {
+    len: usize,
+    src: &'a [SourceData<'a>],
+    bases: &'a [u64],
+    start: u64,
+    flat0: u64,
+    scalars: &'a HashMap<ValueId, u64>,
+}
+
 /// One pass of a loop program over a range of rows.
 struct Pass<'a> {
     program: &'a LoopProgram,
+    /// i64 scalars the program reads (rng seeds and offsets).
+    scalars: &'a HashMap<ValueId, u64>,
     src: &'a [SourceData<'a>],
     sinks: &'a [Sink],
     red_sinks: &'a [Sink],
@@ -235,7 +263,15 @@ impl Pass<'_> {
             while start < last {
                 let len = (last - start).min(CHUNK as u64) as usize;
                 for inst in &p.insts {
-                    p.exec(inst, &mut regs, len, self.src, &bases, start)?;
+                    let at = ChunkAt {
+                        len,
+                        src: self.src,
+                        bases: &bases,
+                        start,
+                        flat0: row * last + start,
+                        scalars: self.scalars,
+                    };
+                    p.exec(inst, &mut regs, &at)?;
                 }
                 let flat0 = row * last + start;
                 for ((reg, _, _), sink) in p.stores.iter().zip(self.sinks) {
@@ -430,6 +466,28 @@ impl LoopProgram {
                     reg_of.insert(v, dst);
                     Ok(dst)
                 };
+            if let Prim::Rng { dtype, .. } = &n.prim {
+                let scalar = |v: ValueId| match producer[v.0 as usize].map(|p| &nodes[p].prim) {
+                    Some(Prim::Constant {
+                        dtype: DType::I64,
+                        bytes,
+                        ..
+                    }) if bytes.len() == 8 => {
+                        Scalar::Const(u64::from_le_bytes(bytes[..8].try_into().unwrap_or([0; 8])))
+                    }
+                    _ => Scalar::Value(v),
+                };
+                let dst = registers;
+                registers += 1;
+                insts.push(Inst::Uniform {
+                    dst,
+                    seed: scalar(n.inputs[0]),
+                    offset: scalar(n.inputs[1]),
+                    dtype: *dtype,
+                });
+                reg_of.insert(n.outputs[0], dst);
+                continue;
+            }
             if let Prim::Reduce { op, .. } = &n.prim {
                 let reg = operand(n.inputs[0], &mut insts, &mut registers)?;
                 epilogues.push(Epilogue {
@@ -621,8 +679,32 @@ impl LoopProgram {
             .map(|t| (t * per, ((t + 1) * per).min(rows)))
             .filter(|(a, b)| a < b)
             .collect();
+        // Rng seeds and offsets computed by other kernels or passed in.
+        let mut scalars: HashMap<ValueId, u64> = HashMap::new();
+        for inst in &self.insts {
+            if let Inst::Uniform { seed, offset, .. } = inst {
+                for s in [seed, offset] {
+                    if let Scalar::Value(v) = s {
+                        let t = match values[v.0 as usize].as_ref() {
+                            Some(t) => t.clone(),
+                            None => match io.inputs.get(v) {
+                                Some(d) => read_tensor(d)?,
+                                None => {
+                                    return Err(Error::Internal(format!(
+                                        "rng scalar %{} missing",
+                                        v.0
+                                    )))
+                                }
+                            },
+                        };
+                        scalars.insert(*v, t.get_f64(0) as i64 as u64);
+                    }
+                }
+            }
+        }
         let pass = Pass {
             program: self,
+            scalars: &scalars,
             src: &src_data,
             sinks: &sinks,
             red_sinks: &red_sinks,
@@ -670,15 +752,15 @@ impl LoopProgram {
     }
 
     #[inline(always)]
-    fn exec(
-        &self,
-        inst: &Inst,
-        regs: &mut [f32],
-        len: usize,
-        src: &[SourceData<'_>],
-        bases: &[u64],
-        start: u64,
-    ) -> Result<()> {
+    fn exec(&self, inst: &Inst, regs: &mut [f32], at: &ChunkAt<'_>) -> Result<()> {
+        let ChunkAt {
+            len,
+            src,
+            bases,
+            start,
+            flat0,
+            scalars,
+        } = *at;
         // Split the register file so a destination and its operands can be
         // borrowed at once (operands are always earlier registers or equal).
         macro_rules! two {
@@ -768,6 +850,47 @@ impl LoopProgram {
                     if a[j] > b[j] {
                         out[j] = b[j];
                     }
+                }
+            }
+            Inst::Uniform {
+                dst,
+                seed,
+                offset,
+                dtype,
+            } => {
+                let get = |s: Scalar| match s {
+                    Scalar::Const(v) => Ok(v),
+                    Scalar::Value(v) => scalars
+                        .get(&v)
+                        .copied()
+                        .ok_or_else(|| Error::Internal(format!("rng scalar %{} unknown", v.0))),
+                };
+                let (seed, offset) = (get(seed)?, get(offset)?);
+                let out = &mut regs[dst * CHUNK..dst * CHUNK + len];
+                for (j, o) in out.iter_mut().enumerate() {
+                    *o = kernels::rng::uniform_f32_at(seed, offset, flat0 + j as u64);
+                }
+                // Half precision: round once, staying below one (as `rng`).
+                match dtype {
+                    DType::BF16 => out.iter_mut().for_each(|v| {
+                        let h = bf16::from_f32(*v);
+                        *v = if h.to_f32() < 1.0 {
+                            h
+                        } else {
+                            bf16::from_bits(bf16::ONE.to_bits() - 1)
+                        }
+                        .to_f32();
+                    }),
+                    DType::F16 => out.iter_mut().for_each(|v| {
+                        let h = f16::from_f32(*v);
+                        *v = if h.to_f32() < 1.0 {
+                            h
+                        } else {
+                            f16::from_bits(f16::ONE.to_bits() - 1)
+                        }
+                        .to_f32();
+                    }),
+                    _ => {}
                 }
             }
             Inst::Round { reg, dtype } => {

@@ -9,7 +9,7 @@ mod dot;
 mod elementwise;
 mod index;
 mod reduce;
-mod rng;
+pub(crate) mod rng;
 mod sort;
 mod structural;
 #[cfg(test)]

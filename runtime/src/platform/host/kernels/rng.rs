@@ -75,6 +75,14 @@ fn uniform_f32(w: [u32; 4]) -> f32 {
     (w[0] >> 8) as f32 * (1.0 / (1u32 << 24) as f32)
 }
 
+/// Uniform [0, 1) in f32 for element `i` of a draw with `seed` and
+/// `offset` (the loop engine's entry point; same numbers as `rng`).
+#[inline(always)]
+pub fn uniform_f32_at(seed: u64, offset: u64, i: u64) -> f32 {
+    let key = [seed as u32, (seed >> 32) as u32];
+    uniform_f32(words(key, offset, i as usize))
+}
+
 /// 53 bits: `hi` gives the top 32, the top 21 bits of `lo` the rest.
 #[inline(always)]
 fn bits53(hi: u32, lo: u32) -> u64 {

@@ -508,6 +508,36 @@ fn tiny_add(rows: &mut Vec<Row>) {
     });
 }
 
+/// A step of 200 tiny ops (a chain on 64 floats), deferred: the cost of
+/// recording, building the fused graph and finding it in the cache, per
+/// op, against strict dispatch of the same ops.
+fn deferred_tiny_step(rows: &mut Vec<Row>) {
+    let r = rt_memory_cache();
+    let s = r.default_stream(0).unwrap();
+    let x = upload(&r, &s, &[64], 1);
+    let step = || {
+        let mut v = x.clone();
+        for i in 0..200 {
+            let op = if i % 2 == 0 { "add" } else { "mul" };
+            v = call(&r, &s, op, &[&v, &x], Attrs::new());
+        }
+        v
+    };
+    let (ours, peer) = paired(
+        9,
+        200,
+        || timed_step(EagerMode::DeferAndFuse, &s, &step),
+        || timed_step(EagerMode::DeferNever, &s, &step),
+    );
+    rows.push(Row {
+        name: "deferred_200_tiny_ops_per_op".into(),
+        ours: ours / 1000.0,
+        peer: peer / 1000.0,
+        peer_name: "tpurt strict (DEFER_NEVER) on the same ops",
+        unit: "us/op",
+    });
+}
+
 /// Profiling aid: a 2048 matmul's executable run on this thread vs on a stream.
 fn mm_probe(_: &mut Vec<Row>) {
     let r = rt_memory_cache();
@@ -569,6 +599,7 @@ const ALL: &[(&str, Bench)] = &[
     ("matmul", matmul),
     ("cold_vs_warm", cold_vs_warm),
     ("tiny_add", tiny_add),
+    ("deferred_tiny_step", deferred_tiny_step),
     ("mm_probe", mm_probe),
     ("defer_only", defer_only),
 ];

@@ -38,8 +38,12 @@ pub(crate) struct Deferred {
 
 #[derive(Default)]
 pub(crate) struct LazyQueue {
-    pub ops: Vec<Deferred>,
+    ops: Vec<Deferred>,
     pub compiler: Option<Arc<Compiler>>,
+    /// Recordings compiled before, by shape.
+    pub memo: HashMap<Vec<u64>, MemoEntry>,
+    /// The views written so far, by buffer, for the conflict check.
+    written: HashMap<usize, Vec<DeviceTensor>>,
 }
 
 pub(crate) fn max_ops() -> usize {
@@ -61,15 +65,31 @@ impl LazyQueue {
     /// Whether `op` touches a view overlapping, but not equal to, a view
     /// written by the recorded ops (then the recording must flush first).
     pub fn conflicts(&self, op: &Deferred) -> bool {
-        let written = self.ops.iter().flat_map(|d| d.outputs.iter());
-        for w in written {
-            for t in op.inputs.iter().chain(&op.outputs) {
-                if t.may_overlap(w) && !same_view(t, w) {
-                    return true;
-                }
+        op.inputs.iter().chain(&op.outputs).any(|t| {
+            self.written
+                .get(&t.buffer.id())
+                .is_some_and(|ws| ws.iter().any(|w| t.may_overlap(w) && !same_view(t, w)))
+        })
+    }
+
+    pub fn push(&mut self, op: Deferred) {
+        for t in &op.outputs {
+            let ws = self.written.entry(t.buffer.id()).or_default();
+            if !ws.iter().any(|w| same_view(w, t)) {
+                ws.push(t.clone());
             }
         }
-        false
+        self.ops.push(op);
+    }
+
+    /// The recorded ops, leaving the queue empty.
+    pub fn take(&mut self) -> Vec<Deferred> {
+        self.written.clear();
+        std::mem::take(&mut self.ops)
+    }
+
+    pub fn len(&self) -> usize {
+        self.ops.len()
     }
 }
 
@@ -81,9 +101,56 @@ pub(crate) struct Flush {
     pub name: String,
 }
 
-/// Combine the recorded ops into one graph and compile it. `None` when
-/// nothing needs to run (every result was dead).
-pub(crate) fn prepare(ops: &[Deferred], compiler: &Compiler) -> Result<Option<Flush>> {
+/// Identity of a view: buffer, dtype, offset, sizes and strides.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct ViewKey {
+    buffer: usize,
+    dtype: u32,
+    offset: u64,
+    sizes: Vec<u64>,
+    strides: Vec<u64>,
+}
+
+fn view_key(t: &DeviceTensor) -> ViewKey {
+    ViewKey {
+        buffer: t.buffer.id(),
+        dtype: t.dtype as u32,
+        offset: t.layout.offset,
+        sizes: t.layout.sizes.clone(),
+        strides: t.layout.strides.clone(),
+    }
+}
+
+#[derive(Clone, Copy)]
+enum ViewState {
+    /// Read before any write: parameter `p`.
+    Param(usize),
+    /// Last written by op `o`'s output `k`.
+    Written(usize, usize),
+}
+
+/// A compiled recording, found again by the shape of the next one: a
+/// training step records the same ops on the same kinds of views every
+/// time, so its graph is built and looked up once.
+pub(crate) struct MemoEntry {
+    exe: Arc<dyn Executable>,
+    /// (op, input) of each parameter, in order.
+    params: Vec<(usize, usize)>,
+    /// (op, output) of each stored result, in order.
+    outputs: Vec<(usize, usize)>,
+    /// Keeps the op graphs alive, so their addresses in the key stay theirs.
+    _graphs: Vec<Arc<Graph>>,
+}
+
+const MEMO_ENTRIES: usize = 256;
+
+/// Combine the recorded ops into one graph and compile it (or find it in
+/// `memo`). `None` when nothing needs to run (every result was dead).
+pub(crate) fn prepare(
+    ops: &[Deferred],
+    compiler: &Compiler,
+    memo: &mut HashMap<Vec<u64>, MemoEntry>,
+) -> Result<Option<Flush>> {
     if ops.is_empty() {
         return Ok(None);
     }
@@ -95,88 +162,55 @@ pub(crate) fn prepare(ops: &[Deferred], compiler: &Compiler) -> Result<Option<Fl
             *ours.entry(t.buffer.id()).or_default() += 1;
         }
     }
-    let live: std::collections::HashSet<usize> = ops
-        .iter()
-        .flat_map(|d| d.outputs.iter())
-        .filter(|t| t.buffer.handle_count() > ours[&t.buffer.id()])
-        .map(|t| t.buffer.id())
-        .collect();
-    // Pass 1: which inputs are parameters (not produced by an earlier op).
-    let mut params: Vec<DeviceTensor> = Vec::new();
-    let mut written: Vec<DeviceTensor> = Vec::new();
-    for d in ops {
-        for t in &d.inputs {
-            let produced = written.iter().any(|w| same_view(w, t));
-            if !produced && !params.iter().any(|p| same_view(p, t)) {
-                params.push(t.clone());
+    let live = |t: &DeviceTensor| t.buffer.handle_count() > ours[&t.buffer.id()];
+    // The recording's shape: op graphs, how inputs are wired, which views
+    // are written, which results are live.
+    const PARAM: u64 = 1 << 60;
+    const WIRED: u64 = 2 << 60;
+    const OUT: u64 = 3 << 60;
+    const LIVE: u64 = 4 << 60;
+    let mut view_of: HashMap<ViewKey, usize> = HashMap::new();
+    let mut views: Vec<(Option<ViewState>, &DeviceTensor)> = Vec::new();
+    let mut params: Vec<(usize, usize)> = Vec::new();
+    let mut key: Vec<u64> = vec![ops.len() as u64];
+    for (o, d) in ops.iter().enumerate() {
+        key.push(Arc::as_ptr(&d.graph) as usize as u64);
+        for (i, t) in d.inputs.iter().enumerate() {
+            let vi = *view_of.entry(view_key(t)).or_insert_with(|| {
+                views.push((None, t));
+                views.len() - 1
+            });
+            key.push(match views[vi].0 {
+                Some(ViewState::Written(wo, wk)) => WIRED | ((wo as u64) << 20) | wk as u64,
+                Some(ViewState::Param(p)) => PARAM | p as u64,
+                None => {
+                    params.push((o, i));
+                    views[vi].0 = Some(ViewState::Param(params.len() - 1));
+                    PARAM | (params.len() - 1) as u64
+                }
+            });
+        }
+        for (k, t) in d.outputs.iter().enumerate() {
+            let vi = *view_of.entry(view_key(t)).or_insert_with(|| {
+                views.push((None, t));
+                views.len() - 1
+            });
+            views[vi].0 = Some(ViewState::Written(o, k));
+            key.push(OUT | vi as u64);
+        }
+    }
+    let mut outputs: Vec<(usize, usize)> = Vec::new();
+    for (vi, (state, t)) in views.iter().enumerate() {
+        if let Some(ViewState::Written(o, k)) = state {
+            if live(t) {
+                outputs.push((*o, *k));
+                key.push(LIVE | vi as u64);
             }
         }
-        for t in &d.outputs {
-            if !written.iter().any(|w| same_view(w, t)) {
-                written.push(t.clone());
-            }
-        }
     }
-    // Pass 2: inline each op's graph, wiring values by view.
-    let mut b = GraphBuilder::new();
-    let param_values: Vec<ValueId> = params.iter().map(|p| b.param(p.ty())).collect();
-    // Latest value of each view: (view, value).
-    let mut current: Vec<(DeviceTensor, ValueId)> =
-        params.iter().cloned().zip(param_values).collect();
-    for d in ops {
-        let ins: Vec<ValueId> = d
-            .inputs
-            .iter()
-            .map(|t| {
-                current
-                    .iter()
-                    .rev()
-                    .find(|(v, _)| same_view(v, t))
-                    .map(|(_, id)| *id)
-                    .ok_or_else(|| {
-                        Error::Internal(format!("deferred {}: an input has no value", d.name))
-                    })
-            })
-            .collect::<Result<_>>()?;
-        let outs = inline(&mut b, &d.graph, &ins).map_err(|e| match e {
-            Error::InvalidArgument(m) => Error::Internal(format!("deferred {}: {m}", d.name)),
-            other => other,
-        })?;
-        for (t, v) in d.outputs.iter().zip(outs) {
-            current.retain(|(w, _)| !same_view(w, t));
-            current.push((t.clone(), v));
-        }
-    }
-    let mut out_tensors = Vec::new();
-    let mut out_values = Vec::new();
-    for w in &written {
-        if live.contains(&w.buffer.id()) {
-            let v = current
-                .iter()
-                .rev()
-                .find(|(t, _)| same_view(t, w))
-                .map(|(_, v)| *v)
-                .ok_or_else(|| Error::Internal("a written view has no value".into()))?;
-            out_tensors.push(w.clone());
-            out_values.push(v);
-        }
-    }
-    if out_tensors.is_empty() {
+    if outputs.is_empty() {
         return Ok(None);
     }
-    let graph = b.build(&out_values)?;
-    if std::env::var_os("TPURT_DEBUG_FLUSH").is_some() {
-        eprintln!(
-            "flush: {} ops, {} params, {} outputs, live {}\n{graph}",
-            ops.len(),
-            params.len(),
-            out_tensors.len(),
-            live.len()
-        );
-    }
-    let exe = compiler.compile(&graph)?;
-    // Prune parameters the live outputs do not need? The graph keeps them as
-    // parameters; reading a few extra inputs is cheaper than recompiling.
     let name = if ops.len() == 1 {
         ops[0].name.to_string()
     } else {
@@ -187,12 +221,76 @@ pub(crate) fn prepare(ops: &[Deferred], compiler: &Compiler) -> Result<Option<Fl
             ops[ops.len() - 1].name
         )
     };
-    Ok(Some(Flush {
-        exe,
-        inputs: params,
-        outputs: out_tensors,
-        name,
-    }))
+    let flush = |e: &MemoEntry| Flush {
+        exe: Arc::clone(&e.exe),
+        inputs: e
+            .params
+            .iter()
+            .map(|&(o, i)| ops[o].inputs[i].clone())
+            .collect(),
+        outputs: e
+            .outputs
+            .iter()
+            .map(|&(o, k)| ops[o].outputs[k].clone())
+            .collect(),
+        name: name.clone(),
+    };
+    if let Some(e) = memo.get(&key) {
+        return Ok(Some(flush(e)));
+    }
+    // Build the combined graph: parameters, then each op inlined with its
+    // inputs wired to the latest value of their view.
+    let mut b = GraphBuilder::new();
+    let param_values: Vec<ValueId> = params
+        .iter()
+        .map(|&(o, i)| b.param(ops[o].inputs[i].ty()))
+        .collect();
+    let mut value: HashMap<ViewKey, ValueId> = HashMap::new();
+    for (&(o, i), v) in params.iter().zip(&param_values) {
+        value.insert(view_key(&ops[o].inputs[i]), *v);
+    }
+    let mut results: Vec<Vec<ValueId>> = Vec::with_capacity(ops.len());
+    for d in ops {
+        let ins: Vec<ValueId> = d
+            .inputs
+            .iter()
+            .map(|t| {
+                value.get(&view_key(t)).copied().ok_or_else(|| {
+                    Error::Internal(format!("deferred {}: an input has no value", d.name))
+                })
+            })
+            .collect::<Result<_>>()?;
+        let outs = inline(&mut b, &d.graph, &ins).map_err(|e| match e {
+            Error::InvalidArgument(m) => Error::Internal(format!("deferred {}: {m}", d.name)),
+            other => other,
+        })?;
+        for (t, v) in d.outputs.iter().zip(&outs) {
+            value.insert(view_key(t), *v);
+        }
+        results.push(outs);
+    }
+    let out_values: Vec<ValueId> = outputs.iter().map(|&(o, k)| results[o][k]).collect();
+    let graph = b.build(&out_values)?;
+    if std::env::var_os("TPURT_DEBUG_FLUSH").is_some() {
+        eprintln!(
+            "flush: {} ops, {} params, {} outputs\n{graph}",
+            ops.len(),
+            params.len(),
+            outputs.len()
+        );
+    }
+    let entry = MemoEntry {
+        exe: compiler.compile(&graph)?,
+        params,
+        outputs,
+        _graphs: ops.iter().map(|d| Arc::clone(&d.graph)).collect(),
+    };
+    let result = flush(&entry);
+    if memo.len() >= MEMO_ENTRIES {
+        memo.clear();
+    }
+    memo.insert(key, entry);
+    Ok(Some(result))
 }
 
 /// Copy `g`'s nodes into `b` with its parameters bound to `args`; returns
@@ -380,6 +478,43 @@ mod tests {
         drop(kept);
         assert!(err.contains("embedding") && err.contains('7'), "{err}");
         s.reset();
+    }
+
+    #[test]
+    fn a_repeated_recording_reuses_its_program_with_the_new_tensors() {
+        let r = rt();
+        let s = r.default_stream(0).unwrap();
+        let step = |x: &DeviceTensor, keep_mid: bool| {
+            in_mode(EagerMode::DeferAndFuse, || {
+                let a = op(&r, &s, "exp", &[x], Attrs::new());
+                let b = op(&r, &s, "mul", &[&a, x], Attrs::new());
+                let mid = keep_mid.then(|| a.clone());
+                drop(a);
+                (b, mid)
+            })
+        };
+        let x1 = upload(&r, &s, &[3], &[0.0, 1.0, 2.0]);
+        let x2 = upload(&r, &s, &[3], &[1.0, -1.0, 0.5]);
+        let (b1, _) = step(&x1, false);
+        let got1 = download(&r, &s, &b1);
+        let misses = r.compile_cache_stats().misses;
+        // Same shape of recording, other buffers: no new graph, new numbers.
+        let (b2, _) = step(&x2, false);
+        let got2 = download(&r, &s, &b2);
+        assert_eq!(r.compile_cache_stats().misses, misses);
+        let want = |v: &[f32]| v.iter().map(|x| x.exp() * x).collect::<Vec<f32>>();
+        for (g, w) in got1
+            .iter()
+            .zip(want(&[0.0, 1.0, 2.0]))
+            .chain(got2.iter().zip(want(&[1.0, -1.0, 0.5])))
+        {
+            assert!((g - w).abs() <= 1e-5 * (1.0 + w.abs()), "{got1:?} {got2:?}");
+        }
+        // Keeping the intermediate alive changes which results are stored.
+        let (b3, mid) = step(&x2, true);
+        let mid = download(&r, &s, &mid.unwrap());
+        assert!((mid[0] - 1f32.exp()).abs() < 1e-5, "{mid:?}");
+        assert_eq!(download(&r, &s, &b3), got2);
     }
 
     #[test]

@@ -176,7 +176,7 @@ impl Executor {
     }
 
     fn flush_locked(&self, stream: &StreamQueue, q: &mut LazyQueue) -> Result<()> {
-        let ops = std::mem::take(&mut q.ops);
+        let ops = q.take();
         stream.has_lazy.store(false, Ordering::SeqCst);
         if ops.is_empty() {
             return Ok(());
@@ -184,7 +184,7 @@ impl Executor {
         let Some(compiler) = q.compiler.clone() else {
             return Err(Error::Internal("deferred ops without a compiler".into()));
         };
-        match lazy::prepare(&ops, &compiler) {
+        match lazy::prepare(&ops, &compiler, &mut q.memo) {
             Ok(Some(f)) => self.push_raw(
                 stream,
                 Cow::Owned(f.name),
@@ -214,9 +214,9 @@ impl Executor {
         if q.compiler.is_none() {
             q.compiler = Some(Arc::clone(compiler));
         }
-        q.ops.push(op);
+        q.push(op);
         stream.has_lazy.store(true, Ordering::SeqCst);
-        if q.ops.len() >= lazy::max_ops() {
+        if q.len() >= lazy::max_ops() {
             self.flush_locked(stream, &mut q)?;
         }
         Ok(())

@@ -135,7 +135,6 @@ impl Stream {
             .lazy
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .ops
             .len()
     }
 

@@ -693,6 +693,9 @@ mod tests {
             let s = r.default_stream(0).unwrap();
             let strict = play(&r, &s, &steps);
             let deferred = in_mode(EagerMode::DeferAndFuse, || play(&r, &s, &steps));
+            // Again: the flushes now come from the recording memo.
+            let again = in_mode(EagerMode::DeferAndFuse, || play(&r, &s, &steps));
+            prop_assert_eq!(&deferred, &again);
             prop_assert_eq!(strict.len(), deferred.len());
             for (a, b) in strict.iter().zip(&deferred) {
                 for (x, y) in a.iter().zip(b) {

@@ -1017,20 +1017,32 @@ fn accumulate(op: ReduceOp, acc: f64, xs: &[f32]) -> f64 {
             acc + (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]) + tail
         }
         ReduceOp::Prod => xs.iter().fold(acc, |a, &v| a * v as f64),
-        ReduceOp::Max => xs.iter().fold(acc, |a, &v| {
-            if a.is_nan() || (v as f64) > a || v.is_nan() {
-                v as f64
+        // Max and min in f32 lanes (the compiler vectorizes the select),
+        // with NaN tracked on the side so it still propagates.
+        ReduceOp::Max | ReduceOp::Min => {
+            let max = op == ReduceOp::Max;
+            let mut m = if max {
+                f32::NEG_INFINITY
             } else {
-                a
+                f32::INFINITY
+            };
+            let mut nan = false;
+            for &v in xs {
+                nan |= v.is_nan();
+                m = if (max && v > m) || (!max && v < m) {
+                    v
+                } else {
+                    m
+                };
             }
-        }),
-        ReduceOp::Min => xs.iter().fold(acc, |a, &v| {
-            if a.is_nan() || (v as f64) < a || v.is_nan() {
-                v as f64
+            if nan || acc.is_nan() {
+                f64::NAN
+            } else if max {
+                acc.max(m as f64)
             } else {
-                a
+                acc.min(m as f64)
             }
-        }),
+        }
         ReduceOp::And | ReduceOp::Or => acc,
     }
 }

@@ -146,8 +146,27 @@ impl Runtime {
                     options.cache.clone().unwrap_or_else(CacheConfig::from_env),
                 )
             }
+            #[cfg(feature = "xla")]
+            "xla" => {
+                // The CPU plugin's device count: as many as the host platform's chips.
+                let devices = options
+                    .host_chips
+                    .or_else(|| {
+                        std::env::var("TPURT_HOST_CHIPS")
+                            .ok()
+                            .and_then(|v| v.trim().parse().ok())
+                    })
+                    .unwrap_or(crate::platform::host::DEFAULT_CHIPS);
+                let plugin = crate::platform::xla::find_plugin()?;
+                Runtime::with_platform_and_cache(
+                    crate::platform::xla::XlaPlatform::load(&plugin, devices)?,
+                    options.cache.clone().unwrap_or_else(CacheConfig::from_env),
+                )
+            }
+            #[cfg(not(feature = "xla"))]
             "xla" => Err(Error::Unimplemented(
-                "platform 'xla' (PJRT plugins) is not in this build yet; use 'host'".to_string(),
+                "platform 'xla' (PJRT plugins) is not in this build: build with `--features xla`"
+                    .to_string(),
             )),
             other => Err(Error::NotFound(format!(
                 "platform {other:?}; the platforms are 'host' and 'xla'"

@@ -3,6 +3,8 @@
 //! (pools, streams, ops) is written once, in the runtime.
 
 pub mod host;
+#[cfg(feature = "xla")]
+pub mod xla;
 
 use std::any::Any;
 use std::sync::Arc;

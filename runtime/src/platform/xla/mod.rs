@@ -136,15 +136,12 @@ impl XlaPlatform {
                 "PJRT plugin {shown}: GetPjrtApi returned null"
             )));
         }
-        // SAFETY: api points to the plugin's static PJRT_Api; we read fields
-        // only below its declared struct_size.
-        let (size, version) = unsafe {
+        // SAFETY: api points to the plugin's static PJRT_Api, whose first
+        // fields (size, version) every PJRT version has.
+        let version = unsafe {
             (
-                (*api).struct_size,
-                (
-                    (*api).pjrt_api_version.major_version,
-                    (*api).pjrt_api_version.minor_version,
-                ),
+                (*api).pjrt_api_version.major_version,
+                (*api).pjrt_api_version.minor_version,
             )
         };
         if version.0 != sys::PJRT_API_MAJOR as i32 {
@@ -164,7 +161,6 @@ impl XlaPlatform {
             topology: Vec::new(),
             devices: Vec::new(),
         };
-        let _ = size;
         let mut init = args!(PJRT_Plugin_Initialize_Args {});
         platform.call(
             "PJRT_Plugin_Initialize",

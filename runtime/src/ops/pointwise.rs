@@ -164,14 +164,35 @@ fn add(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
 fn sub(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     add_like(e, x, a, BinaryOp::Sub)
 }
-fn mul(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+/// `op` after promotion, or `on_bool` when the promoted dtype is bool (as
+/// torch: bool * bool is and, max is or, min is and).
+fn bool_aware(
+    e: &mut Emitter,
+    x: &[ValueId],
+    a: &Attrs,
+    op: BinaryOp,
+    on_bool: BinaryOp,
+) -> Result<Vec<ValueId>> {
     let (xs, dt) = promote(e, x, a)?;
-    let op = if dt == DType::Bool {
-        BinaryOp::And
-    } else {
-        BinaryOp::Mul
-    };
+    let op = if dt == DType::Bool { on_bool } else { op };
     Ok(vec![e.binary(op, xs[0], xs[1])?])
+}
+
+fn mul(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    bool_aware(e, x, a, BinaryOp::Mul, BinaryOp::And)
+}
+
+/// The C remainder `r` of x / y (sign of x), and where Python's floor
+/// semantics differ from it: r is nonzero and its sign differs from y's
+/// (there floor division is one less, and the Python remainder is r + y).
+fn remainder_with_fix(e: &mut Emitter, x: ValueId, y: ValueId) -> Result<(ValueId, ValueId)> {
+    let r = e.binary(BinaryOp::Rem, x, y)?;
+    let zero = e.full_like(r, 0.0)?;
+    let nonzero = e.compare(CompareOp::Ne, r, zero)?;
+    let rneg = e.compare(CompareOp::Lt, r, zero)?;
+    let yneg = e.compare(CompareOp::Lt, y, zero)?;
+    let differ = e.binary(BinaryOp::Xor, rneg, yneg)?;
+    Ok((r, e.binary(BinaryOp::And, nonzero, differ)?))
 }
 
 /// torch.div: true division, or rounding_mode "trunc" / "floor".
@@ -203,13 +224,7 @@ fn div(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
             // Integer floor division: truncated quotient minus one where the
             // remainder is nonzero and the signs differ.
             let (xb, yb) = e.broadcast_pair(xs[0], xs[1])?;
-            let r = e.binary(BinaryOp::Rem, xb, yb)?;
-            let zero = e.full_like(r, 0.0)?;
-            let nonzero = e.compare(CompareOp::Ne, r, zero)?;
-            let rneg = e.compare(CompareOp::Lt, r, zero)?;
-            let yneg = e.compare(CompareOp::Lt, yb, zero)?;
-            let differ = e.binary(BinaryOp::Xor, rneg, yneg)?;
-            let fix = e.binary(BinaryOp::And, nonzero, differ)?;
+            let (_, fix) = remainder_with_fix(e, xb, yb)?;
             let one = e.full_like(q, 1.0)?;
             let qm1 = e.sub(q, one)?;
             Ok(vec![e.select(fix, qm1, q)?])
@@ -239,13 +254,7 @@ fn trunc_op(e: &mut Emitter, x: &[ValueId], _: &Attrs) -> Result<Vec<ValueId>> {
 fn remainder(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     let (xs, _) = promote(e, x, a)?;
     let (xb, yb) = e.broadcast_pair(xs[0], xs[1])?;
-    let r = e.binary(BinaryOp::Rem, xb, yb)?;
-    let zero = e.full_like(r, 0.0)?;
-    let nonzero = e.compare(CompareOp::Ne, r, zero)?;
-    let rneg = e.compare(CompareOp::Lt, r, zero)?;
-    let yneg = e.compare(CompareOp::Lt, yb, zero)?;
-    let differ = e.binary(BinaryOp::Xor, rneg, yneg)?;
-    let fix = e.binary(BinaryOp::And, nonzero, differ)?;
+    let (r, fix) = remainder_with_fix(e, xb, yb)?;
     let ry = e.add(r, yb)?;
     Ok(vec![e.select(fix, ry, r)?])
 }
@@ -268,22 +277,10 @@ fn pow(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
 }
 
 fn maximum(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
-    let (xs, dt) = promote(e, x, a)?;
-    let op = if dt == DType::Bool {
-        BinaryOp::Or
-    } else {
-        BinaryOp::Max
-    };
-    Ok(vec![e.binary(op, xs[0], xs[1])?])
+    bool_aware(e, x, a, BinaryOp::Max, BinaryOp::Or)
 }
 fn minimum(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
-    let (xs, dt) = promote(e, x, a)?;
-    let op = if dt == DType::Bool {
-        BinaryOp::And
-    } else {
-        BinaryOp::Min
-    };
-    Ok(vec![e.binary(op, xs[0], xs[1])?])
+    bool_aware(e, x, a, BinaryOp::Min, BinaryOp::And)
 }
 fn atan2(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     let (xs, _) = promote_float(e, x, a)?;

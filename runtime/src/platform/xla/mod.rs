@@ -38,6 +38,26 @@ const KNOWN_PLUGINS: &[&str] = &[
     "libtpu/libtpu.so",
 ];
 
+/// The libtpu wheel's library in the active venv or the workspace's `.venv`.
+pub fn find_libtpu() -> Option<PathBuf> {
+    venv_roots().into_iter().find_map(|root| {
+        std::fs::read_dir(root).ok()?.flatten().find_map(|e| {
+            let p = e.path().join("site-packages/libtpu/libtpu.so");
+            p.exists().then_some(p)
+        })
+    })
+}
+
+fn venv_roots() -> Vec<PathBuf> {
+    let mut roots: Vec<PathBuf> = Vec::new();
+    if let Some(v) = std::env::var_os("VIRTUAL_ENV") {
+        roots.push(PathBuf::from(v).join("lib"));
+    }
+    roots.push(PathBuf::from(".venv/lib"));
+    roots.push(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.venv/lib"));
+    roots
+}
+
 /// `TPURT_PJRT_PLUGIN`, else the first known plugin in the site-packages of
 /// the active virtual environment or the workspace's `.venv`.
 pub fn find_plugin() -> Result<PathBuf> {
@@ -51,13 +71,7 @@ pub fn find_plugin() -> Result<PathBuf> {
         }
         return Ok(p);
     }
-    let mut roots: Vec<PathBuf> = Vec::new();
-    if let Some(v) = std::env::var_os("VIRTUAL_ENV") {
-        roots.push(PathBuf::from(v).join("lib"));
-    }
-    roots.push(PathBuf::from(".venv/lib"));
-    roots.push(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.venv/lib"));
-    for root in &roots {
+    for root in &venv_roots() {
         let Ok(entries) = std::fs::read_dir(root) else {
             continue;
         };
@@ -117,6 +131,15 @@ impl XlaPlatform {
     /// CPU plugin's option; other plugins ignore it).
     pub fn load(plugin: &Path, devices: u32) -> Result<Arc<XlaPlatform>> {
         let shown = plugin.display().to_string();
+        let is_libtpu = plugin.to_string_lossy().contains("libtpu");
+        if is_libtpu && std::env::var_os("TPU_SKIP_MDS_QUERY").is_none() && !tpu_device_present() {
+            // libtpu would wait minutes for a cloud metadata server here.
+            return Err(Error::Unavailable(format!(
+                "PJRT plugin {shown}: no TPU device on this machine (no /dev/accel* or /dev/vfio devices); \
+                 not loading libtpu, which would wait for a cloud metadata server (set TPU_SKIP_MDS_QUERY=1 \
+                 to let it fail at once)"
+            )));
+        }
         // SAFETY: loading a PJRT plugin runs its initializers; that is what
         // the user asked for by naming it. It is never unloaded (unloading
         // after an error crashes at exit, see ANCHORS).
@@ -170,6 +193,11 @@ impl XlaPlatform {
                 unsafe { api.PJRT_Plugin_Initialize.map(|f| f(&mut init)) }
             },
         )?;
+        // Only the CPU plugin takes a device count; others reject options
+        // they do not know (libtpu: "Unexpected option name").
+        let is_cpu = plugin
+            .file_name()
+            .is_some_and(|f| f.to_string_lossy().contains("cpu"));
         let option_name = CString::new("cpu_device_count").unwrap_or_default();
         let mut option = sys::PJRT_NamedValue {
             struct_size: std::mem::size_of::<sys::PJRT_NamedValue>(),
@@ -181,17 +209,24 @@ impl XlaPlatform {
         };
         option.__bindgen_anon_1.int64_value = devices as i64;
         let mut create = args!(PJRT_Client_Create_Args {
-            create_options: &option,
-            num_options: 1,
+            create_options: if is_cpu { &option } else { std::ptr::null() },
+            num_options: is_cpu as usize,
         });
-        platform.call(
-            "PJRT_Client_Create",
-            std::mem::offset_of!(sys::PJRT_Api, PJRT_Client_Create),
-            |api| {
-                // SAFETY: as above; `option` and its name outlive the call.
-                unsafe { api.PJRT_Client_Create.map(|f| f(&mut create)) }
-            },
-        )?;
+        platform
+            .call(
+                "PJRT_Client_Create",
+                std::mem::offset_of!(sys::PJRT_Api, PJRT_Client_Create),
+                |api| {
+                    // SAFETY: as above; `option` and its name outlive the call.
+                    unsafe { api.PJRT_Client_Create.map(|f| f(&mut create)) }
+                },
+            )
+            .map_err(|e| match e {
+                Error::Unavailable(m) if is_libtpu => {
+                    Error::Unavailable(format!("{m} (libtpu found no TPU device on this machine)"))
+                }
+                other => other,
+            })?;
         platform.client = create.client;
         let mut name = args!(PJRT_Client_PlatformName_Args {
             client: platform.client
@@ -302,6 +337,19 @@ impl XlaPlatform {
             text
         }
     }
+}
+
+/// Whether this machine has TPU device nodes (a TPU VM).
+fn tpu_device_present() -> bool {
+    let any = |dir: &str, prefix: &str| {
+        std::fs::read_dir(dir)
+            .map(|d| {
+                d.flatten()
+                    .any(|e| e.file_name().to_string_lossy().starts_with(prefix))
+            })
+            .unwrap_or(false)
+    };
+    any("/dev", "accel") || any("/dev/vfio", "")
 }
 
 /// Copy `len` bytes at `ptr` into a String (lossy).
@@ -425,6 +473,75 @@ mod tests {
             .call_op_alloc(add, &[t.clone(), t], &crate::ops::Attrs::new(), &s)
             .unwrap_err();
         assert!(e.to_string().contains("lowering to StableHLO"), "{e}");
+    }
+
+    /// The child side of `libtpu_fails_cleanly_without_a_tpu`.
+    #[test]
+    fn libtpu_child_entry() {
+        let Some(plugin) = std::env::var_os("TPURT_LIBTPU_CHILD") else {
+            return;
+        };
+        let started = std::time::Instant::now();
+        let e = XlaPlatform::load(Path::new(&plugin), 1)
+            .unwrap_err()
+            .to_string();
+        println!("LIBTPU-ERROR ({:?}): {e}", started.elapsed());
+    }
+
+    /// libtpu on a machine without a TPU: with TPU_SKIP_MDS_QUERY=1 it fails
+    /// at once with a clear error; without it tpurt refuses to load it.
+    /// Each runs in a child process killed after 60 s, so a hang fails.
+    #[test]
+    fn libtpu_fails_cleanly_without_a_tpu() {
+        if tpu_device_present() {
+            return; // a TPU VM: this test is about machines without one
+        }
+        let libtpu =
+            find_libtpu().expect("libtpu is not in .venv: run scripts/setup (it installs libtpu)");
+        let run = |skip_mds: bool| -> String {
+            let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+            cmd.args([
+                "--exact",
+                "platform::xla::tests::libtpu_child_entry",
+                "--nocapture",
+            ])
+            .env("TPURT_LIBTPU_CHILD", &libtpu)
+            .env("TPU_NAME", "tpurt-test")
+            .env("TPU_WORKER_ID", "0")
+            .env("TPU_ACCELERATOR_TYPE", "v5litepod-1")
+            .env("TPU_TOPOLOGY", "1x1")
+            .env_remove("TPU_SKIP_MDS_QUERY")
+            .stdout(std::process::Stdio::piped());
+            if skip_mds {
+                cmd.env("TPU_SKIP_MDS_QUERY", "1");
+            }
+            let mut child = cmd.spawn().unwrap();
+            let started = std::time::Instant::now();
+            loop {
+                if let Some(status) = child.try_wait().unwrap() {
+                    assert!(status.success(), "the libtpu child failed: {status}");
+                    break;
+                }
+                if started.elapsed() > std::time::Duration::from_secs(60) {
+                    let _ = child.kill();
+                    panic!("loading libtpu hung for 60 s (skip_mds={skip_mds})");
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            let mut out = String::new();
+            std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut out).unwrap();
+            out.lines()
+                .find(|l| l.starts_with("LIBTPU-ERROR"))
+                .unwrap_or_default()
+                .to_string()
+        };
+        let fast = run(true);
+        assert!(
+            fast.contains("libtpu") && fast.contains("no TPU device"),
+            "{fast}"
+        );
+        let refused = run(false);
+        assert!(refused.contains("not loading libtpu"), "{refused}");
     }
 
     #[test]

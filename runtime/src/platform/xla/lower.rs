@@ -36,6 +36,10 @@ fn list(v: &[usize]) -> String {
         .join(", ")
 }
 
+fn nums<T: ToString>(v: &[T]) -> String {
+    v.iter().map(T::to_string).collect::<Vec<_>>().join(", ")
+}
+
 fn unary_name(op: UnaryOp) -> Option<&'static str> {
     Some(match op {
         UnaryOp::Neg => "stablehlo.negate",
@@ -230,6 +234,46 @@ pub fn lower(graph: &Graph) -> Result<String> {
                 ins[0],
                 list(perm),
                 its[0]
+            )),
+            Prim::Slice { start, limit, stride } => w(format!(
+                "{o} = \"stablehlo.slice\"({}) {{start_indices = array<i64: {}>, limit_indices = array<i64: {}>, strides = array<i64: {}>}} : ({}) -> {ot}",
+                ins[0],
+                nums(start),
+                nums(limit),
+                nums(stride),
+                its[0]
+            )),
+            Prim::Pad { low, high, interior } => w(format!(
+                "{o} = \"stablehlo.pad\"({}, {}) {{edge_padding_low = array<i64: {}>, edge_padding_high = array<i64: {}>, interior_padding = array<i64: {}>}} : ({}, {}) -> {ot}",
+                ins[0],
+                ins[1],
+                nums(low),
+                nums(high),
+                nums(interior),
+                its[0],
+                its[1]
+            )),
+            Prim::Concatenate { dimension } => w(format!(
+                "{o} = \"stablehlo.concatenate\"({}) {{dimension = {dimension} : i64}} : ({}) -> {ot}",
+                ins.join(", "),
+                its.join(", ")
+            )),
+            Prim::Reverse { dimensions } => w(format!(
+                "{o} = \"stablehlo.reverse\"({}) {{dimensions = array<i64: {}>}} : ({}) -> {ot}",
+                ins[0],
+                list(dimensions),
+                its[0]
+            )),
+            Prim::DynamicSlice { sizes } => w(format!(
+                "{o} = \"stablehlo.dynamic_slice\"({}) {{slice_sizes = array<i64: {}>}} : ({}) -> {ot}",
+                ins.join(", "),
+                nums(sizes),
+                its.join(", ")
+            )),
+            Prim::DynamicUpdateSlice => w(format!(
+                "{o} = \"stablehlo.dynamic_update_slice\"({}) : ({}) -> {ot}",
+                ins.join(", "),
+                its.join(", ")
             )),
             Prim::Reduce { op, dimensions } => {
                 let d = graph.value_type(n.inputs[0]).dtype;

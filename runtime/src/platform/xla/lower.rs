@@ -275,6 +275,25 @@ pub fn lower(graph: &Graph) -> Result<String> {
                 ins.join(", "),
                 its.join(", ")
             )),
+            Prim::Take { axis } => {
+                // x[..axis] ++ index dims ++ x[axis+1..]: one gather whose
+                // batch dims are the index's, each index a scalar into `axis`.
+                let xt = graph.value_type(n.inputs[0]);
+                let k = graph.value_type(n.inputs[1]).rank();
+                let r = xt.rank();
+                let offset: Vec<usize> = (0..*axis).chain(axis + k..k + r - 1).collect();
+                let mut sizes = xt.dims.clone();
+                sizes[*axis] = 1;
+                w(format!(
+                    "{o} = \"stablehlo.gather\"({}, {}) {{dimension_numbers = #stablehlo.gather<offset_dims = [{}], collapsed_slice_dims = [{axis}], start_index_map = [{axis}], index_vector_dim = {k}>, slice_sizes = array<i64: {}>, indices_are_sorted = false}} : ({}, {}) -> {ot}",
+                    ins[0],
+                    ins[1],
+                    list(&offset),
+                    nums(&sizes),
+                    its[0],
+                    its[1]
+                ));
+            }
             Prim::Reduce { op, dimensions } => {
                 let d = graph.value_type(n.inputs[0]).dtype;
                 let st = ty(&TensorType::scalar(d));

@@ -294,6 +294,41 @@ pub fn lower(graph: &Graph) -> Result<String> {
                     its[1]
                 ));
             }
+            Prim::ArgReduce { max, dimension } => {
+                // A two-operand reduce over (value, index): keeps the first
+                // max (min); NaN counts as the max (and the min), as torch.
+                let xt = graph.value_type(n.inputs[0]);
+                let d = xt.dtype;
+                let st = ty(&TensorType::scalar(d));
+                let it = ty(&TensorType::new(DType::I64, &xt.dims));
+                let ist = "tensor<i64>";
+                let bt = "tensor<i1>";
+                let kind = if d.is_float() {
+                    "FLOAT"
+                } else if matches!(d, DType::U8 | DType::Bool) {
+                    "UNSIGNED"
+                } else {
+                    "SIGNED"
+                };
+                let init = if d.is_float() {
+                    float_inf(d, *max).to_string()
+                } else {
+                    identity(if *max { ReduceOp::Max } else { ReduceOp::Min }, d)
+                };
+                let better = if *max { "GT" } else { "LT" };
+                let mut red_dims = xt.dims.clone();
+                red_dims.remove(*dimension);
+                let vt = ty(&TensorType::new(d, &red_dims));
+                w(format!("{o}_iota = stablehlo.iota dim = {dimension} : {it}"));
+                w(format!("{o}_v0 = stablehlo.constant dense<{init}> : {st}"));
+                w(format!("{o}_i0 = stablehlo.constant dense<0> : {ist}"));
+                w(format!(
+                    "{o}_r:2 = \"stablehlo.reduce\"({}, {o}_iota, {o}_v0, {o}_i0) ({{\n      ^bb0(%av: {st}, %ai: {ist}, %bv: {st}, %bi: {ist}):\n        %an = stablehlo.compare NE, %av, %av, {kind} : ({st}, {st}) -> {bt}\n        %bn = stablehlo.compare NE, %bv, %bv, {kind} : ({st}, {st}) -> {bt}\n        %gt = stablehlo.compare {better}, %bv, %av, {kind} : ({st}, {st}) -> {bt}\n        %eq = stablehlo.compare EQ, %bv, %av, {kind} : ({st}, {st}) -> {bt}\n        %lo = stablehlo.compare LT, %bi, %ai, SIGNED : ({ist}, {ist}) -> {bt}\n        %tie = stablehlo.and %eq, %lo : {bt}\n        %win = stablehlo.or %gt, %tie : {bt}\n        %nan_tie = stablehlo.and %an, %bn : {bt}\n        %nan_first = stablehlo.and %nan_tie, %lo : {bt}\n        %not_an = stablehlo.not %an : {bt}\n        %b_nan_wins = stablehlo.and %bn, %not_an : {bt}\n        %not_bn = stablehlo.not %bn : {bt}\n        %neither = stablehlo.and %not_an, %not_bn : {bt}\n        %plain = stablehlo.and %neither, %win : {bt}\n        %t1 = stablehlo.or %b_nan_wins, %plain : {bt}\n        %take = stablehlo.or %t1, %nan_first : {bt}\n        %v = stablehlo.select %take, %bv, %av : ({bt}, {st}, {st}) -> {st}\n        %i = stablehlo.select %take, %bi, %ai : ({bt}, {ist}, {ist}) -> {ist}\n        stablehlo.return %v, %i : {st}, {ist}\n    }}) {{dimensions = array<i64: {dimension}>}} : ({}, {it}, {st}, {ist}) -> ({vt}, {ot})",
+                    ins[0], its[0]
+                ));
+                // Name the index result as the node's value.
+                w(format!("{o} = stablehlo.reshape {o}_r#1 : ({ot}) -> {ot}"));
+            }
             Prim::Reduce { op, dimensions } => {
                 let d = graph.value_type(n.inputs[0]).dtype;
                 let st = ty(&TensorType::scalar(d));

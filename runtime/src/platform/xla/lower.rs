@@ -329,6 +329,37 @@ pub fn lower(graph: &Graph) -> Result<String> {
                 // Name the index result as the node's value.
                 w(format!("{o} = stablehlo.reshape {o}_r#1 : ({ot}) -> {ot}"));
             }
+            Prim::Cumulative { op, dimension, reverse } => {
+                // A window as long as the dimension, padded on one side.
+                let xt = graph.value_type(n.inputs[0]);
+                let d = xt.dtype;
+                let st = ty(&TensorType::scalar(d));
+                let len = xt.dims[*dimension];
+                let windows: Vec<u64> = (0..xt.rank()).map(|i| if i == *dimension { len } else { 1 }).collect();
+                let strides = vec![1u64; xt.rank()];
+                let pads: Vec<String> = (0..xt.rank())
+                    .map(|i| {
+                        let p = if i == *dimension { len.saturating_sub(1) } else { 0 };
+                        if *reverse { format!("[0, {p}]") } else { format!("[{p}, 0]") }
+                    })
+                    .collect();
+                let init = match (op, d.is_float()) {
+                    (ReduceOp::Max, true) => float_inf(d, true).to_string(),
+                    (ReduceOp::Min, true) => float_inf(d, false).to_string(),
+                    _ => identity(*op, d),
+                };
+                w(format!("{o}_init = stablehlo.constant dense<{init}> : {st}"));
+                w(format!(
+                    "{o} = \"stablehlo.reduce_window\"({}, {o}_init) ({{\n      ^bb0(%a: {st}, %b: {st}):\n        %r = {} %a, %b : {st}\n        stablehlo.return %r : {st}\n    }}) {{window_dimensions = array<i64: {}>, window_strides = array<i64: {}>, padding = dense<[{}]> : tensor<{}x2xi64>}} : ({}, {st}) -> {ot}",
+                    ins[0],
+                    reduce_body(*op),
+                    nums(&windows),
+                    nums(&strides),
+                    pads.join(", "),
+                    xt.rank(),
+                    its[0]
+                ));
+            }
             Prim::Reduce { op, dimensions } => {
                 let d = graph.value_type(n.inputs[0]).dtype;
                 let st = ty(&TensorType::scalar(d));

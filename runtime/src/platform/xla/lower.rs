@@ -29,6 +29,17 @@ fn ty(t: &TensorType) -> String {
     format!("tensor<{}x{}>", dims.join("x"), elem(t.dtype))
 }
 
+/// The comparison type of `stablehlo.compare` for elements of `d`.
+fn compare_kind(d: DType) -> &'static str {
+    if d.is_float() {
+        "FLOAT"
+    } else if matches!(d, DType::U8 | DType::Bool) {
+        "UNSIGNED"
+    } else {
+        "SIGNED"
+    }
+}
+
 fn list(v: &[usize]) -> String {
     v.iter()
         .map(usize::to_string)
@@ -201,13 +212,7 @@ pub fn lower(graph: &Graph) -> Result<String> {
                     CompareOp::Ge => "GE",
                 };
                 let d = graph.value_type(n.inputs[0]).dtype;
-                let kind = if d.is_float() {
-                    "FLOAT"
-                } else if matches!(d, DType::U8 | DType::Bool) {
-                    "UNSIGNED"
-                } else {
-                    "SIGNED"
-                };
+                let kind = compare_kind(d);
                 w(format!(
                     "{o} = stablehlo.compare {dir}, {}, {}, {kind} : ({}, {}) -> {ot}",
                     ins[0], ins[1], its[0], its[1]
@@ -303,13 +308,7 @@ pub fn lower(graph: &Graph) -> Result<String> {
                 let it = ty(&TensorType::new(DType::I64, &xt.dims));
                 let ist = "tensor<i64>";
                 let bt = "tensor<i1>";
-                let kind = if d.is_float() {
-                    "FLOAT"
-                } else if matches!(d, DType::U8 | DType::Bool) {
-                    "UNSIGNED"
-                } else {
-                    "SIGNED"
-                };
+                let kind = compare_kind(d);
                 let init = if d.is_float() {
                     float_inf(d, *max).to_string()
                 } else {
@@ -329,12 +328,47 @@ pub fn lower(graph: &Graph) -> Result<String> {
                 // Name the index result as the node's value.
                 w(format!("{o} = stablehlo.reshape {o}_r#1 : ({ot}) -> {ot}"));
             }
+            Prim::Sort { dimension, descending, .. } => {
+                // Values and an iota of positions sorted together, always
+                // stable; NaN above every number (last ascending, first
+                // descending), as torch and the host platform.
+                let xt = graph.value_type(n.inputs[0]);
+                let d = xt.dtype;
+                let st = ty(&TensorType::scalar(d));
+                let it = ty(&TensorType::new(DType::I64, &xt.dims));
+                let ist = "tensor<i64>";
+                let bt = "tensor<i1>";
+                let kind = compare_kind(d);
+                let second = n
+                    .outputs
+                    .get(1)
+                    .map(|v| name(*v))
+                    .ok_or_else(|| Error::Internal("sort without its index result".into()))?;
+                // a before b: a NaN-free ordering in the wanted direction,
+                // or (descending) a NaN before a number, (ascending) a number
+                // before a NaN.
+                let (dir, nan_side) = if *descending {
+                    ("GT", "%an, %not_bn")
+                } else {
+                    ("LT", "%not_an, %bn")
+                };
+                w(format!("{o}_iota = stablehlo.iota dim = {dimension} : {it}"));
+                w(format!(
+                    "{o}, {second} = \"stablehlo.sort\"({}, {o}_iota) ({{\n      ^bb0(%a: {st}, %b: {st}, %ai: {ist}, %bi: {ist}):\n        %an = stablehlo.compare NE, %a, %a, {kind} : ({st}, {st}) -> {bt}\n        %bn = stablehlo.compare NE, %b, %b, {kind} : ({st}, {st}) -> {bt}\n        %not_an = stablehlo.not %an : {bt}\n        %not_bn = stablehlo.not %bn : {bt}\n        %ord = stablehlo.compare {dir}, %a, %b, {kind} : ({st}, {st}) -> {bt}\n        %nan = stablehlo.and {nan_side} : {bt}\n        %before = stablehlo.or %ord, %nan : {bt}\n        stablehlo.return %before : {bt}\n    }}) {{dimension = {dimension} : i64, is_stable = true}} : ({}, {it}) -> ({ot}, {it})",
+                    ins[0], its[0]
+                ));
+            }
             Prim::Cumulative { op, dimension, reverse } => {
                 // A window as long as the dimension, padded on one side.
                 let xt = graph.value_type(n.inputs[0]);
                 let d = xt.dtype;
                 let st = ty(&TensorType::scalar(d));
                 let len = xt.dims[*dimension];
+                if len == 0 {
+                    // Nothing to accumulate (and XLA wants windows of 1 or more).
+                    w(format!("{o} = stablehlo.reshape {} : ({}) -> {ot}", ins[0], its[0]));
+                    continue;
+                }
                 let windows: Vec<u64> = (0..xt.rank()).map(|i| if i == *dimension { len } else { 1 }).collect();
                 let strides = vec![1u64; xt.rank()];
                 let pads: Vec<String> = (0..xt.rank())
@@ -460,11 +494,15 @@ mod tests {
     #[test]
     fn primitives_not_lowered_yet_are_named() {
         let g = op(
-            "sort",
-            &[TensorType::new(DType::F32, &[5])],
+            "scatter",
+            &[
+                TensorType::new(DType::F32, &[5]),
+                TensorType::new(DType::I64, &[2]),
+                TensorType::new(DType::F32, &[2]),
+            ],
             Attrs::new().with("dim", Attr::Int(0)),
         );
         let e = lower(&g).unwrap_err().to_string();
-        assert!(e.contains("does not lower sort yet"), "{e}");
+        assert!(e.contains("does not lower scatter yet"), "{e}");
     }
 }

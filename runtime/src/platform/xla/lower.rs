@@ -5,7 +5,10 @@
 use std::fmt::Write;
 
 use crate::error::{Error, Result};
-use crate::ir::{BinaryOp, CompareOp, DType, Graph, Prim, ReduceOp, TensorType, UnaryOp, ValueId};
+use crate::ir::{
+    BinaryOp, CompareOp, DType, Graph, Prim, ReduceOp, ScatterCombiner, TensorType, UnaryOp,
+    ValueId,
+};
 
 fn elem(d: DType) -> &'static str {
     match d {
@@ -167,6 +170,48 @@ fn constant_literal(dtype: DType, dims: &[u64], bytes: &[u8]) -> String {
     format!("\"0x{hex}\"")
 }
 
+/// Emits, under the names `{o}_*`, full index vectors for torch.gather and
+/// torch.scatter: for every element i of `index` (dims `idims`), the
+/// vector i with i[axis] replaced by index[i], as i64, stacked on a last
+/// dimension of length `rank`. Returns the name and type of the result.
+fn full_indices(
+    w: &mut impl FnMut(String),
+    o: &str,
+    index: &str,
+    index_ty: &str,
+    idims: &[u64],
+    axis: usize,
+    rank: usize,
+) -> (String, String) {
+    let it = ty(&TensorType::new(DType::I64, idims));
+    let mut one = idims.to_vec();
+    one.push(1);
+    let ot1 = ty(&TensorType::new(DType::I64, &one));
+    let mut full = idims.to_vec();
+    full.push(rank as u64);
+    let ft = ty(&TensorType::new(DType::I64, &full));
+    let mut parts = Vec::new();
+    for k in 0..rank {
+        let v = format!("{o}_ix{k}");
+        if k == axis {
+            w(format!(
+                "{v} = stablehlo.convert {index} : ({index_ty}) -> {it}"
+            ));
+        } else {
+            w(format!("{v} = stablehlo.iota dim = {k} : {it}"));
+        }
+        w(format!("{v}_1 = stablehlo.reshape {v} : ({it}) -> {ot1}"));
+        parts.push(format!("{v}_1"));
+    }
+    let name = format!("{o}_full");
+    w(format!(
+        "{name} = \"stablehlo.concatenate\"({}) {{dimension = {rank} : i64}} : ({}) -> {ft}",
+        parts.join(", "),
+        vec![ot1.as_str(); rank].join(", ")
+    ));
+    (name, ft)
+}
+
 /// The module text for `graph`.
 pub fn lower(graph: &Graph) -> Result<String> {
     let name = |v: ValueId| format!("%v{}", v.0);
@@ -297,6 +342,65 @@ pub fn lower(graph: &Graph) -> Result<String> {
                     nums(&sizes),
                     its[0],
                     its[1]
+                ));
+            }
+            Prim::Gather { axis } => {
+                // One gather of single elements at full index vectors.
+                let xt = graph.value_type(n.inputs[0]);
+                let r = xt.rank();
+                if graph.value_type(out).numel() == 0 {
+                    // Nothing to read (XLA rejects slices of an empty operand).
+                    let st = ty(&TensorType::scalar(xt.dtype));
+                    w(format!("{o}_zero = stablehlo.constant dense<{}> : {st}", identity(ReduceOp::Sum, xt.dtype)));
+                    w(format!("{o} = stablehlo.broadcast_in_dim {o}_zero, dims = [] : ({st}) -> {ot}"));
+                    continue;
+                }
+                let idims = graph.value_type(n.inputs[1]).dims.clone();
+                let (full, ft) = full_indices(&mut w, &o, &ins[1], &its[1], &idims, *axis, r);
+                let all: Vec<usize> = (0..r).collect();
+                w(format!(
+                    "{o} = \"stablehlo.gather\"({}, {full}) {{dimension_numbers = #stablehlo.gather<collapsed_slice_dims = [{}], start_index_map = [{}], index_vector_dim = {r}>, slice_sizes = array<i64: {}>, indices_are_sorted = false}} : ({}, {ft}) -> {ot}",
+                    ins[0],
+                    list(&all),
+                    list(&all),
+                    nums(&vec![1u64; r]),
+                    its[0]
+                ));
+            }
+            Prim::Scatter { axis, combiner } => {
+                // One scatter of single elements at full index vectors.
+                let d = graph.value_type(n.inputs[0]).dtype;
+                let r = graph.value_type(n.inputs[0]).rank();
+                let st = ty(&TensorType::scalar(d));
+                if graph.value_type(n.inputs[0]).numel() == 0 || graph.value_type(n.inputs[1]).numel() == 0 {
+                    // Nothing is written: x itself.
+                    w(format!("{o} = stablehlo.reshape {} : ({}) -> {ot}", ins[0], its[0]));
+                    continue;
+                }
+                let idims = graph.value_type(n.inputs[1]).dims.clone();
+                let (full, ft) = full_indices(&mut w, &o, &ins[1], &its[1], &idims, *axis, r);
+                let all: Vec<usize> = (0..r).collect();
+                let combine = match combiner {
+                    ScatterCombiner::Replace => None,
+                    ScatterCombiner::Add if d == DType::Bool => Some("stablehlo.or"),
+                    ScatterCombiner::Mul if d == DType::Bool => Some("stablehlo.and"),
+                    ScatterCombiner::Add => Some("stablehlo.add"),
+                    ScatterCombiner::Mul => Some("stablehlo.multiply"),
+                    ScatterCombiner::Max => Some("stablehlo.maximum"),
+                    ScatterCombiner::Min => Some("stablehlo.minimum"),
+                };
+                let body = match combine {
+                    None => "stablehlo.return %b".to_string(),
+                    Some(op) => format!("%r = {op} %a, %b : {st}\n        stablehlo.return %r"),
+                };
+                w(format!(
+                    "{o} = \"stablehlo.scatter\"({}, {full}, {}) ({{\n      ^bb0(%a: {st}, %b: {st}):\n        {body} : {st}\n    }}) {{scatter_dimension_numbers = #stablehlo.scatter<inserted_window_dims = [{}], scatter_dims_to_operand_dims = [{}], index_vector_dim = {r}>, indices_are_sorted = false, unique_indices = false}} : ({}, {ft}, {}) -> {ot}",
+                    ins[0],
+                    ins[2],
+                    list(&all),
+                    list(&all),
+                    its[0],
+                    its[2]
                 ));
             }
             Prim::ArgReduce { max, dimension } => {
@@ -494,15 +598,14 @@ mod tests {
     #[test]
     fn primitives_not_lowered_yet_are_named() {
         let g = op(
-            "scatter",
+            "conv2d",
             &[
-                TensorType::new(DType::F32, &[5]),
-                TensorType::new(DType::I64, &[2]),
-                TensorType::new(DType::F32, &[2]),
+                TensorType::new(DType::F32, &[1, 1, 4, 4]),
+                TensorType::new(DType::F32, &[1, 1, 3, 3]),
             ],
-            Attrs::new().with("dim", Attr::Int(0)),
+            Attrs::new(),
         );
         let e = lower(&g).unwrap_err().to_string();
-        assert!(e.contains("does not lower scatter yet"), "{e}");
+        assert!(e.contains("does not lower convolution yet"), "{e}");
     }
 }

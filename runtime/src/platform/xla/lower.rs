@@ -1,13 +1,13 @@
 //! Lowering of the primitive IR to StableHLO text (MLIR), which every PJRT
 //! plugin compiles. One function, `main`, whose parameters and results are
-//! the graph's. Primitives not lowered yet are an error that names them.
+//! the graph's. Every primitive lowers.
 
 use std::fmt::Write;
 
 use crate::error::{Error, Result};
 use crate::ir::{
-    BinaryOp, CompareOp, DType, Graph, Prim, ReduceOp, ScatterCombiner, TensorType, UnaryOp,
-    ValueId,
+    BinaryOp, CompareOp, DType, Graph, Prim, ReduceOp, RngDistribution, ScatterCombiner,
+    TensorType, UnaryOp, ValueId,
 };
 
 fn elem(d: DType) -> &'static str {
@@ -210,6 +210,259 @@ fn full_indices(
         vec![ot1.as_str(); rank].join(", ")
     ));
     (name, ft)
+}
+
+/// Emits, under the names `{o}_*`, the Philox draw that the host kernel
+/// `rng.rs` defines (its module docs are the specification), for a result
+/// of type `out` from the i64 scalars `seed` and `offset`: counters
+/// offset + i as 128-bit integers, ten Philox 4x32 rounds in u32/u64
+/// arithmetic, then the distribution's transform. Ends by defining `{o}`.
+fn philox(
+    w: &mut impl FnMut(String),
+    o: &str,
+    seed: &str,
+    offset: &str,
+    distribution: RngDistribution,
+    out: &TensorType,
+) {
+    let dims = &out.dims;
+    let n = out.numel();
+    let u32t = ty(&TensorType::new(DType::U8, dims)).replace("ui8", "ui32");
+    let u64t = ty(&TensorType::new(DType::U8, dims)).replace("ui8", "ui64");
+    let f64t = ty(&TensorType::new(DType::F64, dims));
+    let ot = ty(out);
+    let bd = |src: &str, st: &str, dt: &str| {
+        format!("stablehlo.broadcast_in_dim {src}, dims = [] : ({st}) -> {dt}")
+    };
+    // Key words and the counter base, as u64 scalars broadcast to dims.
+    w(format!(
+        "{o}_seed = stablehlo.bitcast_convert {seed} : (tensor<i64>) -> tensor<ui64>"
+    ));
+    w(format!(
+        "{o}_off = stablehlo.bitcast_convert {offset} : (tensor<i64>) -> tensor<ui64>"
+    ));
+    w(format!(
+        "{o}_seedb = {}",
+        bd(&format!("{o}_seed"), "tensor<ui64>", &u64t)
+    ));
+    w(format!(
+        "{o}_offb = {}",
+        bd(&format!("{o}_off"), "tensor<ui64>", &u64t)
+    ));
+    w(format!("{o}_32 = stablehlo.constant dense<32> : {u64t}"));
+    w(format!(
+        "{o}_k0 = stablehlo.convert {o}_seedb : ({u64t}) -> {u32t}"
+    ));
+    w(format!(
+        "{o}_seedhi = stablehlo.shift_right_logical {o}_seedb, {o}_32 : {u64t}"
+    ));
+    w(format!(
+        "{o}_k1 = stablehlo.convert {o}_seedhi : ({u64t}) -> {u32t}"
+    ));
+    // Counters: offset + i (row-major), the carry as the third word.
+    w(format!(
+        "{o}_i1 = stablehlo.iota dim = 0 : tensor<{n}xui64>"
+    ));
+    w(format!(
+        "{o}_i = stablehlo.reshape {o}_i1 : (tensor<{n}xui64>) -> {u64t}"
+    ));
+    w(format!("{o}_c = stablehlo.add {o}_offb, {o}_i : {u64t}"));
+    let bt = u64t.replace("ui64", "i1");
+    w(format!(
+        "{o}_wrapped = stablehlo.compare LT, {o}_c, {o}_offb, UNSIGNED : ({u64t}, {u64t}) -> {bt}"
+    ));
+    w(format!(
+        "{o}_x0_0 = stablehlo.convert {o}_c : ({u64t}) -> {u32t}"
+    ));
+    w(format!(
+        "{o}_chi = stablehlo.shift_right_logical {o}_c, {o}_32 : {u64t}"
+    ));
+    w(format!(
+        "{o}_x1_0 = stablehlo.convert {o}_chi : ({u64t}) -> {u32t}"
+    ));
+    w(format!(
+        "{o}_x2_0 = stablehlo.convert {o}_wrapped : ({bt}) -> {u32t}"
+    ));
+    w(format!("{o}_x3_0 = stablehlo.constant dense<0> : {u32t}"));
+    w(format!(
+        "{o}_m0 = stablehlo.constant dense<3528531795> : {u64t}"
+    ));
+    w(format!(
+        "{o}_m1 = stablehlo.constant dense<3449720151> : {u64t}"
+    ));
+    w(format!(
+        "{o}_w0 = stablehlo.constant dense<2654435769> : {u32t}"
+    ));
+    w(format!(
+        "{o}_w1 = stablehlo.constant dense<3144134277> : {u32t}"
+    ));
+    w(format!(
+        "{o}_ka_0 = stablehlo.reshape {o}_k0 : ({u32t}) -> {u32t}"
+    ));
+    w(format!(
+        "{o}_kb_0 = stablehlo.reshape {o}_k1 : ({u32t}) -> {u32t}"
+    ));
+    for r in 0..10 {
+        let (x0, x1, x2, x3) = (
+            format!("{o}_x0_{r}"),
+            format!("{o}_x1_{r}"),
+            format!("{o}_x2_{r}"),
+            format!("{o}_x3_{r}"),
+        );
+        let (mut ka, mut kb) = (format!("{o}_ka_{r}"), format!("{o}_kb_{r}"));
+        if r > 0 {
+            w(format!("{o}_ka_{r}n = stablehlo.add {ka}, {o}_w0 : {u32t}"));
+            w(format!("{o}_kb_{r}n = stablehlo.add {kb}, {o}_w1 : {u32t}"));
+            ka = format!("{ka}n");
+            kb = format!("{kb}n");
+        }
+        let q = format!("{o}_r{r}");
+        w(format!(
+            "{q}_a = stablehlo.convert {x0} : ({u32t}) -> {u64t}"
+        ));
+        w(format!(
+            "{q}_p0 = stablehlo.multiply {q}_a, {o}_m0 : {u64t}"
+        ));
+        w(format!(
+            "{q}_b = stablehlo.convert {x2} : ({u32t}) -> {u64t}"
+        ));
+        w(format!(
+            "{q}_p1 = stablehlo.multiply {q}_b, {o}_m1 : {u64t}"
+        ));
+        w(format!(
+            "{q}_p0h = stablehlo.shift_right_logical {q}_p0, {o}_32 : {u64t}"
+        ));
+        w(format!(
+            "{q}_p1h = stablehlo.shift_right_logical {q}_p1, {o}_32 : {u64t}"
+        ));
+        w(format!(
+            "{q}_h0 = stablehlo.convert {q}_p0h : ({u64t}) -> {u32t}"
+        ));
+        w(format!(
+            "{q}_h1 = stablehlo.convert {q}_p1h : ({u64t}) -> {u32t}"
+        ));
+        w(format!("{q}_y0a = stablehlo.xor {q}_h1, {x1} : {u32t}"));
+        w(format!(
+            "{o}_x0_{} = stablehlo.xor {q}_y0a, {ka} : {u32t}",
+            r + 1
+        ));
+        w(format!(
+            "{o}_x1_{} = stablehlo.convert {q}_p1 : ({u64t}) -> {u32t}",
+            r + 1
+        ));
+        w(format!("{q}_y2a = stablehlo.xor {q}_h0, {x3} : {u32t}"));
+        w(format!(
+            "{o}_x2_{} = stablehlo.xor {q}_y2a, {kb} : {u32t}",
+            r + 1
+        ));
+        w(format!(
+            "{o}_x3_{} = stablehlo.convert {q}_p0 : ({u64t}) -> {u32t}",
+            r + 1
+        ));
+        w(format!(
+            "{o}_ka_{} = stablehlo.reshape {ka} : ({u32t}) -> {u32t}",
+            r + 1
+        ));
+        w(format!(
+            "{o}_kb_{} = stablehlo.reshape {kb} : ({u32t}) -> {u32t}",
+            r + 1
+        ));
+    }
+    let word = |k: usize| format!("{o}_x{k}_10");
+    // 53 bits from (hi, lo) as f64 in [0, 1), under `name`.
+    let bits53 = |w: &mut dyn FnMut(String), name: &str, hi: String, lo: String, plus_one: bool| {
+        w(format!(
+            "{name}_hi = stablehlo.convert {hi} : ({u32t}) -> {u64t}"
+        ));
+        w(format!(
+            "{name}_lo = stablehlo.convert {lo} : ({u32t}) -> {u64t}"
+        ));
+        w(format!("{name}_21 = stablehlo.constant dense<21> : {u64t}"));
+        w(format!("{name}_11 = stablehlo.constant dense<11> : {u64t}"));
+        w(format!(
+            "{name}_a = stablehlo.shift_left {name}_hi, {name}_21 : {u64t}"
+        ));
+        w(format!(
+            "{name}_b = stablehlo.shift_right_logical {name}_lo, {name}_11 : {u64t}"
+        ));
+        w(format!(
+            "{name}_bits = stablehlo.or {name}_a, {name}_b : {u64t}"
+        ));
+        let mut bits = format!("{name}_bits");
+        if plus_one {
+            w(format!("{name}_one = stablehlo.constant dense<1> : {u64t}"));
+            w(format!(
+                "{name}_bits1 = stablehlo.add {bits}, {name}_one : {u64t}"
+            ));
+            bits = format!("{name}_bits1");
+        }
+        w(format!(
+            "{name}_f = stablehlo.convert {bits} : ({u64t}) -> {f64t}"
+        ));
+        w(format!(
+            "{name}_scale = stablehlo.constant dense<1.1102230246251565e-16> : {f64t}"
+        ));
+        w(format!(
+            "{name} = stablehlo.multiply {name}_f, {name}_scale : {f64t}"
+        ));
+    };
+    match (distribution, out.dtype) {
+        (RngDistribution::Uniform, DType::F64) => {
+            bits53(w, &format!("{o}_u"), word(0), word(1), false);
+            w(format!("{o} = stablehlo.reshape {o}_u : ({f64t}) -> {ot}"));
+        }
+        (RngDistribution::Uniform, d) => {
+            let f32t = ty(&TensorType::new(DType::F32, dims));
+            w(format!("{o}_8 = stablehlo.constant dense<8> : {u32t}"));
+            w(format!(
+                "{o}_top = stablehlo.shift_right_logical {}, {o}_8 : {u32t}",
+                word(0)
+            ));
+            w(format!(
+                "{o}_topf = stablehlo.convert {o}_top : ({u32t}) -> {f32t}"
+            ));
+            w(format!(
+                "{o}_scale = stablehlo.constant dense<5.9604644775390625e-8> : {f32t}"
+            ));
+            w(format!(
+                "{o}_u = stablehlo.multiply {o}_topf, {o}_scale : {f32t}"
+            ));
+            if d == DType::F32 {
+                w(format!("{o} = stablehlo.reshape {o}_u : ({f32t}) -> {ot}"));
+            } else {
+                // Rounded once to the half type, kept below one.
+                let below_one = if d == DType::F16 { "0x3BFF" } else { "0x3F7F" };
+                w(format!(
+                    "{o}_h = stablehlo.convert {o}_u : ({f32t}) -> {ot}"
+                ));
+                w(format!(
+                    "{o}_max = stablehlo.constant dense<{below_one}> : {ot}"
+                ));
+                w(format!("{o} = stablehlo.minimum {o}_h, {o}_max : {ot}"));
+            }
+        }
+        (RngDistribution::Normal, _) => {
+            bits53(w, &format!("{o}_u1"), word(0), word(1), true);
+            bits53(w, &format!("{o}_u2"), word(2), word(3), false);
+            w(format!("{o}_ln = stablehlo.log {o}_u1 : {f64t}"));
+            w(format!("{o}_m2 = stablehlo.constant dense<-2.0> : {f64t}"));
+            w(format!(
+                "{o}_r2 = stablehlo.multiply {o}_m2, {o}_ln : {f64t}"
+            ));
+            w(format!("{o}_rad = stablehlo.sqrt {o}_r2 : {f64t}"));
+            w(format!(
+                "{o}_tau = stablehlo.constant dense<6.283185307179586> : {f64t}"
+            ));
+            w(format!(
+                "{o}_ang = stablehlo.multiply {o}_tau, {o}_u2 : {f64t}"
+            ));
+            w(format!("{o}_cos = stablehlo.cosine {o}_ang : {f64t}"));
+            w(format!(
+                "{o}_z = stablehlo.multiply {o}_rad, {o}_cos : {f64t}"
+            ));
+            w(format!("{o} = stablehlo.convert {o}_z : ({f64t}) -> {ot}"));
+        }
+    }
 }
 
 /// The module text for `graph`.
@@ -436,6 +689,19 @@ pub fn lower(graph: &Graph) -> Result<String> {
                     its[1]
                 ));
             }
+            Prim::Rng { distribution, dtype, .. } => {
+                let out_ty = graph.value_type(out).clone();
+                if out_ty.numel() == 0 || !dtype.is_float() {
+                    if !dtype.is_float() {
+                        return Err(Error::invalid(format!("rng draws floating-point numbers, not {dtype}")));
+                    }
+                    let st = ty(&TensorType::scalar(*dtype));
+                    w(format!("{o}_zero = stablehlo.constant dense<0.0> : {st}"));
+                    w(format!("{o} = stablehlo.broadcast_in_dim {o}_zero, dims = [] : ({st}) -> {ot}"));
+                    continue;
+                }
+                philox(&mut w, &o, &ins[0], &ins[1], *distribution, &out_ty);
+            }
             Prim::ArgReduce { max, dimension } => {
                 // A two-operand reduce over (value, index): keeps the first
                 // max (min); NaN counts as the max (and the min), as torch.
@@ -565,12 +831,6 @@ pub fn lower(graph: &Graph) -> Result<String> {
                 its[0],
                 its[1]
             )),
-            other => {
-                return Err(Error::Unimplemented(format!(
-                    "the xla platform does not lower {} yet",
-                    other.name()
-                )))
-            }
         }
     }
     let params: Vec<String> = graph
@@ -626,18 +886,5 @@ mod tests {
         ))
         .unwrap();
         insta::assert_snapshot!("linear_4x8_16", linear);
-    }
-
-    #[test]
-    fn primitives_not_lowered_yet_are_named() {
-        let g = op(
-            "uniform",
-            &[],
-            Attrs::new()
-                .with("size", Attr::Ints(vec![4]))
-                .with("seed", Attr::Int(1)),
-        );
-        let e = lower(&g).unwrap_err().to_string();
-        assert!(e.contains("does not lower rng yet"), "{e}");
     }
 }

@@ -325,8 +325,12 @@ mod tests {
     use proptest::prelude::*;
 
     fn rt() -> Runtime {
+        rt_on("host")
+    }
+
+    fn rt_on(platform: &str) -> Runtime {
         Runtime::new(&RuntimeOptions {
-            platform: Some("host".into()),
+            platform: Some(platform.into()),
             host_chips: Some(1),
             host_topology: None,
             host_hbm_bytes: Some(256 << 20),
@@ -411,6 +415,56 @@ mod tests {
             download(&r, &s, &y)
         });
         assert_eq!(r.compile_cache_stats().misses, mid.misses);
+    }
+
+    /// On the xla platform a deferred block is one XLA module (the whole
+    /// recording lowered together); it gives the host's strict results,
+    /// and in-place updates through overlapping views stay exact.
+    #[cfg(feature = "xla")]
+    #[test]
+    fn deferred_work_on_xla_matches_the_host() {
+        let xv: Vec<f32> = (0..32).map(|i| (i as f32 * 0.37).sin()).collect();
+        let bv = [0.1, -0.2, 0.3, 0.0, 0.5, -0.5, 1.0, -1.0];
+        let host = rt();
+        let hs = host.default_stream(0).unwrap();
+        let (hx, hb) = (
+            upload(&host, &hs, &[4, 8], &xv),
+            upload(&host, &hs, &[8], &bv),
+        );
+        let want = download(&host, &hs, &block(&host, &hs, &hx, &hb));
+        let r = rt_on("xla");
+        let s = r.default_stream(0).unwrap();
+        let (x, b) = (upload(&r, &s, &[4, 8], &xv), upload(&r, &s, &[8], &bv));
+        let before = r.compile_cache_stats();
+        let got = in_mode(EagerMode::DeferAndFuse, || {
+            let y = block(&r, &s, &x, &b);
+            assert_eq!(s.deferred_ops(), 4);
+            download(&r, &s, &y)
+        });
+        assert_eq!(r.compile_cache_stats().misses - before.misses, 1);
+        for (a, w) in got.iter().zip(&want) {
+            assert!((a - w).abs() <= 1e-5, "{got:?} vs {want:?}");
+        }
+        let add = ops::lookup("add").unwrap();
+        let y = upload(&r, &s, &[2, 3], &[1., 2., 3., 4., 5., 6.]);
+        let ten = upload(&r, &s, &[], &[10.0]);
+        let got = in_mode(EagerMode::DeferAndFuse, || {
+            r.call_op(
+                add,
+                &[y.clone(), ten.clone()],
+                std::slice::from_ref(&y),
+                &Attrs::new(),
+                &s,
+            )
+            .unwrap();
+            let row = DeviceTensor::new(y.buffer.clone(), DType::F32, 12, &[3], None).unwrap();
+            r.call_op(add, &[row.clone(), ten.clone()], &[row], &Attrs::new(), &s)
+                .unwrap();
+            let z = op(&r, &s, "mul", &[&y, &y], Attrs::new());
+            (download(&r, &s, &y), download(&r, &s, &z))
+        });
+        assert_eq!(got.0, vec![11., 12., 13., 24., 25., 26.]);
+        assert_eq!(got.1, vec![121., 144., 169., 576., 625., 676.]);
     }
 
     #[test]

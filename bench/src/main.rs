@@ -342,6 +342,70 @@ fn defer_vs_strict(rows: &mut Vec<Row>) {
     });
 }
 
+/// The same deferred blocks on the host platform (ours) and on the xla
+/// platform over the XLA CPU plugin (peer), each a flush of one program:
+/// our fused loops against XLA's own fusion. Built only with the bench's
+/// `xla` feature, which `bench/run` turns on when the plugin is installed.
+#[cfg(feature = "xla")]
+fn host_vs_xla(rows: &mut Vec<Row>) {
+    let host = rt_memory_cache();
+    let xla = Runtime::new(&RuntimeOptions {
+        platform: Some("xla".into()),
+        host_chips: Some(1),
+        cache: Some(CacheConfig::memory_only(4096)),
+        ..Default::default()
+    })
+    .expect("xla runtime (XLA CPU plugin)");
+    let (hs, xs) = (
+        host.default_stream(0).unwrap(),
+        xla.default_stream(0).unwrap(),
+    );
+    let (hx, hb) = (
+        upload(&host, &hs, &[4096, 1024], 1),
+        upload(&host, &hs, &[1024], 2),
+    );
+    let (xx, xb) = (
+        upload(&xla, &xs, &[4096, 1024], 1),
+        upload(&xla, &xs, &[1024], 2),
+    );
+    let ha = || block_a(&host, &hs, &hx, &hb);
+    let xa = || block_a(&xla, &xs, &xx, &xb);
+    let (ours, peer) = paired(
+        7,
+        1,
+        || timed_step(EagerMode::DeferAndFuse, &hs, &ha),
+        || timed_step(EagerMode::DeferAndFuse, &xs, &xa),
+    );
+    rows.push(Row {
+        name: "host_vs_xla_bias_gelu_dropout_residual_layernorm_4096x1024".into(),
+        ours: ours / 1e6,
+        peer: peer / 1e6,
+        peer_name: "the same deferred block on the xla platform (XLA CPU plugin, one module)",
+        unit: "ms/step",
+    });
+    let hq: Vec<DeviceTensor> = (3..6)
+        .map(|k| upload(&host, &hs, &[8, 8, 256, 64], k))
+        .collect();
+    let xq: Vec<DeviceTensor> = (3..6)
+        .map(|k| upload(&xla, &xs, &[8, 8, 256, 64], k))
+        .collect();
+    let hb2 = || block_b(&host, &hs, &hq[0], &hq[1], &hq[2]);
+    let xb2 = || block_b(&xla, &xs, &xq[0], &xq[1], &xq[2]);
+    let (ours, peer) = paired(
+        7,
+        1,
+        || timed_step(EagerMode::DeferAndFuse, &hs, &hb2),
+        || timed_step(EagerMode::DeferAndFuse, &xs, &xb2),
+    );
+    rows.push(Row {
+        name: "host_vs_xla_softmax_attention_8x8x256x64".into(),
+        ours: ours / 1e6,
+        peer: peer / 1e6,
+        peer_name: "the same deferred block on the xla platform (XLA CPU plugin, one module)",
+        unit: "ms/step",
+    });
+}
+
 /// y = x * 2 + 1 over 64 MiB through the fused loop, against a memcpy of
 /// the same bytes (read + write): ratio = fused throughput / memcpy's.
 fn fused_bandwidth(rows: &mut Vec<Row>) {
@@ -600,6 +664,8 @@ const ALL: &[(&str, Bench)] = &[
     ("cold_vs_warm", cold_vs_warm),
     ("tiny_add", tiny_add),
     ("deferred_tiny_step", deferred_tiny_step),
+    #[cfg(feature = "xla")]
+    ("host_vs_xla", host_vs_xla),
 ];
 
 /// Profiling aids: run only when named (they print no JSON).

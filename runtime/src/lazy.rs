@@ -757,5 +757,24 @@ mod tests {
                 }
             }
         }
+
+        /// The same random sequences deferred on the xla platform (each
+        /// flush one XLA module) against strict on the host platform.
+        #[cfg(feature = "xla")]
+        #[test]
+        fn random_op_sequences_deferred_on_xla_equal_host_strict(steps in prop::collection::vec(step(), 1..24)) {
+            let host = rt();
+            let hs = host.default_stream(0).unwrap();
+            let strict = play(&host, &hs, &steps);
+            let r = rt_on("xla");
+            let s = r.default_stream(0).unwrap();
+            let deferred = in_mode(EagerMode::DeferAndFuse, || play(&r, &s, &steps));
+            prop_assert_eq!(strict.len(), deferred.len());
+            for (a, b) in strict.iter().zip(&deferred) {
+                for (x, y) in a.iter().zip(b) {
+                    prop_assert!(x == y || (x - y).abs() <= 1e-4 * (1.0 + x.abs()) || (x.is_nan() && y.is_nan()), "{:?} vs {:?}", a, b);
+                }
+            }
+        }
     }
 }

@@ -887,4 +887,38 @@ mod tests {
         .unwrap();
         insta::assert_snapshot!("linear_4x8_16", linear);
     }
+
+    /// The lowerings written as regions or index vectors, pinned.
+    #[test]
+    fn index_sort_and_window_lowerings_are_pinned() {
+        let f = |d: &[u64]| TensorType::new(DType::F32, d);
+        let i = |d: &[u64]| TensorType::new(DType::I64, d);
+        let dim = |d: i64| Attrs::new().with("dim", Attr::Int(d));
+        let cases = [
+            ("sort_3x4", op("sort", &[f(&[3, 4])], dim(-1))),
+            ("argmax_3x4", op("argmax", &[f(&[3, 4])], dim(1))),
+            ("cumsum_3x4", op("cumsum", &[f(&[3, 4])], dim(0))),
+            (
+                "gather_3x4",
+                op("gather", &[f(&[3, 4]), i(&[3, 2])], dim(1)),
+            ),
+            (
+                "scatter_add_3x4",
+                op("scatter_add", &[f(&[3, 4]), i(&[2, 4]), f(&[2, 4])], dim(0)),
+            ),
+            (
+                "conv2d_1x2x5x5",
+                op(
+                    "conv2d",
+                    &[f(&[1, 2, 5, 5]), f(&[4, 1, 3, 3])],
+                    Attrs::new()
+                        .with("groups", Attr::Int(2))
+                        .with("padding", Attr::Ints(vec![1, 1])),
+                ),
+            ),
+        ];
+        for (name, g) in cases {
+            insta::assert_snapshot!(name, lower(&g).unwrap());
+        }
+    }
 }

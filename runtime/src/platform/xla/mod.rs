@@ -404,8 +404,22 @@ impl Platform for XlaPlatform {
     }
 
     fn version(&self) -> String {
+        // The plugin's build stands in as its file's size and modification
+        // time: a reinstalled or other plugin gives another key, so a
+        // serialized executable is only ever loaded by the build that wrote it.
+        let stamp = std::fs::metadata(&self.plugin)
+            .ok()
+            .map(|m| {
+                let mtime = m
+                    .modified()
+                    .ok()
+                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                    .map_or(0, |d| d.as_nanos());
+                format!("{}-{mtime}", m.len())
+            })
+            .unwrap_or_default();
         format!(
-            "xla-{}-pjrt{}.{}-{}",
+            "xla-{}-pjrt{}.{}-{}-{stamp}",
             self.name,
             self.version.0,
             self.version.1,
@@ -477,6 +491,75 @@ impl Platform for XlaPlatform {
             outputs: graph.output_types(),
         }))
     }
+
+    fn load_executable(&self, bytes: &[u8]) -> Result<Arc<dyn Executable>> {
+        let (params, outputs, blob) = split_serialized(bytes)?;
+        let me = self
+            .me
+            .upgrade()
+            .ok_or_else(|| Error::Internal("the xla platform is being dropped".into()))?;
+        let mut args = args!(PJRT_Executable_DeserializeAndLoad_Args {
+            client: self.client,
+            serialized_executable: blob.as_ptr() as *const std::os::raw::c_char,
+            serialized_executable_size: blob.len(),
+        });
+        self.call(
+            "PJRT_Executable_DeserializeAndLoad",
+            std::mem::offset_of!(sys::PJRT_Api, PJRT_Executable_DeserializeAndLoad),
+            |api| {
+                // SAFETY: `blob` outlives the call; null overridden options
+                // mean the options stored in the blob.
+                unsafe { api.PJRT_Executable_DeserializeAndLoad.map(|f| f(&mut args)) }
+            },
+        )?;
+        Ok(Arc::new(XlaExecutable {
+            platform: me,
+            exe: args.loaded_executable,
+            params,
+            outputs,
+        }))
+    }
+}
+
+/// Our framing of a PJRT blob: magic, then the JSON of the parameter and
+/// result types (length-prefixed), then the plugin's bytes.
+const SERIALIZED_MAGIC: &[u8] = b"TPURT-XLA-EXE-1\n";
+
+type Types = Vec<crate::ir::TensorType>;
+
+fn join_serialized(
+    params: &[crate::ir::TensorType],
+    outputs: &[crate::ir::TensorType],
+    blob: &[u8],
+) -> Vec<u8> {
+    let types = serde_json::to_vec(&(params, outputs)).unwrap_or_default();
+    let mut out = Vec::with_capacity(SERIALIZED_MAGIC.len() + 8 + types.len() + blob.len());
+    out.extend_from_slice(SERIALIZED_MAGIC);
+    out.extend_from_slice(&(types.len() as u64).to_le_bytes());
+    out.extend_from_slice(&types);
+    out.extend_from_slice(blob);
+    out
+}
+
+fn split_serialized(bytes: &[u8]) -> Result<(Types, Types, &[u8])> {
+    let bad = |what: &str| Error::invalid(format!("not a serialized xla executable: {what}"));
+    let rest = bytes
+        .strip_prefix(SERIALIZED_MAGIC)
+        .ok_or_else(|| bad("no magic"))?;
+    if rest.len() < 8 {
+        return Err(bad("truncated header"));
+    }
+    let n = u64::from_le_bytes(rest[..8].try_into().unwrap_or_default()) as usize;
+    let rest = &rest[8..];
+    if n > rest.len() {
+        return Err(bad("truncated types"));
+    }
+    let (params, outputs): (Types, Types) =
+        serde_json::from_slice(&rest[..n]).map_err(|e| bad(&format!("types: {e}")))?;
+    if rest.len() == n {
+        return Err(bad("no program"));
+    }
+    Ok((params, outputs, &rest[n..]))
 }
 
 /// A program compiled by a PJRT plugin.
@@ -656,7 +739,66 @@ impl Executable for XlaExecutable {
     }
 
     fn serialize(&self) -> Option<Vec<u8>> {
-        None
+        let p = &self.platform;
+        let mut g = args!(PJRT_LoadedExecutable_GetExecutable_Args {
+            loaded_executable: self.exe
+        });
+        p.call(
+            "PJRT_LoadedExecutable_GetExecutable",
+            std::mem::offset_of!(sys::PJRT_Api, PJRT_LoadedExecutable_GetExecutable),
+            |api| {
+                // SAFETY: our loaded executable; the result is destroyed below.
+                unsafe { api.PJRT_LoadedExecutable_GetExecutable.map(|f| f(&mut g)) }
+            },
+        )
+        .ok()?;
+        let mut a = args!(PJRT_Executable_Serialize_Args {
+            executable: g.executable
+        });
+        let blob = p
+            .call(
+                "PJRT_Executable_Serialize",
+                std::mem::offset_of!(sys::PJRT_Api, PJRT_Executable_Serialize),
+                |api| {
+                    // SAFETY: a live executable; the bytes are copied below
+                    // before their backing is freed.
+                    unsafe { api.PJRT_Executable_Serialize.map(|f| f(&mut a)) }
+                },
+            )
+            .ok()
+            .map(|_| {
+                let bytes = if a.serialized_bytes.is_null() {
+                    Vec::new()
+                } else {
+                    // SAFETY: the plugin returned this many bytes, alive until
+                    // the deleter runs.
+                    unsafe {
+                        std::slice::from_raw_parts(
+                            a.serialized_bytes as *const u8,
+                            a.serialized_bytes_size,
+                        )
+                    }
+                    .to_vec()
+                };
+                if let Some(del) = a.serialized_executable_deleter {
+                    // SAFETY: called once, on the object the plugin returned.
+                    unsafe { del(a.serialized_executable) };
+                }
+                bytes
+            });
+        let mut d = args!(PJRT_Executable_Destroy_Args {
+            executable: g.executable
+        });
+        let _ = p.call(
+            "PJRT_Executable_Destroy",
+            std::mem::offset_of!(sys::PJRT_Api, PJRT_Executable_Destroy),
+            |api| {
+                // SAFETY: the executable GetExecutable gave us, destroyed once.
+                unsafe { api.PJRT_Executable_Destroy.map(|f| f(&mut d)) }
+            },
+        );
+        let blob = blob.filter(|b| !b.is_empty())?;
+        Some(join_serialized(&self.params, &self.outputs, &blob))
     }
 }
 
@@ -821,6 +963,75 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The persistent cache on xla: a second runtime on the same directory
+    /// loads the serialized executable (PJRT DeserializeAndLoad) instead of
+    /// compiling, and it computes the same result; a damaged entry is
+    /// counted and rebuilt; foreign bytes are refused with a clear error.
+    #[test]
+    fn serialized_executables_come_back_from_the_disk_cache() {
+        use crate::compile::CacheConfig;
+        use crate::ir::DType;
+        use crate::ops::{self, Attr, Attrs};
+        let dir = std::env::temp_dir().join(format!(
+            "tpurt-xla-cache-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        let plugin = find_plugin().unwrap();
+        let p = XlaPlatform::load(&plugin, 1).unwrap();
+        let softmax = ops::lookup("softmax").unwrap();
+        let attrs = Attrs::new().with("dim", Attr::Int(-1));
+        let x: Vec<f32> = (0..24).map(|i| (i as f32 * 0.7).sin()).collect();
+        let run = |rt: &crate::runtime::Runtime| -> Vec<f32> {
+            let s = rt.default_stream(0).unwrap();
+            let b = rt.allocate(0, 96, &s).unwrap();
+            rt.copy_host_to_device(bytemuck::cast_slice(&x), &b, &crate::Layout::bytes(96), &s)
+                .unwrap();
+            let t = crate::DeviceTensor::contiguous(b, DType::F32, &[4, 6]).unwrap();
+            let out = rt.call_op_alloc(softmax, &[t], &attrs, &s).unwrap();
+            let mut y = vec![0u8; 96];
+            rt.copy_device_to_host(&out[0].buffer, &crate::Layout::bytes(96), &mut y, &s)
+                .unwrap();
+            bytemuck::cast_slice(&y).to_vec()
+        };
+        let fresh = || {
+            crate::runtime::Runtime::with_platform_and_cache(
+                p.clone(),
+                CacheConfig::memory_only(8).with_disk_dir(&dir),
+            )
+            .unwrap()
+        };
+        let first = fresh();
+        let want = run(&first);
+        let st = first.compile_cache_stats();
+        assert_eq!((st.misses, st.disk_hits), (1, 0), "{st:?}");
+        let entries: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.is_file())
+            .collect();
+        assert_eq!(entries.len(), 1, "{entries:?}");
+        let second = fresh();
+        assert_eq!(run(&second), want);
+        let st = second.compile_cache_stats();
+        assert_eq!((st.misses, st.disk_hits), (0, 1), "{st:?}");
+        // Flip a byte inside the plugin's blob: counted, rebuilt, still right.
+        let mut bytes = std::fs::read(&entries[0]).unwrap();
+        let k = bytes.len() - 100;
+        bytes[k] ^= 0x55;
+        std::fs::write(&entries[0], &bytes).unwrap();
+        let third = fresh();
+        assert_eq!(run(&third), want);
+        let st = third.compile_cache_stats();
+        assert_eq!((st.misses, st.corrupt_entries), (1, 1), "{st:?}");
+        // Not ours: a clear error, no call into the plugin.
+        let e = p.load_executable(b"junk").err().unwrap().to_string();
+        assert!(e.contains("not a serialized xla executable"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// The child side of `libtpu_fails_cleanly_without_a_tpu`.

@@ -528,6 +528,46 @@ fn cold_vs_warm(rows: &mut Vec<Row>) {
     });
 }
 
+/// The first step of a fresh runtime on the xla platform: compiled by XLA
+/// into an empty cache directory (peer), or loaded from the directory a
+/// previous runtime filled (ours: PJRT DeserializeAndLoad). Fresh runtimes
+/// in one process; the plugin's client is shared.
+#[cfg(feature = "xla")]
+fn xla_cold_vs_warm(rows: &mut Vec<Row>) {
+    use tpurt_runtime::platform::xla::{find_plugin, XlaPlatform};
+    let plugin = find_plugin().expect("the XLA CPU plugin");
+    let p = XlaPlatform::load(&plugin, 1).expect("xla platform");
+    let base = std::env::temp_dir().join(format!("tpurt-bench-xla-cache-{}", std::process::id()));
+    let step = |dir: &std::path::Path| -> f64 {
+        let r = Runtime::with_platform_and_cache(
+            p.clone(),
+            CacheConfig::memory_only(64).with_disk_dir(dir),
+        )
+        .unwrap();
+        let s = r.default_stream(0).unwrap();
+        let x = upload(&r, &s, &[256, 1024], 1);
+        let b = upload(&r, &s, &[1024], 2);
+        let a = || block_a(&r, &s, &x, &b);
+        let t = Instant::now();
+        timed_step(EagerMode::DeferAndFuse, &s, &a);
+        t.elapsed().as_nanos() as f64
+    };
+    let (mut colds, mut warms) = (Vec::new(), Vec::new());
+    for k in 0..5 {
+        let dir = base.join(k.to_string());
+        colds.push(step(&dir));
+        warms.push(step(&dir));
+    }
+    let _ = std::fs::remove_dir_all(&base);
+    rows.push(Row {
+        name: "xla_first_step_warm_disk_cache_vs_cold_compile_block_256x1024".into(),
+        ours: median(warms) / 1e6,
+        peer: median(colds) / 1e6,
+        peer_name: "the same first step compiled by XLA into an empty cache directory",
+        unit: "ms",
+    });
+}
+
 /// A tiny add through the whole runtime (strict: dispatch, memo lookup,
 /// launch, execute) against the host kernel called directly on host
 /// tensors: the dispatch overhead per op.
@@ -666,6 +706,8 @@ const ALL: &[(&str, Bench)] = &[
     ("deferred_tiny_step", deferred_tiny_step),
     #[cfg(feature = "xla")]
     ("host_vs_xla", host_vs_xla),
+    #[cfg(feature = "xla")]
+    ("xla_cold_vs_warm", xla_cold_vs_warm),
 ];
 
 /// Profiling aids: run only when named (they print no JSON).

@@ -303,6 +303,26 @@ fn timed_step(mode: EagerMode, s: &Stream, step: &dyn Fn() -> DeviceTensor) {
     drop(out);
 }
 
+/// One row from two steps timed alternately (7 repetitions, medians):
+/// each side is a stream, the mode it runs in, and the step.
+type Side<'a> = (&'a Stream, EagerMode, &'a dyn Fn() -> DeviceTensor);
+
+fn step_row(rows: &mut Vec<Row>, name: &str, peer_name: &'static str, ours: Side, peer: Side) {
+    let (ours, peer) = paired(
+        7,
+        1,
+        || timed_step(ours.1, ours.0, ours.2),
+        || timed_step(peer.1, peer.0, peer.2),
+    );
+    rows.push(Row {
+        name: name.into(),
+        ours: ours / 1e6,
+        peer: peer / 1e6,
+        peer_name,
+        unit: "ms/step",
+    });
+}
+
 /// The same block under DEFER_AND_FUSE (ours) and strict DEFER_NEVER (peer).
 fn defer_vs_strict(rows: &mut Vec<Row>) {
     let r = rt_memory_cache();
@@ -310,36 +330,24 @@ fn defer_vs_strict(rows: &mut Vec<Row>) {
     let x = upload(&r, &s, &[4096, 1024], 1);
     let b = upload(&r, &s, &[1024], 2);
     let a = || block_a(&r, &s, &x, &b);
-    let (ours, peer) = paired(
-        7,
-        1,
-        || timed_step(EagerMode::DeferAndFuse, &s, &a),
-        || timed_step(EagerMode::DeferNever, &s, &a),
+    step_row(
+        rows,
+        "defer_vs_strict_bias_gelu_dropout_residual_layernorm_4096x1024",
+        "tpurt strict (DEFER_NEVER) on the same block",
+        (&s, EagerMode::DeferAndFuse, &a),
+        (&s, EagerMode::DeferNever, &a),
     );
-    rows.push(Row {
-        name: "defer_vs_strict_bias_gelu_dropout_residual_layernorm_4096x1024".into(),
-        ours: ours / 1e6,
-        peer: peer / 1e6,
-        peer_name: "tpurt strict (DEFER_NEVER) on the same block",
-        unit: "ms/step",
-    });
     let q = upload(&r, &s, &[8, 8, 256, 64], 3);
     let k = upload(&r, &s, &[8, 8, 256, 64], 4);
     let v = upload(&r, &s, &[8, 8, 256, 64], 5);
     let bb = || block_b(&r, &s, &q, &k, &v);
-    let (ours, peer) = paired(
-        7,
-        1,
-        || timed_step(EagerMode::DeferAndFuse, &s, &bb),
-        || timed_step(EagerMode::DeferNever, &s, &bb),
+    step_row(
+        rows,
+        "defer_vs_strict_softmax_attention_8x8x256x64",
+        "tpurt strict (DEFER_NEVER) on the same block",
+        (&s, EagerMode::DeferAndFuse, &bb),
+        (&s, EagerMode::DeferNever, &bb),
     );
-    rows.push(Row {
-        name: "defer_vs_strict_softmax_attention_8x8x256x64".into(),
-        ours: ours / 1e6,
-        peer: peer / 1e6,
-        peer_name: "tpurt strict (DEFER_NEVER) on the same block",
-        unit: "ms/step",
-    });
 }
 
 /// The same deferred blocks on the host platform (ours) and on the xla
@@ -370,19 +378,14 @@ fn host_vs_xla(rows: &mut Vec<Row>) {
     );
     let ha = || block_a(&host, &hs, &hx, &hb);
     let xa = || block_a(&xla, &xs, &xx, &xb);
-    let (ours, peer) = paired(
-        7,
-        1,
-        || timed_step(EagerMode::DeferAndFuse, &hs, &ha),
-        || timed_step(EagerMode::DeferAndFuse, &xs, &xa),
+    let peer_name = "the same deferred block on the xla platform (XLA CPU plugin, one module)";
+    step_row(
+        rows,
+        "host_vs_xla_bias_gelu_dropout_residual_layernorm_4096x1024",
+        peer_name,
+        (&hs, EagerMode::DeferAndFuse, &ha),
+        (&xs, EagerMode::DeferAndFuse, &xa),
     );
-    rows.push(Row {
-        name: "host_vs_xla_bias_gelu_dropout_residual_layernorm_4096x1024".into(),
-        ours: ours / 1e6,
-        peer: peer / 1e6,
-        peer_name: "the same deferred block on the xla platform (XLA CPU plugin, one module)",
-        unit: "ms/step",
-    });
     let hq: Vec<DeviceTensor> = (3..6)
         .map(|k| upload(&host, &hs, &[8, 8, 256, 64], k))
         .collect();
@@ -391,19 +394,13 @@ fn host_vs_xla(rows: &mut Vec<Row>) {
         .collect();
     let hb2 = || block_b(&host, &hs, &hq[0], &hq[1], &hq[2]);
     let xb2 = || block_b(&xla, &xs, &xq[0], &xq[1], &xq[2]);
-    let (ours, peer) = paired(
-        7,
-        1,
-        || timed_step(EagerMode::DeferAndFuse, &hs, &hb2),
-        || timed_step(EagerMode::DeferAndFuse, &xs, &xb2),
+    step_row(
+        rows,
+        "host_vs_xla_softmax_attention_8x8x256x64",
+        peer_name,
+        (&hs, EagerMode::DeferAndFuse, &hb2),
+        (&xs, EagerMode::DeferAndFuse, &xb2),
     );
-    rows.push(Row {
-        name: "host_vs_xla_softmax_attention_8x8x256x64".into(),
-        ours: ours / 1e6,
-        peer: peer / 1e6,
-        peer_name: "the same deferred block on the xla platform (XLA CPU plugin, one module)",
-        unit: "ms/step",
-    });
 }
 
 /// y = x * 2 + 1 over 64 MiB through the fused loop, against a memcpy of

@@ -25,11 +25,30 @@ fn elem(d: DType) -> &'static str {
 }
 
 fn ty(t: &TensorType) -> String {
-    if t.dims.is_empty() {
-        return format!("tensor<{}>", elem(t.dtype));
+    shaped(&t.dims, elem(t.dtype))
+}
+
+/// `tensor<dims x element>` for any element type name (also ui32/ui64,
+/// which the IR has no dtype for).
+fn shaped(dims: &[u64], element: &str) -> String {
+    if dims.is_empty() {
+        return format!("tensor<{element}>");
     }
-    let dims: Vec<String> = t.dims.iter().map(u64::to_string).collect();
-    format!("tensor<{}x{}>", dims.join("x"), elem(t.dtype))
+    let dims: Vec<String> = dims.iter().map(u64::to_string).collect();
+    format!("tensor<{}x{element}>", dims.join("x"))
+}
+
+/// Defines `{o}` as zeros of `d` in the result type `ot` (for results that
+/// need no computation, where XLA rejects the empty operation).
+fn zeros(w: &mut impl FnMut(String), o: &str, d: DType, ot: &str) {
+    let st = ty(&TensorType::scalar(d));
+    w(format!(
+        "{o}_zero = stablehlo.constant dense<{}> : {st}",
+        identity(ReduceOp::Sum, d)
+    ));
+    w(format!(
+        "{o} = stablehlo.broadcast_in_dim {o}_zero, dims = [] : ({st}) -> {ot}"
+    ));
 }
 
 /// The comparison type of `stablehlo.compare` for elements of `d`.
@@ -227,8 +246,8 @@ fn philox(
 ) {
     let dims = &out.dims;
     let n = out.numel();
-    let u32t = ty(&TensorType::new(DType::U8, dims)).replace("ui8", "ui32");
-    let u64t = ty(&TensorType::new(DType::U8, dims)).replace("ui8", "ui64");
+    let u32t = shaped(dims, "ui32");
+    let u64t = shaped(dims, "ui64");
     let f64t = ty(&TensorType::new(DType::F64, dims));
     let ot = ty(out);
     let bd = |src: &str, st: &str, dt: &str| {
@@ -267,7 +286,7 @@ fn philox(
         "{o}_i = stablehlo.reshape {o}_i1 : (tensor<{n}xui64>) -> {u64t}"
     ));
     w(format!("{o}_c = stablehlo.add {o}_offb, {o}_i : {u64t}"));
-    let bt = u64t.replace("ui64", "i1");
+    let bt = shaped(dims, "i1");
     w(format!(
         "{o}_wrapped = stablehlo.compare LT, {o}_c, {o}_offb, UNSIGNED : ({u64t}, {u64t}) -> {bt}"
     ));
@@ -603,9 +622,7 @@ pub fn lower(graph: &Graph) -> Result<String> {
                 let r = xt.rank();
                 if graph.value_type(out).numel() == 0 {
                     // Nothing to read (XLA rejects slices of an empty operand).
-                    let st = ty(&TensorType::scalar(xt.dtype));
-                    w(format!("{o}_zero = stablehlo.constant dense<{}> : {st}", identity(ReduceOp::Sum, xt.dtype)));
-                    w(format!("{o} = stablehlo.broadcast_in_dim {o}_zero, dims = [] : ({st}) -> {ot}"));
+                    zeros(&mut w, &o, xt.dtype, &ot);
                     continue;
                 }
                 let idims = graph.value_type(n.inputs[1]).dims.clone();
@@ -668,9 +685,7 @@ pub fn lower(graph: &Graph) -> Result<String> {
                 let wt = graph.value_type(n.inputs[1]);
                 if xt.numel() == 0 || wt.numel() == 0 {
                     // No terms to sum: zeros (XLA rejects empty windows).
-                    let st = ty(&TensorType::scalar(xt.dtype));
-                    w(format!("{o}_zero = stablehlo.constant dense<{}> : {st}", identity(ReduceOp::Sum, xt.dtype)));
-                    w(format!("{o} = stablehlo.broadcast_in_dim {o}_zero, dims = [] : ({st}) -> {ot}"));
+                    zeros(&mut w, &o, xt.dtype, &ot);
                     continue;
                 }
                 let sp: Vec<String> = (0..xt.rank() - 2).map(|i| i.to_string()).collect();
@@ -690,17 +705,15 @@ pub fn lower(graph: &Graph) -> Result<String> {
                 ));
             }
             Prim::Rng { distribution, dtype, .. } => {
-                let out_ty = graph.value_type(out).clone();
-                if out_ty.numel() == 0 || !dtype.is_float() {
-                    if !dtype.is_float() {
-                        return Err(Error::invalid(format!("rng draws floating-point numbers, not {dtype}")));
-                    }
-                    let st = ty(&TensorType::scalar(*dtype));
-                    w(format!("{o}_zero = stablehlo.constant dense<0.0> : {st}"));
-                    w(format!("{o} = stablehlo.broadcast_in_dim {o}_zero, dims = [] : ({st}) -> {ot}"));
-                    continue;
+                if !dtype.is_float() {
+                    return Err(Error::invalid(format!("rng draws floating-point numbers, not {dtype}")));
                 }
-                philox(&mut w, &o, &ins[0], &ins[1], *distribution, &out_ty);
+                let out_ty = graph.value_type(out);
+                if out_ty.numel() == 0 {
+                    zeros(&mut w, &o, *dtype, &ot);
+                } else {
+                    philox(&mut w, &o, &ins[0], &ins[1], *distribution, out_ty);
+                }
             }
             Prim::ArgReduce { max, dimension } => {
                 // A two-operand reduce over (value, index): keeps the first

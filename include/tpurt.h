@@ -286,6 +286,12 @@ struct tpurt_status *tpurt_buffer_get_info(struct tpurt_buffer buffer,
                                            uint64_t *size,
                                            uint32_t *device);
 
+// The buffer's device address: unique among the live buffers of the
+// process, with disjoint ranges, stable for the buffer's life. It names
+// the memory (a frontend may use it as a data pointer, to compare and to
+// offset) and must never be dereferenced.
+struct tpurt_status *tpurt_buffer_get_address(struct tpurt_buffer buffer, uint64_t *address);
+
 // The buffer is also used on `stream`: when freed, its memory is reused
 // only after the work queued there so far finished.
 struct tpurt_status *tpurt_buffer_record_stream(struct tpurt_buffer buffer,

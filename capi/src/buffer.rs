@@ -139,6 +139,22 @@ pub extern "C" fn tpurt_buffer_get_info(
     })
 }
 
+/// The buffer's device address: unique among the live buffers of the
+/// process, with disjoint ranges, stable for the buffer's life. It names
+/// the memory (a frontend may use it as a data pointer, to compare and to
+/// offset) and must never be dereferenced.
+#[no_mangle]
+pub extern "C" fn tpurt_buffer_get_address(
+    buffer: tpurt_buffer,
+    address: *mut u64,
+) -> *mut tpurt_status {
+    guard(|| {
+        let (b, _) = buffer_of(buffer)?;
+        *out_ptr(address, "address")? = b.address();
+        Ok(())
+    })
+}
+
 /// The buffer is also used on `stream`: when freed, its memory is reused
 /// only after the work queued there so far finished.
 #[no_mangle]

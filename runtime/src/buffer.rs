@@ -74,6 +74,11 @@ impl Buffer {
     pub fn segment_offset(&self) -> u64 {
         self.block().offset()
     }
+    /// The buffer's device address (rule 15 of the memory module): unique
+    /// among live buffers, ranges disjoint; a name, never a pointer.
+    pub fn address(&self) -> u64 {
+        self.block().address()
+    }
     pub fn same_buffer(&self, other: &Buffer) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
     }

@@ -135,6 +135,23 @@ static void test_buffers_and_copies(void) {
   OK(tpurt_buffer_get_info(a, &size, &dev));
   CHECK(size == 24 && dev == 0);
 
+  /* Device addresses: non-zero, distinct, ranges disjoint, and an error
+     (not a crash) for a bad handle or a NULL output. */
+  tpurt_buffer d, e;
+  OK(tpurt_buffer_allocate(rt, 0, 4096, none, &d));
+  OK(tpurt_buffer_allocate(rt, 1, 4096, none, &e));
+  uint64_t ad = 0, ae = 0, aa = 0;
+  OK(tpurt_buffer_get_address(a, &aa));
+  OK(tpurt_buffer_get_address(d, &ad));
+  OK(tpurt_buffer_get_address(e, &ae));
+  CHECK(aa != 0 && ad != 0 && ae != 0);
+  CHECK(aa + 24 <= ad || ad + 4096 <= aa);
+  CHECK(ad + 4096 <= ae || ae + 4096 <= ad);
+  ERR(tpurt_buffer_get_address(d, NULL), TPURT_CODE_INVALID_ARGUMENT, "address");
+  OK(tpurt_buffer_free(d));
+  OK(tpurt_buffer_free(e));
+  ERR(tpurt_buffer_get_address(d, &ad), TPURT_CODE_INVALID_HANDLE, "");
+
   /* Contiguous round trip. */
   float host[6] = {1, 2, 3, 4, 5, 6}, back[6] = {0};
   OK(tpurt_copy_host_to_device(host, sizeof host, a, NULL, none, 0));

@@ -152,6 +152,12 @@
 //!     and `free` consumes it, so a block cannot be freed twice. A block
 //!     handed to a pool that did not make it is refused ([`HbmPool::try_free`]
 //!     returns an error; `free` ignores it).
+//! 15. **Device addresses.** Each segment takes a fresh 2 MiB-aligned
+//!     range of one process-wide address space, with a gap after it, and a
+//!     block's address is its segment's plus its offset: unique among live
+//!     blocks of all pools, ranges disjoint, stable for the block's life.
+//!     They are names for frontends (torch compares data pointers to find
+//!     aliases), never pointers.
 //!
 //! # Invariants checked by `check_invariants`
 //!

@@ -27,6 +27,22 @@ use crate::stream::{Fence, StreamClock, StreamId};
 
 static NEXT_POOL_ID: AtomicU64 = AtomicU64::new(1);
 
+/// Rule 15: device addresses. Every segment of every pool takes a fresh
+/// range of a process-wide address space, never handed out again, with a
+/// gap after it, so block addresses are unique and their ranges disjoint
+/// (frontends compare them for aliasing). They are names, never pointers:
+/// nothing dereferences them. The space starts high (1 TiB) and is 2^63
+/// bytes wide, which no process exhausts.
+static NEXT_ADDRESS: AtomicU64 = AtomicU64::new(1 << 40);
+
+/// Alignment of segment addresses and the gap after each segment.
+const ADDRESS_ALIGN: u64 = 2 << 20;
+
+fn reserve_addresses(size: u64) -> u64 {
+    let span = size.div_ceil(ADDRESS_ALIGN).saturating_add(1) * ADDRESS_ALIGN;
+    NEXT_ADDRESS.fetch_add(span, Ordering::Relaxed)
+}
+
 /// A per-chip caching sub-allocator; see the module comment for its rules.
 pub struct HbmPool {
     /// Tells this pool's blocks from another pool's.
@@ -54,6 +70,8 @@ pub struct Block {
     id: u64,
     segment: Segment,
     offset: u64,
+    /// The segment's device address plus `offset`.
+    address: u64,
     size: u64,
     requested: u64,
     stream: StreamId,
@@ -84,6 +102,11 @@ impl Block {
     /// Offset of the first byte inside the segment.
     pub fn offset(&self) -> u64 {
         self.offset
+    }
+    /// The block's device address (rule 15): unique among the live blocks
+    /// of every pool of the process, with ranges that never overlap.
+    pub fn address(&self) -> u64 {
+        self.address
     }
     /// Rounded size (rules 1 and 5): at least `requested`.
     pub fn size(&self) -> u64 {
@@ -391,6 +414,8 @@ impl HbmPool {
 struct SegmentRecord {
     id: u64,
     memory: Segment,
+    /// Device address of its first byte (rule 15).
+    address: u64,
     size: u64,
     pool: PoolKind,
     /// Slot of the block at offset 0.
@@ -558,6 +583,7 @@ impl PoolState {
                         NodeState::Quick { fence, .. } if fence.is_complete()))
         })?;
         let slot = list.remove(position).slot;
+        let address = self.segment(self.nodes[slot].segment).address + self.nodes[slot].offset;
         let node = &mut self.nodes[slot];
         let taken = std::mem::replace(&mut node.state, NodeState::Vacant);
         let NodeState::Quick { fence, memory, .. } = taken else {
@@ -585,6 +611,7 @@ impl PoolState {
             id,
             segment: memory,
             offset: node.offset,
+            address,
             size: node.size,
             requested,
             stream,
@@ -670,12 +697,14 @@ impl PoolState {
         }
         let node = &self.nodes[slot];
         self.stats.count_allocation(node.size, requested);
+        let record = self.segment(node.segment);
         Block {
             pool: pool_id,
             slot,
             id,
-            segment: self.segment(node.segment).memory.clone(),
+            segment: record.memory.clone(),
             offset: node.offset,
+            address: record.address + node.offset,
             size: node.size,
             requested,
             stream: clock.id(),
@@ -962,6 +991,7 @@ impl PoolState {
         self.segments[segment] = Some(SegmentRecord {
             id,
             memory,
+            address: reserve_addresses(size),
             size,
             pool,
             first: slot,

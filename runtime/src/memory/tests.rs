@@ -771,3 +771,46 @@ fn a_snapshot_flushes_the_quick_lists() {
     );
     ok(&pool);
 }
+
+#[test]
+fn device_addresses_are_unique_disjoint_and_follow_offsets() {
+    let (pool, _) = pool(1 << 30);
+    let (other, _) = self::pool(1 << 30);
+    let s = clock();
+    let mut live: Vec<Block> = Vec::new();
+    let mut others: Vec<Block> = Vec::new();
+    for bytes in [512, 4 * KIB, 600 * KIB, 3 * MIB, 512, 64 * MIB] {
+        live.push(pool.allocate(bytes, &s).unwrap());
+        others.push(other.allocate(bytes, &s).unwrap());
+    }
+    // A block freed and taken back (the quick list) keeps its address.
+    let back = live.remove(1);
+    let (addr, size) = (back.address(), back.size());
+    pool.free(back);
+    let again = pool.allocate(size, &s).unwrap();
+    assert_eq!(again.address(), addr);
+    live.push(again);
+    // Blocks of one segment sit at the segment's address plus their offset.
+    for b in live.iter().chain(&others) {
+        assert_eq!(b.address() % 512, 0);
+        assert!(b.address() >= 1 << 40);
+        for c in &live {
+            if Arc::ptr_eq(b.segment(), c.segment()) {
+                assert_eq!(b.address() - b.offset(), c.address() - c.offset());
+            }
+        }
+    }
+    let mut ranges: Vec<(u64, u64)> = live
+        .iter()
+        .chain(&others)
+        .map(|b| (b.address(), b.size()))
+        .collect();
+    ranges.sort_unstable();
+    for w in ranges.windows(2) {
+        assert!(w[0].0 + w[0].1 <= w[1].0, "ranges overlap: {w:?}");
+    }
+    live.into_iter().for_each(|b| pool.free(b));
+    others.into_iter().for_each(|b| other.free(b));
+    ok(&pool);
+    ok(&other);
+}

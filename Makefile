@@ -11,7 +11,6 @@ run: build
 
 build:
 	scripts/setup
-	cargo build --release -p tpurt-capi
 
 test:
 	scripts/setup

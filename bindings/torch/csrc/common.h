@@ -1,0 +1,128 @@
+// The shim between PyTorch's dispatcher and the tpurt C ABI. It includes
+// only include/tpurt.h from tpurt; everything it knows of the runtime comes
+// through that header. Logic (op semantics, memory, streams) lives in the
+// runtime: this layer translates tensors, scalars and errors.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <c10/core/Stream.h>
+
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "tpurt.h"
+
+namespace tpurt_torch {
+
+// The process-wide runtime, created on first use (platform from
+// TPURT_PLATFORM) and kept for the life of the process, as a CUDA context.
+tpurt_runtime runtime();
+bool runtime_initialized();
+// True in a child forked after the runtime started: its worker threads did
+// not come along, so the runtime cannot be used there.
+bool in_bad_fork();
+int device_count();
+// The platform's name ("host", "xla").
+std::string platform_name();
+
+// Throws a c10 error carrying the runtime's message when `s` is an error
+// (NotImplementedError for TPURT_CODE_UNIMPLEMENTED, OutOfMemoryError for
+// TPURT_CODE_OUT_OF_MEMORY); `what` says what was being done.
+void check(tpurt_status* s, const char* what);
+void check(tpurt_status* s, const std::string& what);
+
+uint32_t dtype_of(at::ScalarType t);  // throws for dtypes the runtime lacks
+bool has_dtype(at::ScalarType t);
+at::ScalarType scalar_type_of(uint32_t dtype);
+
+// --- memory -------------------------------------------------------------
+c10::Allocator* allocator();
+// The buffer behind a tpu tensor's storage.
+tpurt_buffer buffer_of(const at::Tensor& t);
+tpurt_buffer buffer_of(const c10::Storage& s);
+tpurt_buffer buffer_of_data_ptr(const c10::DataPtr& dp);
+// A new storage of `nbytes` on `device`, from the HBM pool.
+c10::DataPtr allocate(int device, size_t nbytes);
+// Grow or shrink a storage's bytes, keeping its contents (resize_).
+void resize_bytes(const c10::Storage& storage, size_t nbytes);
+at::Tensor empty(at::IntArrayRef size, at::ScalarType dtype, int device);
+
+// --- devices and streams ------------------------------------------------
+int current_device();
+void set_current_device(int device);
+void check_device(int device);
+// Streams as torch sees them: id 0 is a device's default stream, others
+// index a table of created streams.
+c10::Stream current_stream(int device);
+c10::Stream set_current_stream(c10::Stream s);  // returns the previous
+c10::Stream new_stream(int device, int priority, bool sparse_core);
+tpurt_stream stream_handle(const c10::Stream& s);
+c10::Stream stream_from_id(int device, int64_t id);
+
+// --- tensors ------------------------------------------------------------
+// A tensor as the C ABI describes it; owns the size and stride arrays.
+struct Desc {
+  tpurt_tensor t{};
+  std::vector<uint64_t> sizes;
+  std::vector<uint64_t> strides;
+  explicit Desc(const at::Tensor& x);
+  Desc(const Desc&) = delete;
+  Desc& operator=(const Desc&) = delete;
+};
+// tpurt_layout of a tpu tensor (owning its arrays as Desc does).
+struct LayoutDesc {
+  tpurt_layout l{};
+  std::vector<uint64_t> sizes;
+  std::vector<uint64_t> strides;
+  explicit LayoutDesc(const at::Tensor& x);
+};
+
+// --- ops ----------------------------------------------------------------
+// Attributes for an op call; owns every array and string it points at.
+class Attrs {
+ public:
+  Attrs& i(const char* name, int64_t v);
+  Attrs& f(const char* name, double v);
+  Attrs& b(const char* name, bool v);
+  Attrs& ints(const char* name, at::IntArrayRef v);
+  Attrs& floats(const char* name, at::ArrayRef<double> v);
+  Attrs& dtype(const char* name, at::ScalarType t);
+  Attrs& str(const char* name, const std::string& v);
+  const std::vector<tpurt_attr>& items() const { return items_; }
+
+ private:
+  tpurt_attr& add(const char* name, uint32_t kind);
+  std::vector<tpurt_attr> items_;
+  std::deque<std::string> names_;
+  std::deque<std::string> strings_;
+  std::deque<std::vector<int64_t>> ints_;
+  std::deque<std::vector<double>> floats_;
+};
+
+// Run a runtime op on tpu tensors (0-dim CPU tensors are moved over;
+// wrapped Python numbers are marked as such), returning new outputs.
+std::vector<at::Tensor> call(const char* op, const std::vector<at::Tensor>& inputs,
+                             const Attrs& attrs = Attrs());
+at::Tensor call1(const char* op, const std::vector<at::Tensor>& inputs,
+                 const Attrs& attrs = Attrs());
+// As call, writing into `outputs` (whose types must be the op's results).
+void call_into(const char* op, const std::vector<at::Tensor>& inputs,
+               const std::vector<at::Tensor>& outputs, const Attrs& attrs = Attrs());
+// The device a set of tensors runs on (the first tpu tensor's).
+int device_of(const std::vector<at::Tensor>& inputs, const char* op);
+// A 0-dim tensor on `device` holding `s` (double, int64 or bool, as torch
+// wraps Python numbers), marked as a wrapped number.
+at::Tensor scalar_on(const at::Scalar& s, int device);
+// Copy `src` (any device) into `dst` (any device), with cast and broadcast.
+void copy_into(const at::Tensor& dst, const at::Tensor& src, bool non_blocking);
+
+// The hooks interface (device.cpp); called once at import.
+void register_device();
+
+// --- the CPU fallback -----------------------------------------------------
+bool cpu_fallback_enabled();
+void set_cpu_fallback_enabled(bool on);
+
+}  // namespace tpurt_torch

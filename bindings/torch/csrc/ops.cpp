@@ -1,0 +1,725 @@
+// Native tpu kernels: aten ops mapped onto the runtime's op library (one
+// C ABI call each). Semantics (promotion, broadcasting, reductions) are the
+// op library's, which follows torch; this file only maps arguments.
+//
+// Functional, in-place and out= overloads share one body: in-place and
+// out= compute the functional result, then write it through the target's
+// strides (one fused copy under defer-and-fuse).
+#include <ATen/ops/_foreach_add_native.h>
+#include <ATen/ops/_foreach_addcdiv_native.h>
+#include <ATen/ops/_foreach_addcmul_native.h>
+#include <ATen/ops/_foreach_div_native.h>
+#include <ATen/ops/_foreach_lerp_native.h>
+#include <ATen/ops/_foreach_mul_native.h>
+#include <ATen/ops/_foreach_sqrt_native.h>
+#include <ATen/ops/_foreach_sub_native.h>
+#include <ATen/ops/_foreach_neg_native.h>
+#include <ATen/ops/_foreach_maximum_native.h>
+#include <ATen/ops/_foreach_norm_native.h>
+#include <ATen/ops/_foreach_copy_native.h>
+#include <ATen/ops/_foreach_zero_native.h>
+#include <ATen/ops/_foreach_pow_native.h>
+#include <torch/library.h>
+
+#include "common.h"
+#include "generator.h"
+
+namespace tpurt_torch {
+namespace {
+
+using at::Scalar;
+using at::Tensor;
+using OptTensor = std::optional<Tensor>;
+
+int dev(const Tensor& t) { return t.device().index(); }
+Tensor S(const Scalar& s, const Tensor& like) { return scalar_on(s, dev(like)); }
+
+// The result written into `out` (resized if its shape differs), as out=.
+Tensor& into(Tensor& out, const Tensor& r) {
+  if (!out.sizes().equals(r.sizes())) {
+    TORCH_CHECK(out.numel() == 0 || out.is_contiguous(),
+                "tpu: an out= tensor of the wrong shape must be empty or contiguous to be resized");
+    out.resize_(r.sizes());
+  }
+  copy_into(out, r, false);
+  return out;
+}
+
+// The result written back into `self`, as an in-place op.
+Tensor& inplace(Tensor& self, const Tensor& r) {
+  TORCH_CHECK(at::canCast(r.scalar_type(), self.scalar_type()), "result type ", r.scalar_type(),
+              " can't be cast to the desired output type ", self.scalar_type());
+  TORCH_CHECK(r.sizes().equals(self.sizes()) || at::infer_size(r.sizes(), self.sizes()) == self.sizes(),
+              "output with shape ", self.sizes(), " doesn't match the broadcast shape ", r.sizes());
+  copy_into(self, r, false);
+  return self;
+}
+
+Attrs dims_attrs(at::OptionalIntArrayRef dim, bool keepdim) {
+  Attrs a;
+  if (dim.has_value() && !dim->empty()) {
+    a.ints("dim", *dim);
+  }
+  a.b("keepdim", keepdim);
+  return a;
+}
+
+// --- pointwise -------------------------------------------------------------
+
+Tensor k_add(const Tensor& a, const Tensor& b, const Scalar& alpha) {
+  Attrs at;
+  if (!(alpha.isIntegral(true) && alpha.toLong() == 1)) {
+    at.f("alpha", alpha.toDouble());
+  }
+  return call1("add", {a, b}, at);
+}
+Tensor k_sub(const Tensor& a, const Tensor& b, const Scalar& alpha) {
+  Attrs at;
+  if (!(alpha.isIntegral(true) && alpha.toLong() == 1)) {
+    at.f("alpha", alpha.toDouble());
+  }
+  return call1("sub", {a, b}, at);
+}
+Tensor k_div_mode(const Tensor& a, const Tensor& b, std::optional<c10::string_view> mode) {
+  Attrs at;
+  if (mode.has_value()) {
+    at.str("rounding_mode", std::string(*mode));
+  }
+  return call1("div", {a, b}, at);
+}
+Tensor k_where(const Tensor& c, const Tensor& a, const Tensor& b) { return call1("where", {c, a, b}); }
+Tensor k_masked_fill_s(const Tensor& self, const Tensor& mask, const Scalar& v) {
+  return k_where(mask, S(v, self).to(self.scalar_type()), self);
+}
+Tensor k_masked_fill_t(const Tensor& self, const Tensor& mask, const Tensor& v) {
+  TORCH_CHECK(v.dim() == 0, "masked_fill_ only supports a 0-dimensional value tensor, but got tensor with ",
+              v.dim(), " dimension(s).");
+  Tensor val = v.device().type() == c10::DeviceType::PrivateUse1 ? v : v.to(self.device());
+  return k_where(mask, val.to(self.scalar_type()), self);
+}
+Tensor k_clamp(const Tensor& x, const std::optional<Scalar>& lo, const std::optional<Scalar>& hi) {
+  Attrs at;
+  if (lo.has_value()) at.f("min", lo->toDouble());
+  if (hi.has_value()) at.f("max", hi->toDouble());
+  return call1("clamp", {x}, at);
+}
+Tensor k_clamp_t(const Tensor& x, const OptTensor& lo, const OptTensor& hi) {
+  Tensor r = x;
+  if (lo.has_value() && lo->defined()) r = call1("maximum", {r, *lo});
+  if (hi.has_value() && hi->defined()) r = call1("minimum", {r, *hi});
+  return r.is_same(x) ? call1("copy", {x}) : r;
+}
+Tensor k_gelu(const Tensor& x, c10::string_view approximate) {
+  return call1("gelu", {x}, Attrs().str("approximate", std::string(approximate)));
+}
+Tensor k_lerp_s(const Tensor& a, const Tensor& b, const Scalar& w) { return call1("lerp", {a, b, S(w, a)}); }
+Tensor k_lerp_t(const Tensor& a, const Tensor& b, const Tensor& w) { return call1("lerp", {a, b, w}); }
+Tensor k_addcmul(const Tensor& s, const Tensor& a, const Tensor& b, const Scalar& v) {
+  return call1("addcmul", {s, a, b}, Attrs().f("value", v.toDouble()));
+}
+Tensor k_addcdiv(const Tensor& s, const Tensor& a, const Tensor& b, const Scalar& v) {
+  return call1("addcdiv", {s, a, b}, Attrs().f("value", v.toDouble()));
+}
+
+// --- reductions --------------------------------------------------------------
+
+Tensor k_sum_dim(const Tensor& x, at::OptionalIntArrayRef dim, bool keepdim, std::optional<at::ScalarType> dt) {
+  Attrs a = dims_attrs(dim, keepdim);
+  if (dt.has_value()) a.dtype("dtype", *dt);
+  return call1("sum", {x}, a);
+}
+Tensor k_sum_all(const Tensor& x, std::optional<at::ScalarType> dt) { return k_sum_dim(x, std::nullopt, false, dt); }
+Tensor k_mean_dim(const Tensor& x, at::OptionalIntArrayRef dim, bool keepdim, std::optional<at::ScalarType> dt) {
+  Attrs a = dims_attrs(dim, keepdim);
+  if (dt.has_value()) a.dtype("dtype", *dt);
+  return call1("mean", {x}, a);
+}
+Tensor k_mean_all(const Tensor& x, std::optional<at::ScalarType> dt) { return k_mean_dim(x, std::nullopt, false, dt); }
+Tensor k_amax(const Tensor& x, at::IntArrayRef dim, bool keepdim) { return call1("amax", {x}, dims_attrs(dim, keepdim)); }
+Tensor k_amin(const Tensor& x, at::IntArrayRef dim, bool keepdim) { return call1("amin", {x}, dims_attrs(dim, keepdim)); }
+Tensor k_max_all(const Tensor& x) { return call1("amax", {x}, dims_attrs(std::nullopt, false)); }
+Tensor k_min_all(const Tensor& x) { return call1("amin", {x}, dims_attrs(std::nullopt, false)); }
+std::tuple<Tensor, Tensor> k_max_dim(const Tensor& x, int64_t dim, bool keepdim) {
+  auto r = call("max_dim", {x}, Attrs().i("dim", dim).b("keepdim", keepdim));
+  return {r[0], r[1]};
+}
+std::tuple<Tensor, Tensor> k_min_dim(const Tensor& x, int64_t dim, bool keepdim) {
+  auto r = call("min_dim", {x}, Attrs().i("dim", dim).b("keepdim", keepdim));
+  return {r[0], r[1]};
+}
+Tensor k_argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
+  Attrs a;
+  if (dim.has_value()) a.i("dim", *dim);
+  return call1("argmax", {x}, a.b("keepdim", keepdim));
+}
+Tensor k_argmin(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
+  Attrs a;
+  if (dim.has_value()) a.i("dim", *dim);
+  return call1("argmin", {x}, a.b("keepdim", keepdim));
+}
+Tensor k_prod_dim(const Tensor& x, int64_t dim, bool keepdim, std::optional<at::ScalarType> dt) {
+  Tensor in = dt.has_value() ? x.to(*dt) : x;
+  return call1("prod", {in}, Attrs().ints("dim", {dim}).b("keepdim", keepdim));
+}
+Tensor k_prod_all(const Tensor& x, std::optional<at::ScalarType> dt) {
+  Tensor in = dt.has_value() ? x.to(*dt) : x;
+  return call1("prod", {in}, dims_attrs(std::nullopt, false));
+}
+Tensor k_var_c(const Tensor& x, at::OptionalIntArrayRef dim, const std::optional<Scalar>& corr, bool keepdim) {
+  Attrs a = dims_attrs(dim, keepdim);
+  a.f("correction", corr.has_value() ? corr->toDouble() : 1.0);
+  return call1("var", {x}, a);
+}
+Tensor k_std_c(const Tensor& x, at::OptionalIntArrayRef dim, const std::optional<Scalar>& corr, bool keepdim) {
+  Attrs a = dims_attrs(dim, keepdim);
+  a.f("correction", corr.has_value() ? corr->toDouble() : 1.0);
+  return call1("std", {x}, a);
+}
+Tensor k_logsumexp(const Tensor& x, at::IntArrayRef dim, bool keepdim) {
+  return call1("logsumexp", {x}, dims_attrs(dim, keepdim));
+}
+Tensor k_any_dims(const Tensor& x, at::OptionalIntArrayRef dim, bool keepdim) {
+  return call1("any", {x}, dims_attrs(dim, keepdim));
+}
+Tensor k_any_dim(const Tensor& x, int64_t dim, bool keepdim) { return call1("any", {x}, dims_attrs(at::IntArrayRef{dim}, keepdim)); }
+Tensor k_any_all(const Tensor& x) { return call1("any", {x}, dims_attrs(std::nullopt, false)); }
+Tensor k_all_dims(const Tensor& x, at::OptionalIntArrayRef dim, bool keepdim) {
+  return call1("all", {x}, dims_attrs(dim, keepdim));
+}
+Tensor k_all_dim(const Tensor& x, int64_t dim, bool keepdim) { return call1("all", {x}, dims_attrs(at::IntArrayRef{dim}, keepdim)); }
+Tensor k_all_all(const Tensor& x) { return call1("all", {x}, dims_attrs(std::nullopt, false)); }
+Tensor k_cumsum(const Tensor& x, int64_t dim, std::optional<at::ScalarType> dt) {
+  Tensor in = dt.has_value() ? x.to(*dt) : x;
+  return call1("cumsum", {in}, Attrs().i("dim", dim));
+}
+Tensor k_cumprod(const Tensor& x, int64_t dim, std::optional<at::ScalarType> dt) {
+  Tensor in = dt.has_value() ? x.to(*dt) : x;
+  return call1("cumprod", {in}, Attrs().i("dim", dim));
+}
+Tensor k_vector_norm(const Tensor& x, const Scalar& ord, at::OptionalIntArrayRef dim, bool keepdim,
+                   std::optional<at::ScalarType> dt) {
+  Tensor in = dt.has_value() ? x.to(*dt) : x;
+  Attrs a = dims_attrs(dim, keepdim);
+  a.f("p", ord.toDouble());
+  return call1("norm", {in}, a);
+}
+
+// --- linear algebra ------------------------------------------------------------
+
+Tensor k_mm(const Tensor& a, const Tensor& b) { return call1("mm", {a, b}); }
+Tensor k_bmm(const Tensor& a, const Tensor& b) { return call1("bmm", {a, b}); }
+Tensor k_addmm(const Tensor& s, const Tensor& a, const Tensor& b, const Scalar& beta, const Scalar& alpha) {
+  return call1("addmm", {s, a, b}, Attrs().f("beta", beta.toDouble()).f("alpha", alpha.toDouble()));
+}
+Tensor k_baddbmm(const Tensor& s, const Tensor& a, const Tensor& b, const Scalar& beta, const Scalar& alpha) {
+  return call1("baddbmm", {s, a, b}, Attrs().f("beta", beta.toDouble()).f("alpha", alpha.toDouble()));
+}
+Tensor k_dot(const Tensor& a, const Tensor& b) { return call1("dot", {a, b}); }
+
+// --- nn ----------------------------------------------------------------------------
+
+Tensor k_softmax(const Tensor& x, int64_t dim, bool half_to_float) {
+  Attrs a;
+  a.i("dim", dim);
+  if (half_to_float) a.dtype("dtype", at::kFloat);
+  return call1("softmax", {x}, a);
+}
+Tensor k_log_softmax(const Tensor& x, int64_t dim, bool half_to_float) {
+  Attrs a;
+  a.i("dim", dim);
+  if (half_to_float) a.dtype("dtype", at::kFloat);
+  return call1("log_softmax", {x}, a);
+}
+Tensor k_softmax_bw(const Tensor& g, const Tensor& out, int64_t dim, at::ScalarType input_dtype) {
+  return call1("softmax_backward", {g, out}, Attrs().i("dim", dim).dtype("input_dtype", input_dtype));
+}
+Tensor k_log_softmax_bw(const Tensor& g, const Tensor& out, int64_t dim, at::ScalarType input_dtype) {
+  return call1("log_softmax_backward", {g, out}, Attrs().i("dim", dim).dtype("input_dtype", input_dtype));
+}
+
+std::tuple<Tensor, Tensor, Tensor> k_layer_norm(const Tensor& x, at::IntArrayRef shape, const OptTensor& w,
+                                              const OptTensor& b, double eps) {
+  std::vector<Tensor> ins{x};
+  bool has_w = w.has_value() && w->defined();
+  bool has_b = b.has_value() && b->defined();
+  if (has_w || has_b) ins.push_back(has_w ? *w : at::ones(shape, x.options()));
+  if (has_b) ins.push_back(*b);
+  auto r = call("layer_norm", ins, Attrs().ints("normalized_shape", shape).f("eps", eps));
+  return {r[0], r[1], r[2]};
+}
+
+std::tuple<Tensor, Tensor, Tensor> k_layer_norm_bw(const Tensor& g, const Tensor& x, at::IntArrayRef shape,
+                                                 const Tensor& mean, const Tensor& rstd, const OptTensor& w,
+                                                 const OptTensor& b, std::array<bool, 3> mask) {
+  std::vector<Tensor> ins{g, x, mean, rstd};
+  bool has_w = w.has_value() && w->defined();
+  bool has_b = b.has_value() && b->defined();
+  if (has_w || has_b) ins.push_back(has_w ? *w : at::ones(shape, x.options()));
+  if (has_b) ins.push_back(*b);
+  std::vector<int64_t> m{mask[0], mask[1] && has_w, mask[2] && has_b};
+  auto r = call("layer_norm_backward", ins, Attrs().ints("normalized_shape", shape).ints("output_mask", m));
+  Tensor dx = mask[0] ? r[0] : Tensor();
+  Tensor dw = (mask[1] && has_w && r.size() > 1) ? r[1] : Tensor();
+  Tensor db = (mask[2] && has_b && r.size() > 2) ? r[2] : Tensor();
+  return {dx, dw, db};
+}
+
+Tensor k_gelu_bw(const Tensor& g, const Tensor& x, c10::string_view approximate) {
+  return call1("gelu_backward", {g, x}, Attrs().str("approximate", std::string(approximate)));
+}
+Tensor k_silu_bw(const Tensor& g, const Tensor& x) { return call1("silu_backward", {g, x}); }
+Tensor k_sigmoid_bw(const Tensor& g, const Tensor& y) { return call1("sigmoid_backward", {g, y}); }
+Tensor k_tanh_bw(const Tensor& g, const Tensor& y) { return call1("tanh_backward", {g, y}); }
+Tensor k_threshold_bw(const Tensor& g, const Tensor& x, const Scalar& t) {
+  return call1("threshold_backward", {g, x}, Attrs().f("threshold", t.toDouble()));
+}
+Tensor k_embedding(const Tensor& w, const Tensor& idx, int64_t padding_idx, bool scale, bool sparse) {
+  return call1("embedding", {w, idx});
+}
+Tensor k_embedding_dense_bw(const Tensor& g, const Tensor& idx, int64_t num_weights, int64_t padding_idx,
+                          bool scale) {
+  return call1("embedding_backward", {g, idx},
+               Attrs().i("num_weights", num_weights).i("padding_idx", padding_idx).b("scale_grad_by_freq", scale));
+}
+std::tuple<Tensor, Tensor> k_nll_loss_fwd(const Tensor& x, const Tensor& t, const OptTensor& w, int64_t red,
+                                        int64_t ignore) {
+  std::vector<Tensor> ins{x, t};
+  if (w.has_value() && w->defined()) ins.push_back(*w);
+  auto r = call("nll_loss", ins, Attrs().i("reduction", red).i("ignore_index", ignore));
+  return {r[0], r[1]};
+}
+Tensor k_nll_loss_bw(const Tensor& g, const Tensor& x, const Tensor& t, const OptTensor& w, int64_t red,
+                   int64_t ignore, const Tensor& total) {
+  std::vector<Tensor> ins{g, x, t};
+  if (w.has_value() && w->defined()) ins.push_back(*w);
+  ins.push_back(total);
+  return call1("nll_loss_backward", ins, Attrs().i("reduction", red).i("ignore_index", ignore));
+}
+Tensor k_mse_loss(const Tensor& x, const Tensor& t, int64_t red) {
+  return call1("mse_loss", {x, t}, Attrs().i("reduction", red));
+}
+Tensor k_mse_loss_bw(const Tensor& g, const Tensor& x, const Tensor& t, int64_t red) {
+  return call1("mse_loss_backward", {g, x, t}, Attrs().i("reduction", red));
+}
+
+// --- random ----------------------------------------------------------------------
+
+// Seed and offset as two i64 scalar inputs: one compiled graph serves
+// every draw.
+std::vector<Tensor> rng_inputs(const std::optional<at::Generator>& gen, int device, uint64_t count) {
+  auto [seed, offset] = generator_of(gen, device).take(count);
+  at::Tensor host = at::empty({2}, at::TensorOptions().dtype(at::kLong));
+  host[0] = static_cast<int64_t>(seed);
+  host[1] = static_cast<int64_t>(offset);
+  Tensor both = empty({2}, at::kLong, device);
+  copy_into(both, host, false);
+  return {both.select(0, 0), both.select(0, 1)};
+}
+
+Tensor& k_uniform_(Tensor& self, double from, double to, std::optional<at::Generator> gen) {
+  if (self.numel() == 0) return self;
+  TORCH_CHECK(at::isFloatingType(self.scalar_type()), "tpu: uniform_ expects a floating-point tensor, got ",
+              self.scalar_type());
+  auto keys = rng_inputs(gen, dev(self), self.numel());
+  Tensor r = call1("uniform", keys,
+                   Attrs().ints("size", self.sizes()).dtype("dtype", self.scalar_type()).f("low", from).f("high", to));
+  copy_into(self, r, false);
+  return self;
+}
+Tensor& k_normal_(Tensor& self, double mean, double std, std::optional<at::Generator> gen) {
+  if (self.numel() == 0) return self;
+  TORCH_CHECK(std >= 0.0, "normal expects std >= 0.0, but found std ", std);
+  TORCH_CHECK(at::isFloatingType(self.scalar_type()), "tpu: normal_ expects a floating-point tensor, got ",
+              self.scalar_type());
+  auto keys = rng_inputs(gen, dev(self), self.numel());
+  Tensor r = call1("normal", keys,
+                   Attrs().ints("size", self.sizes()).dtype("dtype", self.scalar_type()).f("mean", mean).f("std", std));
+  copy_into(self, r, false);
+  return self;
+}
+Tensor& k_bernoulli_f(Tensor& self, double p, std::optional<at::Generator> gen) {
+  TORCH_CHECK(0 <= p && p <= 1, "bernoulli_ expects p to be in [0, 1], but got p=", p);
+  if (self.numel() == 0) return self;
+  auto keys = rng_inputs(gen, dev(self), self.numel());
+  Tensor like = self.is_floating_point() ? self : empty(self.sizes(), at::kFloat, dev(self));
+  std::vector<Tensor> ins{like};
+  ins.insert(ins.end(), keys.begin(), keys.end());
+  Tensor r = call1("bernoulli", ins, Attrs().f("p", p));
+  copy_into(self, r, false);
+  return self;
+}
+Tensor k_bernoulli_t(const Tensor& p, std::optional<at::Generator> gen) {
+  auto keys = rng_inputs(gen, dev(p), p.numel());
+  std::vector<Tensor> ins{p};
+  ins.insert(ins.end(), keys.begin(), keys.end());
+  return call1("bernoulli", ins);
+}
+std::tuple<Tensor, Tensor> k_native_dropout(const Tensor& x, double p, std::optional<bool> train) {
+  bool t = train.value_or(true);
+  std::vector<Tensor> ins{x};
+  if (t && p > 0 && p < 1) {
+    auto keys = rng_inputs(std::nullopt, dev(x), x.numel());
+    ins.insert(ins.end(), keys.begin(), keys.end());
+  } else {
+    ins.push_back(scalar_on(Scalar(int64_t{0}), dev(x)).to(at::kLong));
+    ins.push_back(scalar_on(Scalar(int64_t{0}), dev(x)).to(at::kLong));
+  }
+  auto r = call("dropout", ins, Attrs().f("p", p).b("train", t));
+  return {r[0], r[1]};
+}
+Tensor k_native_dropout_bw(const Tensor& g, const Tensor& mask, double scale) {
+  return call1("mul", {call1("mul", {g, mask}), S(scale, g)});
+}
+
+// --- shapes and indexing ------------------------------------------------------------
+
+Tensor k_cat(const at::ITensorListRef& tensors, int64_t dim) {
+  std::vector<Tensor> ins(tensors.begin(), tensors.end());
+  TORCH_CHECK(!ins.empty(), "torch.cat(): expected a non-empty list of Tensors");
+  return call1("cat", ins, Attrs().i("dim", dim));
+}
+Tensor k_index_select(const Tensor& x, int64_t dim, const Tensor& idx) {
+  return call1("index_select", {x, idx}, Attrs().i("dim", dim));
+}
+Tensor k_gather(const Tensor& x, int64_t dim, const Tensor& idx, bool sparse_grad) {
+  return call1("gather", {x, idx}, Attrs().i("dim", dim));
+}
+Tensor k_scatter_src(const Tensor& x, int64_t dim, const Tensor& idx, const Tensor& src) {
+  return call1("scatter", {x, idx, src}, Attrs().i("dim", dim));
+}
+Tensor k_scatter_value(const Tensor& x, int64_t dim, const Tensor& idx, const Scalar& v) {
+  Tensor src = at::full(idx.sizes(), v, x.options());
+  return k_scatter_src(x, dim, idx, src);
+}
+Tensor k_scatter_add(const Tensor& x, int64_t dim, const Tensor& idx, const Tensor& src) {
+  return call1("scatter_add", {x, idx, src}, Attrs().i("dim", dim));
+}
+Tensor k_tril(const Tensor& x, int64_t diagonal) { return call1("tril", {x}, Attrs().i("diagonal", diagonal)); }
+Tensor k_triu(const Tensor& x, int64_t diagonal) { return call1("triu", {x}, Attrs().i("diagonal", diagonal)); }
+Tensor k_flip(const Tensor& x, at::IntArrayRef dims) { return call1("flip", {x}, Attrs().ints("dims", dims)); }
+Tensor k_repeat(const Tensor& x, at::IntArrayRef r) { return call1("repeat", {x}, Attrs().ints("repeats", r)); }
+Tensor k_constant_pad_nd(const Tensor& x, at::IntArrayRef pad, const Scalar& v) {
+  return call1("pad", {x}, Attrs().ints("pad", pad).str("mode", "constant").f("value", v.toDouble()));
+}
+std::tuple<Tensor, Tensor> k_sort_stable(const Tensor& x, std::optional<bool> stable, int64_t dim, bool desc) {
+  auto r = call("sort", {x}, Attrs().i("dim", dim).b("descending", desc));
+  return {r[0], r[1]};
+}
+std::tuple<Tensor, Tensor> k_sort(const Tensor& x, int64_t dim, bool desc) { return k_sort_stable(x, false, dim, desc); }
+std::tuple<Tensor, Tensor> k_topk(const Tensor& x, int64_t k, int64_t dim, bool largest, bool sorted) {
+  auto r = call("topk", {x}, Attrs().i("k", k).i("dim", dim).b("largest", largest));
+  return {r[0], r[1]};
+}
+Tensor& k_arange_out(const Scalar& start, const Scalar& end, const Scalar& step, Tensor& out) {
+  Tensor r = call("arange", {},
+                  Attrs().f("start", start.toDouble()).f("end", end.toDouble()).f("step", step.toDouble())
+                      .dtype("dtype", out.scalar_type()))[0];
+  return into(out, r);
+}
+
+// --- registration helpers ----------------------------------------------------------------
+
+#define TPU_UNARY(m, aten_name, op)                                                          \
+  m.impl(aten_name, [](const Tensor& x) { return call1(op, {x}); });                        \
+  m.impl(aten_name "_", [](Tensor& x) -> Tensor& { return inplace(x, call1(op, {x})); }); \
+  m.impl(aten_name ".out", [](const Tensor& x, Tensor& out) -> Tensor& { return into(out, call1(op, {x})); })
+
+#define TPU_BINARY(m, aten_name, op)                                                                       \
+  m.impl(aten_name ".Tensor", [](const Tensor& a, const Tensor& b) { return call1(op, {a, b}); });        \
+  m.impl(aten_name "_.Tensor", [](Tensor& a, const Tensor& b) -> Tensor& { return inplace(a, call1(op, {a, b})); }); \
+  m.impl(aten_name ".out", [](const Tensor& a, const Tensor& b, Tensor& out) -> Tensor& {                  \
+    return into(out, call1(op, {a, b}));                                                                   \
+  });                                                                                                      \
+  m.impl(aten_name ".Scalar", [](const Tensor& a, const Scalar& b) { return call1(op, {a, S(b, a)}); }); \
+  m.impl(aten_name "_.Scalar", [](Tensor& a, const Scalar& b) -> Tensor& { return inplace(a, call1(op, {a, S(b, a)})); })
+
+#define TPU_BINARY_PLAIN(m, aten_name, op)                                                          \
+  m.impl(aten_name, [](const Tensor& a, const Tensor& b) { return call1(op, {a, b}); });           \
+  m.impl(aten_name "_", [](Tensor& a, const Tensor& b) -> Tensor& { return inplace(a, call1(op, {a, b})); }); \
+  m.impl(aten_name ".out", [](const Tensor& a, const Tensor& b, Tensor& out) -> Tensor& {           \
+    return into(out, call1(op, {a, b}));                                                            \
+  })
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  // Unary math.
+  TPU_UNARY(m, "neg", "neg");
+  TPU_UNARY(m, "abs", "abs");
+  TPU_UNARY(m, "sign", "sign");
+  TPU_UNARY(m, "exp", "exp");
+  TPU_UNARY(m, "expm1", "expm1");
+  TPU_UNARY(m, "log", "log");
+  TPU_UNARY(m, "log1p", "log1p");
+  TPU_UNARY(m, "sqrt", "sqrt");
+  TPU_UNARY(m, "rsqrt", "rsqrt");
+  TPU_UNARY(m, "tanh", "tanh");
+  TPU_UNARY(m, "sigmoid", "sigmoid");
+  TPU_UNARY(m, "sin", "sin");
+  TPU_UNARY(m, "cos", "cos");
+  TPU_UNARY(m, "erf", "erf");
+  TPU_UNARY(m, "floor", "floor");
+  TPU_UNARY(m, "ceil", "ceil");
+  TPU_UNARY(m, "round", "round");
+  TPU_UNARY(m, "trunc", "trunc");
+  TPU_UNARY(m, "reciprocal", "reciprocal");
+  TPU_UNARY(m, "logical_not", "logical_not");
+  TPU_UNARY(m, "bitwise_not", "bitwise_not");
+  TPU_UNARY(m, "silu", "silu");
+  m.impl("relu", [](const Tensor& x) { return call1("relu", {x}); });
+  m.impl("relu_", [](Tensor& x) -> Tensor& { return inplace(x, call1("relu", {x})); });
+  m.impl("isnan", [](const Tensor& x) { return call1("isnan", {x}); });
+  m.impl("isfinite", [](const Tensor& x) { return call1("isfinite", {x}); });
+  m.impl("gelu", k_gelu);
+  m.impl("gelu_", [](Tensor& x, c10::string_view a) -> Tensor& { return inplace(x, k_gelu(x, a)); });
+  m.impl("gelu.out", [](const Tensor& x, c10::string_view a, Tensor& out) -> Tensor& { return into(out, k_gelu(x, a)); });
+
+  // Binary math.
+  m.impl("add.Tensor", k_add);
+  m.impl("add_.Tensor", [](Tensor& a, const Tensor& b, const Scalar& al) -> Tensor& { return inplace(a, k_add(a, b, al)); });
+  m.impl("add.out", [](const Tensor& a, const Tensor& b, const Scalar& al, Tensor& out) -> Tensor& {
+    return into(out, k_add(a, b, al));
+  });
+  m.impl("add.Scalar", [](const Tensor& a, const Scalar& b, const Scalar& al) { return k_add(a, S(b, a), al); });
+  m.impl("add_.Scalar", [](Tensor& a, const Scalar& b, const Scalar& al) -> Tensor& {
+    return inplace(a, k_add(a, S(b, a), al));
+  });
+  m.impl("sub.Tensor", k_sub);
+  m.impl("sub_.Tensor", [](Tensor& a, const Tensor& b, const Scalar& al) -> Tensor& { return inplace(a, k_sub(a, b, al)); });
+  m.impl("sub.out", [](const Tensor& a, const Tensor& b, const Scalar& al, Tensor& out) -> Tensor& {
+    return into(out, k_sub(a, b, al));
+  });
+  m.impl("sub.Scalar", [](const Tensor& a, const Scalar& b, const Scalar& al) { return k_sub(a, S(b, a), al); });
+  m.impl("sub_.Scalar", [](Tensor& a, const Scalar& b, const Scalar& al) -> Tensor& {
+    return inplace(a, k_sub(a, S(b, a), al));
+  });
+  m.impl("rsub.Tensor", [](const Tensor& a, const Tensor& b, const Scalar& al) { return k_sub(b, a, al); });
+  m.impl("rsub.Scalar", [](const Tensor& a, const Scalar& b, const Scalar& al) { return k_sub(S(b, a), a, al); });
+  TPU_BINARY(m, "mul", "mul");
+  TPU_BINARY(m, "div", "div");
+  m.impl("div.Tensor_mode", k_div_mode);
+  m.impl("div_.Tensor_mode", [](Tensor& a, const Tensor& b, std::optional<c10::string_view> md) -> Tensor& {
+    return inplace(a, k_div_mode(a, b, md));
+  });
+  m.impl("div.Scalar_mode", [](const Tensor& a, const Scalar& b, std::optional<c10::string_view> md) {
+    return k_div_mode(a, S(b, a), md);
+  });
+  TPU_BINARY(m, "remainder", "remainder");
+  TPU_BINARY(m, "fmod", "fmod");
+  TPU_BINARY(m, "eq", "eq");
+  TPU_BINARY(m, "ne", "ne");
+  TPU_BINARY(m, "lt", "lt");
+  TPU_BINARY(m, "le", "le");
+  TPU_BINARY(m, "gt", "gt");
+  TPU_BINARY(m, "ge", "ge");
+  TPU_BINARY(m, "bitwise_and", "bitwise_and");
+  TPU_BINARY(m, "bitwise_or", "bitwise_or");
+  TPU_BINARY(m, "bitwise_xor", "bitwise_xor");
+  TPU_BINARY_PLAIN(m, "maximum", "maximum");
+  TPU_BINARY_PLAIN(m, "minimum", "minimum");
+  TPU_BINARY_PLAIN(m, "atan2", "atan2");
+  TPU_BINARY_PLAIN(m, "logical_and", "logical_and");
+  TPU_BINARY_PLAIN(m, "logical_or", "logical_or");
+  TPU_BINARY_PLAIN(m, "logical_xor", "logical_xor");
+  m.impl("pow.Tensor_Tensor", [](const Tensor& a, const Tensor& b) { return call1("pow", {a, b}); });
+  m.impl("pow.Tensor_Scalar", [](const Tensor& a, const Scalar& b) { return call1("pow", {a, S(b, a)}); });
+  m.impl("pow.Scalar", [](const Scalar& a, const Tensor& b) { return call1("pow", {S(a, b), b}); });
+  m.impl("pow_.Scalar", [](Tensor& a, const Scalar& b) -> Tensor& { return inplace(a, call1("pow", {a, S(b, a)})); });
+  m.impl("pow_.Tensor", [](Tensor& a, const Tensor& b) -> Tensor& { return inplace(a, call1("pow", {a, b})); });
+  m.impl("pow.Tensor_Tensor_out", [](const Tensor& a, const Tensor& b, Tensor& out) -> Tensor& {
+    return into(out, call1("pow", {a, b}));
+  });
+  m.impl("pow.Tensor_Scalar_out", [](const Tensor& a, const Scalar& b, Tensor& out) -> Tensor& {
+    return into(out, call1("pow", {a, S(b, a)}));
+  });
+  m.impl("where.self", k_where);
+  m.impl("where.self_out", [](const Tensor& c, const Tensor& a, const Tensor& b, Tensor& out) -> Tensor& {
+    return into(out, k_where(c, a, b));
+  });
+  m.impl("masked_fill.Scalar", k_masked_fill_s);
+  m.impl("masked_fill_.Scalar", [](Tensor& s, const Tensor& m, const Scalar& v) -> Tensor& {
+    return inplace(s, k_masked_fill_s(s, m, v));
+  });
+  m.impl("masked_fill.Tensor", k_masked_fill_t);
+  m.impl("masked_fill_.Tensor", [](Tensor& s, const Tensor& m, const Tensor& v) -> Tensor& {
+    return inplace(s, k_masked_fill_t(s, m, v));
+  });
+  m.impl("clamp", k_clamp);
+  m.impl("clamp_", [](Tensor& x, const std::optional<Scalar>& lo, const std::optional<Scalar>& hi) -> Tensor& {
+    return inplace(x, k_clamp(x, lo, hi));
+  });
+  m.impl("clamp.out", [](const Tensor& x, const std::optional<Scalar>& lo, const std::optional<Scalar>& hi,
+                         Tensor& out) -> Tensor& { return into(out, k_clamp(x, lo, hi)); });
+  m.impl("clamp.Tensor", k_clamp_t);
+  m.impl("clamp_min", [](const Tensor& x, const Scalar& lo) { return k_clamp(x, lo, std::nullopt); });
+  m.impl("clamp_min_", [](Tensor& x, const Scalar& lo) -> Tensor& { return inplace(x, k_clamp(x, lo, std::nullopt)); });
+  m.impl("clamp_max", [](const Tensor& x, const Scalar& hi) { return k_clamp(x, std::nullopt, hi); });
+  m.impl("clamp_max_", [](Tensor& x, const Scalar& hi) -> Tensor& { return inplace(x, k_clamp(x, std::nullopt, hi)); });
+  m.impl("lerp.Scalar", k_lerp_s);
+  m.impl("lerp_.Scalar", [](Tensor& a, const Tensor& b, const Scalar& w) -> Tensor& { return inplace(a, k_lerp_s(a, b, w)); });
+  m.impl("lerp.Tensor", k_lerp_t);
+  m.impl("lerp_.Tensor", [](Tensor& a, const Tensor& b, const Tensor& w) -> Tensor& { return inplace(a, k_lerp_t(a, b, w)); });
+  m.impl("addcmul", k_addcmul);
+  m.impl("addcmul_", [](Tensor& s, const Tensor& a, const Tensor& b, const Scalar& v) -> Tensor& {
+    return inplace(s, k_addcmul(s, a, b, v));
+  });
+  m.impl("addcdiv", k_addcdiv);
+  m.impl("addcdiv_", [](Tensor& s, const Tensor& a, const Tensor& b, const Scalar& v) -> Tensor& {
+    return inplace(s, k_addcdiv(s, a, b, v));
+  });
+
+  // Reductions.
+  m.impl("sum.dim_IntList", k_sum_dim);
+  m.impl("sum", k_sum_all);
+  m.impl("sum.IntList_out", [](const Tensor& x, at::OptionalIntArrayRef d, bool k, std::optional<at::ScalarType> dt,
+                               Tensor& out) -> Tensor& { return into(out, k_sum_dim(x, d, k, dt)); });
+  m.impl("mean.dim", k_mean_dim);
+  m.impl("mean", k_mean_all);
+  m.impl("mean.out", [](const Tensor& x, at::OptionalIntArrayRef d, bool k, std::optional<at::ScalarType> dt,
+                        Tensor& out) -> Tensor& { return into(out, k_mean_dim(x, d, k, dt)); });
+  m.impl("amax", k_amax);
+  m.impl("amin", k_amin);
+  m.impl("max", k_max_all);
+  m.impl("min", k_min_all);
+  m.impl("max.dim", k_max_dim);
+  m.impl("min.dim", k_min_dim);
+  m.impl("argmax", k_argmax);
+  m.impl("argmin", k_argmin);
+  m.impl("prod.dim_int", k_prod_dim);
+  m.impl("prod", k_prod_all);
+  m.impl("var.correction", k_var_c);
+  m.impl("std.correction", k_std_c);
+  m.impl("logsumexp", k_logsumexp);
+  m.impl("any.dims", k_any_dims);
+  m.impl("any.dim", k_any_dim);
+  m.impl("any", k_any_all);
+  m.impl("all.dims", k_all_dims);
+  m.impl("all.dim", k_all_dim);
+  m.impl("all", k_all_all);
+  m.impl("cumsum", k_cumsum);
+  m.impl("cumsum_", [](Tensor& x, int64_t d, std::optional<at::ScalarType> dt) -> Tensor& {
+    return inplace(x, k_cumsum(x, d, dt));
+  });
+  m.impl("cumsum.out", [](const Tensor& x, int64_t d, std::optional<at::ScalarType> dt, Tensor& out) -> Tensor& {
+    return into(out, k_cumsum(x, d, dt));
+  });
+  m.impl("cumprod", k_cumprod);
+  m.impl("linalg_vector_norm", k_vector_norm);
+
+  // Linear algebra.
+  m.impl("mm", k_mm);
+  m.impl("mm.out", [](const Tensor& a, const Tensor& b, Tensor& out) -> Tensor& { return into(out, k_mm(a, b)); });
+  m.impl("bmm", k_bmm);
+  m.impl("bmm.out", [](const Tensor& a, const Tensor& b, Tensor& out) -> Tensor& { return into(out, k_bmm(a, b)); });
+  m.impl("addmm", k_addmm);
+  m.impl("addmm_", [](Tensor& s, const Tensor& a, const Tensor& b, const Scalar& be, const Scalar& al) -> Tensor& {
+    return inplace(s, k_addmm(s, a, b, be, al));
+  });
+  m.impl("addmm.out", [](const Tensor& s, const Tensor& a, const Tensor& b, const Scalar& be, const Scalar& al,
+                         Tensor& out) -> Tensor& { return into(out, k_addmm(s, a, b, be, al)); });
+  m.impl("baddbmm", k_baddbmm);
+  m.impl("baddbmm_", [](Tensor& s, const Tensor& a, const Tensor& b, const Scalar& be, const Scalar& al) -> Tensor& {
+    return inplace(s, k_baddbmm(s, a, b, be, al));
+  });
+  m.impl("dot", k_dot);
+
+  // nn.
+  m.impl("_softmax", k_softmax);
+  m.impl("_softmax.out", [](const Tensor& x, int64_t d, bool h, Tensor& out) -> Tensor& { return into(out, k_softmax(x, d, h)); });
+  m.impl("_log_softmax", k_log_softmax);
+  m.impl("_log_softmax.out", [](const Tensor& x, int64_t d, bool h, Tensor& out) -> Tensor& {
+    return into(out, k_log_softmax(x, d, h));
+  });
+  m.impl("_softmax_backward_data", k_softmax_bw);
+  m.impl("_log_softmax_backward_data", k_log_softmax_bw);
+  m.impl("native_layer_norm", k_layer_norm);
+  m.impl("native_layer_norm_backward", k_layer_norm_bw);
+  m.impl("gelu_backward", k_gelu_bw);
+  m.impl("silu_backward", k_silu_bw);
+  m.impl("sigmoid_backward", k_sigmoid_bw);
+  m.impl("tanh_backward", k_tanh_bw);
+  m.impl("threshold_backward", k_threshold_bw);
+  m.impl("embedding", k_embedding);
+  m.impl("embedding_dense_backward", k_embedding_dense_bw);
+  m.impl("nll_loss_forward", k_nll_loss_fwd);
+  m.impl("nll_loss_backward", k_nll_loss_bw);
+  m.impl("mse_loss", k_mse_loss);
+  m.impl("mse_loss_backward", k_mse_loss_bw);
+
+  // Random.
+  m.impl("uniform_", k_uniform_);
+  m.impl("normal_", k_normal_);
+  m.impl("bernoulli_.float", k_bernoulli_f);
+  m.impl("bernoulli", k_bernoulli_t);
+  m.impl("native_dropout", k_native_dropout);
+  m.impl("native_dropout_backward", k_native_dropout_bw);
+
+  // Shapes and indexing.
+  m.impl("cat", k_cat);
+  m.impl("cat.out", [](const at::ITensorListRef& ts, int64_t d, Tensor& out) -> Tensor& { return into(out, k_cat(ts, d)); });
+  m.impl("index_select", k_index_select);
+  m.impl("gather", k_gather);
+  m.impl("scatter.src", k_scatter_src);
+  m.impl("scatter.value", k_scatter_value);
+  m.impl("scatter_.src", [](Tensor& x, int64_t d, const Tensor& i, const Tensor& s) -> Tensor& {
+    return inplace(x, k_scatter_src(x, d, i, s));
+  });
+  m.impl("scatter_.value", [](Tensor& x, int64_t d, const Tensor& i, const Scalar& v) -> Tensor& {
+    return inplace(x, k_scatter_value(x, d, i, v));
+  });
+  m.impl("scatter_add", k_scatter_add);
+  m.impl("scatter_add_", [](Tensor& x, int64_t d, const Tensor& i, const Tensor& s) -> Tensor& {
+    return inplace(x, k_scatter_add(x, d, i, s));
+  });
+  m.impl("tril", k_tril);
+  m.impl("tril_", [](Tensor& x, int64_t d) -> Tensor& { return inplace(x, k_tril(x, d)); });
+  m.impl("triu", k_triu);
+  m.impl("triu_", [](Tensor& x, int64_t d) -> Tensor& { return inplace(x, k_triu(x, d)); });
+  m.impl("flip", k_flip);
+  m.impl("repeat", k_repeat);
+  m.impl("constant_pad_nd", k_constant_pad_nd);
+  m.impl("sort", k_sort);
+  m.impl("sort.stable", k_sort_stable);
+  m.impl("topk", k_topk);
+  m.impl("arange.start_out", k_arange_out);
+}
+
+// Optimizers on tpu take torch's foreach path; these are torch's own
+// per-tensor loops, which call the kernels above.
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_foreach_add_.Scalar", at::native::foreach_tensor_add_scalar_kernel_slow_);
+  m.impl("_foreach_add_.List", at::native::foreach_tensor_add_list_kernel_slow_);
+  m.impl("_foreach_add.List", at::native::foreach_tensor_add_list_kernel_slow);
+  m.impl("_foreach_add.Scalar", at::native::foreach_tensor_add_scalar_kernel_slow);
+  m.impl("_foreach_sub_.Scalar", at::native::foreach_tensor_sub_scalar_kernel_slow_);
+  m.impl("_foreach_mul_.Scalar", at::native::foreach_tensor_mul_scalar_kernel_slow_);
+  m.impl("_foreach_mul_.List", at::native::foreach_tensor_mul_list_kernel_slow_);
+  m.impl("_foreach_mul_.Tensor", at::native::foreach_tensor_mul_tensor_kernel_slow_);
+  m.impl("_foreach_mul.Scalar", at::native::foreach_tensor_mul_scalar_kernel_slow);
+  m.impl("_foreach_mul.List", at::native::foreach_tensor_mul_list_kernel_slow);
+  m.impl("_foreach_mul.Tensor", at::native::foreach_tensor_mul_tensor_kernel_slow);
+  m.impl("_foreach_div_.Scalar", at::native::foreach_tensor_div_scalar_kernel_slow_);
+  m.impl("_foreach_div_.List", at::native::foreach_tensor_div_list_kernel_slow_);
+  m.impl("_foreach_div_.ScalarList", at::native::foreach_tensor_div_scalarlist_kernel_slow_);
+  m.impl("_foreach_div.List", at::native::foreach_tensor_div_list_kernel_slow);
+  m.impl("_foreach_div.ScalarList", at::native::foreach_tensor_div_scalarlist_kernel_slow);
+  m.impl("_foreach_lerp_.Scalar", at::native::foreach_tensor_lerp_list_kernel_slow_);
+  m.impl("_foreach_lerp_.List", at::native::foreach_tensor_ternary_lerp_slow_);
+  m.impl("_foreach_addcmul_.Scalar", at::native::foreach_tensor_addcmul_scalar_slow_);
+  m.impl("_foreach_addcmul_.ScalarList", at::native::foreach_tensor_addcmul_scalarlist_slow_);
+  m.impl("_foreach_addcmul_.Tensor", at::native::foreach_tensor_addcmul_tensor_slow_);
+  m.impl("_foreach_addcdiv_.Scalar", at::native::foreach_tensor_addcdiv_scalar_slow_);
+  m.impl("_foreach_addcdiv_.ScalarList", at::native::foreach_tensor_addcdiv_scalarlist_slow_);
+  m.impl("_foreach_addcdiv_.Tensor", at::native::foreach_tensor_addcdiv_tensor_slow_);
+  m.impl("_foreach_sqrt", at::native::foreach_tensor_sqrt_slow);
+  m.impl("_foreach_sqrt_", at::native::foreach_tensor_sqrt_slow_);
+  m.impl("_foreach_neg", at::native::foreach_tensor_neg_slow);
+  m.impl("_foreach_neg_", at::native::foreach_tensor_neg_slow_);
+  m.impl("_foreach_maximum_.Scalar", at::native::foreach_tensor_clamp_min_scalar_kernel_slow_);
+  m.impl("_foreach_norm.Scalar", at::native::foreach_tensor_norm_slow);
+  m.impl("_foreach_copy_", at::native::foreach_tensor_copy_list_kernel_slow_);
+  m.impl("_foreach_zero_", at::native::foreach_tensor_zero_slow_);
+  m.impl("_foreach_pow.ScalarAndTensor", at::native::foreach_scalar_pow_list_kernel_slow);
+}
+
+}  // namespace tpurt_torch

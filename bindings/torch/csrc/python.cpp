@@ -1,0 +1,196 @@
+// tpurt._C: what the Python package needs beyond the dispatcher: device
+// queries, streams, memory statistics, eager modes, compile-cache controls
+// and the CPU fallback's switch and counts.
+#include <torch/csrc/Generator.h>
+#include <torch/extension.h>
+
+#include "common.h"
+#include "fallback.h"
+#include "generator.h"
+
+namespace py = pybind11;
+
+namespace tpurt_torch {
+namespace {
+
+py::dict stat_dict(const tpurt_memory_stat& s) {
+  py::dict d;
+  d["current"] = s.current;
+  d["peak"] = s.peak;
+  d["allocated"] = s.allocated;
+  d["freed"] = s.freed;
+  return d;
+}
+
+py::dict memory_stats(int device) {
+  check_device(device);
+  tpurt_memory_stats s{};
+  s.struct_size = sizeof(s);
+  check(tpurt_memory_get_stats(runtime(), static_cast<uint32_t>(device), &s), "memory_stats");
+  py::dict d;
+  d["allocated_bytes"] = stat_dict(s.allocated_bytes);
+  d["reserved_bytes"] = stat_dict(s.reserved_bytes);
+  d["active_bytes"] = stat_dict(s.active_bytes);
+  d["requested_bytes"] = stat_dict(s.requested_bytes);
+  d["num_alloc"] = s.num_alloc;
+  d["num_free"] = s.num_free;
+  d["num_ooms"] = s.num_ooms;
+  d["num_alloc_retries"] = s.num_alloc_retries;
+  d["num_segments"] = s.num_segments;
+  d["peak_num_segments"] = s.peak_num_segments;
+  d["num_segment_allocs"] = s.num_segment_allocs;
+  d["num_segment_frees"] = s.num_segment_frees;
+  d["capacity_bytes"] = s.capacity_bytes;
+  return d;
+}
+
+std::string memory_snapshot(int device) {
+  check_device(device);
+  char* json = nullptr;
+  check(tpurt_memory_snapshot(runtime(), static_cast<uint32_t>(device), &json), "memory_snapshot");
+  std::string out(json == nullptr ? "" : json);
+  tpurt_string_free(json);
+  return out;
+}
+
+py::dict device_properties(int device) {
+  check_device(device);
+  tpurt_device_properties p{};
+  p.struct_size = sizeof(p);
+  check(tpurt_device_get_properties(runtime(), static_cast<uint32_t>(device), &p), "get_device_properties");
+  py::dict d;
+  d["index"] = p.index;
+  d["name"] = std::string(p.name);
+  d["kind"] = std::string(p.kind);
+  d["total_memory"] = p.hbm_capacity_bytes;
+  d["tensor_cores"] = p.tensor_cores;
+  d["sparse_cores"] = p.sparse_cores;
+  d["coords"] = std::vector<uint32_t>(p.coords, p.coords + std::min<uint32_t>(p.num_coords, 4));
+  return d;
+}
+
+py::dict cache_stats() {
+  tpurt_compile_cache_stats s{};
+  s.struct_size = sizeof(s);
+  check(tpurt_compile_cache_get_stats(runtime(), &s), "compile cache stats");
+  py::dict d;
+  d["requests"] = s.requests;
+  d["memory_hits"] = s.memory_hits;
+  d["disk_hits"] = s.disk_hits;
+  d["hits"] = s.memory_hits + s.disk_hits;
+  d["misses"] = s.misses;
+  d["compile_seconds"] = s.compile_seconds;
+  d["corrupt_entries"] = s.corrupt_entries;
+  d["foreign_entries"] = s.foreign_entries;
+  d["evictions"] = s.evictions;
+  return d;
+}
+
+std::vector<uint32_t> topology() {
+  uint32_t dims[8] = {0};
+  size_t n = 0;
+  check(tpurt_runtime_topology(runtime(), dims, 8, &n), "topology");
+  return std::vector<uint32_t>(dims, dims + std::min<size_t>(n, 8));
+}
+
+py::tuple stream_tuple(const c10::Stream& s) {
+  return py::make_tuple(s.id(), static_cast<int>(s.device_index()), static_cast<int>(s.device_type()));
+}
+
+}  // namespace
+}  // namespace tpurt_torch
+
+PYBIND11_MODULE(_C, m) {
+  using namespace tpurt_torch;
+  m.doc() = "tpurt: the tpu device for PyTorch, over the tpurt C ABI";
+  m.def("_register", [] { register_device(); });
+  m.def("abi_version", [] { return tpurt_abi_version(); });
+  m.def("version", [] { return std::string(tpurt_version_string()); });
+  m.def("is_initialized", [] { return runtime_initialized(); });
+  m.def("is_in_bad_fork", [] { return in_bad_fork(); });
+  m.def("init", [] { runtime(); });
+  m.def("device_count", [] { return device_count(); });
+  m.def("platform", [] { return platform_name(); });
+  m.def("topology", [] { return topology(); });
+  m.def("current_device", [] { return current_device(); });
+  m.def("set_device", [](int d) { set_current_device(d); });
+  m.def("synchronize", [](int d) {
+    check_device(d);
+    py::gil_scoped_release nogil;
+    check(tpurt_device_synchronize(runtime(), static_cast<uint32_t>(d)), "synchronize");
+  });
+  m.def("device_properties", &device_properties);
+
+  // Streams: (stream_id, device_index, device_type) triples, as torch.Stream takes.
+  m.def("current_stream", [](int d) { return stream_tuple(current_stream(d)); });
+  m.def("default_stream", [](int d) {
+    check_device(d);
+    return stream_tuple(stream_from_id(d, 0));
+  });
+  m.def("new_stream", [](int d, int priority, bool sparse_core) {
+    return stream_tuple(new_stream(d, priority, sparse_core));
+  });
+  m.def("set_stream", [](int64_t id, int d) { set_current_stream(stream_from_id(d, id)); });
+  m.def("stream_core", [](int64_t id, int d) {
+    uint32_t dev = 0, core = 0;
+    int32_t prio = 0;
+    check(tpurt_stream_get_info(stream_handle(stream_from_id(d, id)), &dev, &prio, &core), "stream info");
+    return py::make_tuple(prio, core == TPURT_CORE_SPARSE ? "sparse" : "tensor");
+  });
+  m.def("stream_reset", [](int64_t id, int d) {
+    check(tpurt_stream_reset(stream_handle(stream_from_id(d, id))), "stream reset");
+  });
+
+  // Memory.
+  m.def("memory_stats", &memory_stats);
+  m.def("reset_peak_memory_stats", [](int d) {
+    check_device(d);
+    check(tpurt_memory_reset_peak_stats(runtime(), static_cast<uint32_t>(d)), "reset_peak_memory_stats");
+  });
+  m.def("empty_cache", [](int d) {
+    check_device(d);
+    uint64_t released = 0;
+    py::gil_scoped_release nogil;
+    check(tpurt_memory_empty_cache(runtime(), static_cast<uint32_t>(d), &released), "empty_cache");
+    return released;
+  });
+  m.def("memory_snapshot", &memory_snapshot);
+
+  // Eager modes.
+  m.def("eager_mode", [] {
+    uint32_t mode = 0;
+    check(tpurt_eager_mode_get(&mode), "eager mode");
+    return mode;
+  });
+  m.def("set_eager_mode", [](uint32_t mode) { check(tpurt_eager_mode_set(mode), "set_eager_mode"); });
+  m.def("push_eager_mode", [](uint32_t mode) { check(tpurt_eager_mode_push(mode), "push eager mode"); });
+  m.def("pop_eager_mode", [] {
+    uint32_t mode = 0;
+    check(tpurt_eager_mode_pop(&mode), "pop eager mode");
+    return mode;
+  });
+
+  // The compile cache.
+  m.def("cache_stats", &cache_stats);
+  m.def("cache_clear", [](bool memory, bool disk) {
+    check(tpurt_compile_cache_clear(runtime(), memory, disk), "clearing the compile cache");
+  });
+  m.def("cache_only", [](bool on) {
+    check(tpurt_compile_cache_set_cache_only(runtime(), on), "cache_only");
+  });
+  m.def("dump_on_miss", [](std::optional<std::string> dir) {
+    check(tpurt_compile_cache_set_dump_on_miss(runtime(), dir ? dir->c_str() : nullptr), "dump_on_miss");
+  });
+
+  // The CPU fallback.
+  m.def("cpu_fallback_enabled", [] { return cpu_fallback_enabled(); });
+  m.def("set_cpu_fallback_enabled", [](bool on) { set_cpu_fallback_enabled(on); });
+  m.def("fallback_counts", [] { return fallback_counts(); });
+  m.def("reset_fallback_counts", [] { reset_fallback_counts(); });
+
+  // RNG: the default generators as torch.Generator objects.
+  m.def("default_generator", [](int d) {
+    check_device(d);
+    return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(all_default_generators()[d]));
+  });
+}

@@ -1,0 +1,466 @@
+// The runtime, errors, dtypes, devices, streams and op calls.
+#include <c10/util/Exception.h>
+
+#include <array>
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <pthread.h>
+#include <unordered_map>
+
+#include "common.h"
+
+namespace tpurt_torch {
+
+namespace {
+
+std::once_flag g_once;
+tpurt_runtime g_rt{0};
+int g_devices = 0;
+std::string g_platform;
+
+constexpr int kMaxDevices = 64;
+bool g_bad_fork = false;
+
+}  // namespace
+
+void check(tpurt_status* s, const char* what) {
+  if (s == nullptr) {
+    return;
+  }
+  uint32_t code = tpurt_status_code(s);
+  std::string msg = std::string("tpu: ") + what + ": " + tpurt_status_message(s);
+  tpurt_status_destroy(s);
+  if (code == TPURT_CODE_UNIMPLEMENTED) {
+    TORCH_CHECK_NOT_IMPLEMENTED(false, msg);
+  }
+  if (code == TPURT_CODE_OUT_OF_MEMORY) {
+    TORCH_CHECK_WITH(OutOfMemoryError, false, msg);
+  }
+  TORCH_CHECK(false, msg);
+}
+
+void check(tpurt_status* s, const std::string& what) { check(s, what.c_str()); }
+
+tpurt_runtime runtime() {
+  std::call_once(g_once, [] {
+    tpurt_runtime_options opts{};
+    opts.struct_size = sizeof(opts);
+    tpurt_runtime rt{0};
+    check(tpurt_runtime_create(&opts, &rt), "creating the runtime");
+    uint32_t n = 0;
+    check(tpurt_device_count(rt, &n), "counting devices");
+    char name[32] = {0};
+    size_t len = 0;
+    check(tpurt_runtime_platform_name(rt, name, sizeof(name) - 1, &len), "naming the platform");
+    g_platform = name;
+    g_devices = static_cast<int>(std::min<uint32_t>(n, kMaxDevices));
+    g_rt = rt;
+    pthread_atfork(nullptr, nullptr, [] { g_bad_fork = true; });
+  });
+  TORCH_CHECK(!g_bad_fork,
+              "tpu: cannot use the tpu device in a process forked after it started; use the "
+              "'spawn' start method for multiprocessing");
+  TORCH_CHECK(g_rt.handle != 0, "tpu: the runtime failed to start earlier");
+  return g_rt;
+}
+
+bool runtime_initialized() { return g_rt.handle != 0; }
+
+bool in_bad_fork() { return g_bad_fork; }
+
+int device_count() {
+  runtime();
+  return g_devices;
+}
+
+std::string platform_name() {
+  runtime();
+  return g_platform;
+}
+
+// --- dtypes ---------------------------------------------------------------
+
+bool has_dtype(at::ScalarType t) {
+  switch (t) {
+    case at::kBool:
+    case at::kByte:
+    case at::kChar:
+    case at::kInt:
+    case at::kLong:
+    case at::kHalf:
+    case at::kBFloat16:
+    case at::kFloat:
+    case at::kDouble:
+      return true;
+    default:
+      return false;
+  }
+}
+
+uint32_t dtype_of(at::ScalarType t) {
+  switch (t) {
+    case at::kBool: return TPURT_DTYPE_BOOL;
+    case at::kByte: return TPURT_DTYPE_U8;
+    case at::kChar: return TPURT_DTYPE_I8;
+    case at::kInt: return TPURT_DTYPE_I32;
+    case at::kLong: return TPURT_DTYPE_I64;
+    case at::kHalf: return TPURT_DTYPE_F16;
+    case at::kBFloat16: return TPURT_DTYPE_BF16;
+    case at::kFloat: return TPURT_DTYPE_F32;
+    case at::kDouble: return TPURT_DTYPE_F64;
+    default:
+      TORCH_CHECK_NOT_IMPLEMENTED(false, "tpu: dtype ", t,
+                                  " is not supported by the runtime (it has bool, uint8, int8, "
+                                  "int32, int64, float16, bfloat16, float32, float64)");
+  }
+}
+
+at::ScalarType scalar_type_of(uint32_t d) {
+  switch (d) {
+    case TPURT_DTYPE_BOOL: return at::kBool;
+    case TPURT_DTYPE_U8: return at::kByte;
+    case TPURT_DTYPE_I8: return at::kChar;
+    case TPURT_DTYPE_I32: return at::kInt;
+    case TPURT_DTYPE_I64: return at::kLong;
+    case TPURT_DTYPE_F16: return at::kHalf;
+    case TPURT_DTYPE_BF16: return at::kBFloat16;
+    case TPURT_DTYPE_F32: return at::kFloat;
+    case TPURT_DTYPE_F64: return at::kDouble;
+    default: TORCH_CHECK(false, "tpu: the runtime returned an unknown dtype ", d);
+  }
+}
+
+// --- devices and streams --------------------------------------------------
+
+namespace {
+
+thread_local int t_device = 0;
+// Per thread, per device: the current stream's id (0: the default stream).
+thread_local std::array<int64_t, kMaxDevices> t_stream_ids{};
+
+struct StreamTable {
+  std::mutex mu;
+  // Created streams; id = index + 1. Handles live as long as the process
+  // (as torch's streams do).
+  std::vector<std::pair<int, tpurt_stream>> created;
+  std::array<tpurt_stream, kMaxDevices> defaults{};
+};
+
+StreamTable& streams() {
+  static auto* t = new StreamTable();
+  return *t;
+}
+
+}  // namespace
+
+void check_device(int device) {
+  int n = device_count();
+  TORCH_CHECK_INDEX(device >= 0 && device < n, "tpu: device index ", device,
+                    " is out of range (there are ", n, " tpu devices)");
+}
+
+int current_device() { return t_device; }
+
+void set_current_device(int device) {
+  check_device(device);
+  t_device = device;
+}
+
+c10::Stream stream_from_id(int device, int64_t id) {
+  return c10::Stream(c10::Stream::UNSAFE,
+                     c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device)),
+                     static_cast<c10::StreamId>(id));
+}
+
+c10::Stream current_stream(int device) {
+  check_device(device);
+  return stream_from_id(device, t_stream_ids[device]);
+}
+
+c10::Stream set_current_stream(c10::Stream s) {
+  int device = s.device_index();
+  c10::Stream prev = current_stream(device);
+  stream_handle(s);  // validates
+  t_stream_ids[device] = s.id();
+  return prev;
+}
+
+c10::Stream new_stream(int device, int priority, bool sparse_core) {
+  check_device(device);
+  tpurt_stream_options o{};
+  o.struct_size = sizeof(o);
+  o.priority = priority;
+  o.core = sparse_core ? TPURT_CORE_SPARSE : TPURT_CORE_TENSOR;
+  tpurt_stream h{0};
+  check(tpurt_stream_create(runtime(), static_cast<uint32_t>(device), &o, &h), "creating a stream");
+  auto& t = streams();
+  std::lock_guard<std::mutex> g(t.mu);
+  t.created.emplace_back(device, h);
+  return stream_from_id(device, static_cast<int64_t>(t.created.size()));
+}
+
+tpurt_stream stream_handle(const c10::Stream& s) {
+  TORCH_CHECK(s.device_type() == c10::DeviceType::PrivateUse1, "tpu: ", s, " is not a tpu stream");
+  int device = s.device_index();
+  check_device(device);
+  auto& t = streams();
+  std::lock_guard<std::mutex> g(t.mu);
+  if (s.id() == 0) {
+    if (t.defaults[device].handle == 0) {
+      check(tpurt_stream_get_default(runtime(), static_cast<uint32_t>(device), &t.defaults[device]),
+            "getting the default stream");
+    }
+    return t.defaults[device];
+  }
+  auto idx = static_cast<size_t>(s.id());
+  TORCH_CHECK(s.id() > 0 && idx <= t.created.size() && t.created[idx - 1].first == device,
+              "tpu: stream id ", s.id(), " is not a stream of tpu:", device);
+  return t.created[idx - 1].second;
+}
+
+// --- tensors ----------------------------------------------------------------
+
+namespace {
+template <typename D>
+void fill_dims(const at::Tensor& x, D& d) {
+  TORCH_CHECK(x.dim() <= TPURT_MAX_DIMS, "tpu: tensors have at most ", TPURT_MAX_DIMS,
+              " dimensions, got ", x.dim());
+  d.sizes.resize(x.dim());
+  d.strides.resize(x.dim());
+  for (int64_t i = 0; i < x.dim(); ++i) {
+    d.sizes[i] = static_cast<uint64_t>(x.size(i));
+    int64_t st = x.size(i) == 1 ? 0 : x.stride(i);
+    TORCH_CHECK(st >= 0, "tpu: negative strides are not supported (dimension ", i, " has ",
+                x.stride(i), ")");
+    d.strides[i] = static_cast<uint64_t>(st);
+  }
+}
+
+uint64_t offset_bytes(const at::Tensor& x) {
+  return static_cast<uint64_t>(x.storage_offset()) * x.element_size();
+}
+}  // namespace
+
+Desc::Desc(const at::Tensor& x) {
+  TORCH_CHECK(x.device().type() == c10::DeviceType::PrivateUse1, "tpu: expected a tpu tensor, got ",
+              x.device());
+  fill_dims(x, *this);
+  t.struct_size = sizeof(t);
+  t.buffer = buffer_of(x);
+  t.dtype = dtype_of(x.scalar_type());
+  t.ndim = static_cast<uint32_t>(x.dim());
+  t.offset_bytes = offset_bytes(x);
+  t.sizes = sizes.data();
+  t.strides = strides.data();
+}
+
+LayoutDesc::LayoutDesc(const at::Tensor& x) {
+  fill_dims(x, *this);
+  l.struct_size = sizeof(l);
+  l.offset_bytes = offset_bytes(x);
+  l.ndim = static_cast<uint32_t>(x.dim());
+  l.elem_size = static_cast<uint32_t>(x.element_size());
+  l.sizes = sizes.data();
+  l.strides = strides.data();
+}
+
+// --- attributes ---------------------------------------------------------------
+
+tpurt_attr& Attrs::add(const char* name, uint32_t kind) {
+  names_.emplace_back(name);
+  tpurt_attr a{};
+  a.name = names_.back().c_str();
+  a.kind = kind;
+  items_.push_back(a);
+  return items_.back();
+}
+
+Attrs& Attrs::i(const char* name, int64_t v) {
+  add(name, TPURT_ATTR_INT).int_value = v;
+  return *this;
+}
+Attrs& Attrs::f(const char* name, double v) {
+  add(name, TPURT_ATTR_FLOAT).float_value = v;
+  return *this;
+}
+Attrs& Attrs::b(const char* name, bool v) {
+  add(name, TPURT_ATTR_BOOL).int_value = v ? 1 : 0;
+  return *this;
+}
+Attrs& Attrs::ints(const char* name, at::IntArrayRef v) {
+  ints_.emplace_back(v.begin(), v.end());
+  auto& a = add(name, TPURT_ATTR_INTS);
+  a.ints = ints_.back().data();
+  a.count = ints_.back().size();
+  return *this;
+}
+Attrs& Attrs::floats(const char* name, at::ArrayRef<double> v) {
+  floats_.emplace_back(v.begin(), v.end());
+  auto& a = add(name, TPURT_ATTR_FLOATS);
+  a.floats = floats_.back().data();
+  a.count = floats_.back().size();
+  return *this;
+}
+Attrs& Attrs::dtype(const char* name, at::ScalarType t) {
+  add(name, TPURT_ATTR_DTYPE).int_value = dtype_of(t);
+  return *this;
+}
+Attrs& Attrs::str(const char* name, const std::string& v) {
+  strings_.push_back(v);
+  add(name, TPURT_ATTR_STRING).string = strings_.back().c_str();
+  return *this;
+}
+
+// --- op calls -------------------------------------------------------------------
+
+namespace {
+
+uint32_t op_id(const char* name) {
+  static std::mutex mu;
+  static std::unordered_map<std::string, uint32_t> ids;
+  std::lock_guard<std::mutex> g(mu);
+  auto it = ids.find(name);
+  if (it != ids.end()) {
+    return it->second;
+  }
+  uint32_t id = 0;
+  check(tpurt_op_lookup(name, &id), std::string("looking up op ") + name);
+  ids.emplace(name, id);
+  return id;
+}
+
+// Inputs moved to `device` (0-dim CPU tensors only) and the indices of the
+// wrapped numbers among them.
+std::vector<at::Tensor> on_device(const std::vector<at::Tensor>& inputs, int device, const char* op,
+                                  std::vector<int64_t>& wrapped) {
+  std::vector<at::Tensor> out;
+  out.reserve(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const at::Tensor& x = inputs[i];
+    TORCH_CHECK(x.defined(), "tpu: ", op, ": input ", i, " is undefined");
+    if (x.unsafeGetTensorImpl()->is_wrapped_number()) {
+      wrapped.push_back(static_cast<int64_t>(i));
+    }
+    if (x.device().type() == c10::DeviceType::PrivateUse1) {
+      TORCH_CHECK(x.device().index() == device, "tpu: ", op, ": expected all tensors on tpu:", device,
+                  ", but input ", i, " is on ", x.device());
+      out.push_back(x);
+    } else {
+      TORCH_CHECK(x.dim() == 0, "tpu: ", op, ": expected all tensors on tpu:", device, ", but input ",
+                  i, " is on ", x.device(), " (only 0-dim CPU tensors may join tpu tensors)");
+      at::Tensor moved = empty({}, x.scalar_type(), device);
+      copy_into(moved, x, false);
+      out.push_back(moved);
+    }
+  }
+  return out;
+}
+
+Attrs with_wrapped(const Attrs& attrs, const std::vector<int64_t>& wrapped) {
+  if (wrapped.empty()) {
+    return attrs;
+  }
+  Attrs a = attrs;
+  a.ints("wrapped", wrapped);
+  return a;
+}
+
+void launch(uint32_t id, const char* op, const std::vector<at::Tensor>& ins,
+            const std::vector<at::Tensor>& outs, const Attrs& attrs, int device) {
+  std::deque<Desc> in_d;
+  std::vector<tpurt_tensor> in_t;
+  for (const auto& x : ins) {
+    in_d.emplace_back(x);
+    in_t.push_back(in_d.back().t);
+  }
+  std::deque<Desc> out_d;
+  std::vector<tpurt_tensor> out_t;
+  for (const auto& x : outs) {
+    out_d.emplace_back(x);
+    out_t.push_back(out_d.back().t);
+  }
+  const auto& a = attrs.items();
+  check(tpurt_op_launch(runtime(), id, in_t.data(), in_t.size(), out_t.data(), out_t.size(),
+                        a.data(), a.size(), stream_handle(current_stream(device))),
+        op);
+}
+
+}  // namespace
+
+int device_of(const std::vector<at::Tensor>& inputs, const char* op) {
+  for (const auto& x : inputs) {
+    if (x.defined() && x.device().type() == c10::DeviceType::PrivateUse1) {
+      return x.device().index();
+    }
+  }
+  TORCH_CHECK(false, "tpu: ", op, ": no input is a tpu tensor");
+}
+
+std::vector<at::Tensor> call(const char* op, const std::vector<at::Tensor>& inputs,
+                             const Attrs& attrs) {
+  int device = inputs.empty() ? current_device() : device_of(inputs, op);
+  uint32_t id = op_id(op);
+  std::vector<int64_t> wrapped;
+  auto ins = on_device(inputs, device, op, wrapped);
+  Attrs a = with_wrapped(attrs, wrapped);
+  // Output types first, so the outputs come from torch's allocator.
+  std::vector<tpurt_tensor_type> in_types(ins.size());
+  for (size_t i = 0; i < ins.size(); ++i) {
+    auto& ty = in_types[i];
+    ty.dtype = dtype_of(ins[i].scalar_type());
+    ty.ndim = static_cast<uint32_t>(ins[i].dim());
+    TORCH_CHECK(ins[i].dim() <= TPURT_MAX_DIMS, "tpu: ", op, ": input ", i, " has ", ins[i].dim(),
+                " dimensions, more than ", TPURT_MAX_DIMS);
+    for (int64_t d = 0; d < ins[i].dim(); ++d) {
+      ty.sizes[d] = static_cast<uint64_t>(ins[i].size(d));
+    }
+  }
+  std::array<tpurt_tensor_type, 8> out_types{};
+  size_t n_out = 0;
+  const auto& items = a.items();
+  check(tpurt_op_infer(id, in_types.data(), in_types.size(), items.data(), items.size(),
+                       out_types.data(), out_types.size(), &n_out),
+        op);
+  std::vector<at::Tensor> outs;
+  outs.reserve(n_out);
+  for (size_t i = 0; i < n_out; ++i) {
+    const auto& ty = out_types[i];
+    std::vector<int64_t> sizes(ty.sizes, ty.sizes + ty.ndim);
+    outs.push_back(empty(sizes, scalar_type_of(ty.dtype), device));
+  }
+  launch(id, op, ins, outs, a, device);
+  return outs;
+}
+
+at::Tensor call1(const char* op, const std::vector<at::Tensor>& inputs, const Attrs& attrs) {
+  auto outs = call(op, inputs, attrs);
+  TORCH_CHECK(outs.size() == 1, "tpu: op ", op, " returned ", outs.size(), " outputs, expected 1");
+  return outs[0];
+}
+
+void call_into(const char* op, const std::vector<at::Tensor>& inputs,
+               const std::vector<at::Tensor>& outputs, const Attrs& attrs) {
+  int device = device_of(inputs.empty() ? outputs : inputs, op);
+  std::vector<int64_t> wrapped;
+  auto ins = on_device(inputs, device, op, wrapped);
+  launch(op_id(op), op, ins, outputs, with_wrapped(attrs, wrapped), device);
+}
+
+at::Tensor scalar_on(const at::Scalar& s, int device) {
+  at::Tensor cpu;
+  if (s.isBoolean()) {
+    cpu = at::scalar_tensor(s, at::kBool);
+  } else if (s.isIntegral(false)) {
+    cpu = at::scalar_tensor(s, at::kLong);
+  } else {
+    TORCH_CHECK(!s.isComplex(), "tpu: complex scalars are not supported");
+    cpu = at::scalar_tensor(s, at::kDouble);
+  }
+  at::Tensor t = empty({}, cpu.scalar_type(), device);
+  copy_into(t, cpu, false);
+  t.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return t;
+}
+
+}  // namespace tpurt_torch

@@ -1,0 +1,135 @@
+"""Registration, creation, copies, views and metadata on `tpu`."""
+
+import pytest
+import torch
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32,
+          torch.int8, torch.uint8, torch.bool]
+
+
+def test_tpu_is_a_registered_device():
+    assert torch._C._get_privateuse1_backend_name() == "tpu"
+    assert torch.tpu.is_available()
+    assert torch.tpu.device_count() == 4
+    assert torch.tpu.platform() in ("host", "xla")
+    t = torch.ones(2, device="tpu")
+    assert t.device == torch.device("tpu", 0)
+    assert t.is_tpu
+    assert torch.ones(2).tpu().device.type == "tpu"
+    props = torch.tpu.get_device_properties(1)
+    assert props.index == 1 and props.total_memory > 0
+    assert len(props.coords) == len(torch.tpu.topology())
+
+
+def test_torch_backends_entry_point_registers_tpu_at_import_torch():
+    import importlib.metadata as md
+
+    names = [e.value for e in md.entry_points(group="torch.backends")]
+    assert "tpurt:_autoload" in names
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_copies_round_trip_every_dtype(dtype, mode):
+    x = (torch.arange(-6, 18).reshape(4, 6) % 7).to(dtype)
+    t = x.to("tpu")
+    assert t.dtype == dtype
+    assert torch.equal(t.cpu(), x)
+    # Strided both ways: a transposed source and a transposed destination.
+    assert torch.equal(x.t().to("tpu").cpu(), x.t())
+    dst = torch.zeros(6, 4, dtype=dtype, device="tpu")
+    dst.t().copy_(x)
+    assert torch.equal(dst.cpu(), x.t().contiguous())
+
+
+def test_factories(mode, no_fallback):
+    assert torch.equal(torch.zeros(3, 2, device="tpu").cpu(), torch.zeros(3, 2))
+    assert torch.equal(torch.ones(5, dtype=torch.int32, device="tpu").cpu(), torch.ones(5, dtype=torch.int32))
+    assert torch.equal(torch.full((2, 2), 7.5, device="tpu").cpu(), torch.full((2, 2), 7.5))
+    assert torch.equal(torch.arange(3, 17, 2, device="tpu").cpu(), torch.arange(3, 17, 2))
+    assert torch.allclose(torch.arange(0, 1, 0.125, device="tpu").cpu(), torch.arange(0, 1, 0.125))
+    e = torch.empty_strided((2, 3), (1, 2), device="tpu")
+    assert e.stride() == (1, 2)
+
+
+def test_views_alias_their_base(mode, no_fallback):
+    base = torch.zeros(4, 6, device="tpu")
+    row = base[1]
+    col = base[:, 2]
+    tr = base.t()
+    flat = base.view(24)
+    row.add_(1)
+    col.fill_(5)
+    tr[0, 3] = 9
+    flat[23] = -1
+    expect = torch.zeros(4, 6)
+    expect[1] += 1
+    expect[:, 2] = 5
+    expect[3, 0] = 9
+    expect.view(24)[23] = -1
+    assert torch.equal(base.cpu(), expect)
+    # Views share the storage: one device address range.
+    assert row.untyped_storage().data_ptr() == base.untyped_storage().data_ptr()
+    assert row.data_ptr() == base.data_ptr() + 6 * 4
+    u = torch.arange(10.0, device="tpu").unfold(0, 4, 3)
+    assert torch.equal(u.cpu(), torch.arange(10.0).unfold(0, 4, 3))
+    s = torch.arange(12.0, device="tpu").as_strided((3, 2), (4, 1), 1)
+    assert torch.equal(s.cpu(), torch.arange(12.0).as_strided((3, 2), (4, 1), 1))
+
+
+def test_distinct_tensors_never_overlap():
+    ts = [torch.empty(n, device="tpu") for n in (1, 100, 5000, 300000)]
+    spans = sorted((t.data_ptr(), t.data_ptr() + t.nbytes) for t in ts)
+    for (_, end), (start, _) in zip(spans, spans[1:]):
+        assert end <= start
+
+
+def test_resize_and_set_keep_contents(no_fallback):
+    t = torch.arange(6.0, device="tpu")
+    t.resize_(10)
+    assert torch.equal(t[:6].cpu(), torch.arange(6.0))
+    u = torch.empty(0, device="tpu")
+    u.set_(t.untyped_storage(), 2, (2, 2), (2, 1))
+    assert torch.equal(u.cpu(), torch.tensor([[2.0, 3.0], [4.0, 5.0]]))
+    u.mul_(10)
+    assert t[2].item() == 20.0
+    w = torch.empty(0, device="tpu").set_(t)
+    assert w.data_ptr() == t.data_ptr()
+
+
+def test_item_and_scalars(mode, no_fallback):
+    t = torch.tensor([1.5, -2.0], device="tpu")
+    assert t[0].item() == 1.5
+    assert (t + 1).tolist() == [2.5, -1.0]
+    assert (t * torch.tensor(2.0)).tolist() == [3.0, -4.0]  # a CPU 0-dim tensor joins in
+    assert (2 - t).tolist() == [0.5, 4.0]
+    assert (t > 0).tolist() == [True, False]
+
+
+def test_copies_between_devices(mode):
+    a = torch.arange(12.0, device="tpu:0").reshape(3, 4)
+    b = a.to("tpu:3")
+    assert b.device == torch.device("tpu:3")
+    assert torch.equal(b.cpu(), a.cpu())
+    c = torch.zeros(4, 3, device="tpu:3", dtype=torch.float64)
+    c.copy_(a.t())
+    assert torch.equal(c.cpu(), torch.arange(12.0).reshape(3, 4).t().double())
+    with pytest.raises(RuntimeError, match="tpu:0"):
+        _ = a + b
+
+
+def test_module_to_keeps_tied_weights_tied():
+    emb = torch.nn.Embedding(10, 4)
+    head = torch.nn.Linear(4, 10, bias=False)
+    head.weight = emb.weight
+    model = torch.nn.ModuleDict({"emb": emb, "head": head}).to("tpu")
+    assert model["emb"].weight is model["head"].weight
+    assert model["emb"].weight.device.type == "tpu"
+
+
+def test_bad_input_is_a_clear_error():
+    with pytest.raises(NotImplementedError, match="ComplexFloat is not supported"):
+        torch.zeros(2, dtype=torch.complex64, device="tpu")
+    with pytest.raises(IndexError, match="out of range"):
+        torch.zeros(2, device="tpu:9")
+    with pytest.raises(RuntimeError):
+        torch.ones(2, 3, device="tpu") @ torch.ones(4, 5, device="tpu")

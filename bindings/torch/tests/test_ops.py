@@ -1,0 +1,126 @@
+"""Native kernels against torch on CPU, in every eager mode."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+torch.manual_seed(0)
+X = torch.randn(4, 8)
+Y = torch.randn(4, 8)
+P = torch.rand(4, 8) + 0.1
+
+UNARY = {
+    "neg": torch.neg, "abs": torch.abs, "exp": torch.exp, "log": lambda x: torch.log(x.abs() + 0.1),
+    "sqrt": lambda x: torch.sqrt(x.abs()), "rsqrt": lambda x: torch.rsqrt(x.abs() + 0.5),
+    "tanh": torch.tanh, "sigmoid": torch.sigmoid, "sin": torch.sin, "cos": torch.cos, "erf": torch.erf,
+    "relu": F.relu, "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "silu": F.silu,
+    "floor": torch.floor, "round": torch.round, "reciprocal": lambda x: 1 / (x.abs() + 1),
+    "clamp": lambda x: x.clamp(-0.5, 0.5), "pow": lambda x: x.abs() ** 1.5, "square": torch.square,
+}
+
+BINARY = {
+    "add": lambda a, b: a + b, "add_alpha": lambda a, b: torch.add(a, b, alpha=0.5), "sub": lambda a, b: a - b,
+    "mul": lambda a, b: a * b, "div": lambda a, b: a / (b.abs() + 1), "max": torch.maximum,
+    "min": torch.minimum, "where": lambda a, b: torch.where(a > b, a, b), "lt": lambda a, b: a < b,
+    "eq": lambda a, b: a == a, "masked_fill": lambda a, b: a.masked_fill(b > 0, -1e9),
+    "lerp": lambda a, b: torch.lerp(a, b, 0.3), "broadcast": lambda a, b: a + b[0],
+}
+
+REDUCE = {
+    "sum": lambda x: x.sum(), "sum_dim": lambda x: x.sum(1), "mean": lambda x: x.mean(0, keepdim=True),
+    "amax": lambda x: x.amax(1), "max_dim": lambda x: x.max(1).values, "argmax": lambda x: x.argmax(1),
+    "var": lambda x: x.var(1), "std": lambda x: x.std(), "logsumexp": lambda x: x.logsumexp(1),
+    "softmax": lambda x: x.softmax(-1), "log_softmax": lambda x: x.log_softmax(1),
+    "cumsum": lambda x: x.cumsum(1), "norm": lambda x: torch.linalg.vector_norm(x),
+    "layer_norm": lambda x: F.layer_norm(x, (8,)), "any": lambda x: (x > 2).any(1),
+    "sort": lambda x: x.sort(1).values, "topk": lambda x: x.topk(3).values, "tril": torch.tril,
+}
+
+
+def close(out, ref, tol=1e-5):
+    out = out.cpu()
+    assert out.dtype == ref.dtype and out.shape == ref.shape
+    if ref.dtype.is_floating_point:
+        torch.testing.assert_close(out, ref, atol=tol, rtol=tol)
+    else:
+        assert torch.equal(out, ref)
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary(name, mode, no_fallback):
+    close(UNARY[name](X.to("tpu")), UNARY[name](X))
+
+
+@pytest.mark.parametrize("name", sorted(BINARY))
+def test_binary(name, mode, no_fallback):
+    close(BINARY[name](X.to("tpu"), Y.to("tpu")), BINARY[name](X, Y))
+
+
+@pytest.mark.parametrize("name", sorted(REDUCE))
+def test_reductions(name, mode, no_fallback):
+    close(REDUCE[name](X.to("tpu")), REDUCE[name](X))
+
+
+def test_in_place_and_out(mode, no_fallback):
+    a = X.clone().to("tpu")
+    a.mul_(2).add_(1).clamp_(max=1.0)
+    close(a, (X * 2 + 1).clamp(max=1.0))
+    out = torch.empty(0, device="tpu")
+    torch.add(X.to("tpu"), Y.to("tpu"), out=out)
+    close(out, X + Y)
+    i = torch.arange(4, device="tpu")
+    with pytest.raises(RuntimeError, match="can't be cast"):
+        i.add_(0.5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.bool])
+def test_casts(dtype, mode, no_fallback):
+    close(X.to("tpu").to(dtype), X.to(dtype))
+    close((X * 10).to(dtype).to("tpu").float(), (X * 10).to(dtype).float())
+
+
+def test_matmul_family(mode, no_fallback):
+    a, b = torch.randn(3, 5), torch.randn(5, 2)
+    close(a.to("tpu") @ b.to("tpu"), a @ b)
+    lin = torch.nn.Linear(5, 2)
+    close(F.linear(a.to("tpu"), lin.weight.to("tpu"), lin.bias.to("tpu")), F.linear(a, lin.weight, lin.bias))
+    q, k = torch.randn(2, 3, 4), torch.randn(2, 4, 5)
+    close(torch.bmm(q.to("tpu"), k.to("tpu")), torch.bmm(q, k))
+    close(torch.matmul(q.to("tpu"), k.to("tpu")), torch.matmul(q, k))
+
+
+def test_indexing(mode, no_fallback):
+    w = torch.randn(10, 3)
+    idx = torch.tensor([[1, 4], [9, 0]])
+    close(F.embedding(idx.to("tpu"), w.to("tpu")), F.embedding(idx, w))
+    close(torch.index_select(w.to("tpu"), 0, idx[0].to("tpu")), torch.index_select(w, 0, idx[0]))
+    g = torch.tensor([[0, 2, 1]] * 10)
+    close(torch.gather(w.to("tpu"), 1, g.to("tpu")), torch.gather(w, 1, g))
+    close(torch.cat([w.to("tpu"), w.to("tpu") * 2], 1), torch.cat([w, w * 2], 1))
+    close(torch.stack([w.to("tpu"), w.to("tpu")]), torch.stack([w, w]))
+    z = torch.zeros(3, 5)
+    src = torch.ones(2, 5)
+    si = torch.tensor([[0, 1, 2, 0, 0], [2, 0, 0, 1, 2]])
+    close(z.to("tpu").scatter_add(0, si.to("tpu"), src.to("tpu")), z.scatter_add(0, si, src))
+
+
+def test_losses(mode, no_fallback):
+    logits = torch.randn(6, 5)
+    target = torch.tensor([0, 4, 2, 2, 1, -100])
+    close(F.cross_entropy(logits.to("tpu"), target.to("tpu")), F.cross_entropy(logits, target))
+    close(F.mse_loss(X.to("tpu"), Y.to("tpu")), F.mse_loss(X, Y))
+
+
+def test_unsupported_op_with_the_fallback_off_names_the_op(no_fallback):
+    with pytest.raises(NotImplementedError, match="erfinv"):
+        torch.erfinv(torch.zeros(3, device="tpu"))
+
+
+def test_fallback_on_runs_on_cpu_and_is_counted():
+    torch.tpu.enable_cpu_fallback(True)
+    torch.tpu.reset_fallback_stats()
+    x = torch.tensor([0.0, 0.5, -0.5])
+    out = torch.erfinv(x.to("tpu"))
+    assert out.device.type == "tpu"
+    close(out, torch.erfinv(x))
+    assert torch.tpu.fallback_stats() == {"erfinv.out": 1}

@@ -1,0 +1,88 @@
+"""Streams, events and memory statistics: the runtime's real ones."""
+
+import pytest
+import torch
+
+MIB = 1 << 20
+
+
+def test_streams_order_work_through_events():
+    s1 = torch.tpu.Stream()
+    s2 = torch.tpu.Stream(priority=-1)
+    assert s1 != s2 and s2.priority == -1 and s1.core == "tensor"
+    assert torch.tpu.Stream(core="sparse").core == "sparse"
+    x = torch.zeros(256, 256, device="tpu")
+    with torch.tpu.stream(s1):
+        assert torch.tpu.current_stream() == s1
+        for _ in range(10):
+            x.add_(1)
+        ev = torch.tpu.Event()
+        ev.record(s1)
+    assert torch.tpu.current_stream() == torch.tpu.default_stream()
+    s2.wait_event(ev)
+    with torch.tpu.stream(s2):
+        y = x * 2
+    s2.synchronize()
+    assert ev.query() and s2.query()
+    assert y[0, 0].item() == 20.0
+
+
+def test_wait_stream_and_elapsed_time():
+    s = torch.tpu.Stream()
+    start, end = torch.tpu.Event(), torch.tpu.Event()
+    a = torch.randn(512, 512, device="tpu")
+    with torch.tpu.stream(s):
+        start.record()
+        b = a @ a
+        end.record()
+    torch.tpu.current_stream().wait_stream(s)
+    c = b.sum()
+    end.synchronize()
+    assert start.elapsed_time(end) >= 0.0
+    torch.testing.assert_close(c.cpu(), (a.cpu() @ a.cpu()).sum(), rtol=1e-3, atol=1e-1)
+
+
+def test_memory_statistics_move_as_they_should():
+    torch.tpu.synchronize()
+    torch.tpu.empty_cache()
+    base = torch.tpu.memory_allocated()
+    x = torch.empty(4 * MIB, dtype=torch.uint8, device="tpu")
+    assert torch.tpu.memory_allocated() == base + 4 * MIB
+    assert torch.tpu.max_memory_allocated() >= base + 4 * MIB
+    assert torch.tpu.memory_reserved() >= torch.tpu.memory_allocated()
+    stats = torch.tpu.memory_stats()
+    assert stats["allocated_bytes.all.current"] == base + 4 * MIB
+    assert stats["num_alloc"] >= 1
+    del x
+    torch.tpu.synchronize()
+    assert torch.tpu.memory_allocated() == base
+    torch.tpu.reset_peak_memory_stats()
+    assert torch.tpu.max_memory_allocated() == base
+    reserved = torch.tpu.memory_reserved()
+    torch.tpu.empty_cache()
+    assert torch.tpu.memory_reserved() <= reserved
+    free, total = torch.tpu.mem_get_info()
+    assert 0 < free <= total == torch.tpu.get_device_properties(0).total_memory
+    snap = torch.tpu.memory_snapshot()
+    assert "segments" in snap
+
+
+def test_record_stream_keeps_memory_until_the_stream_is_done():
+    s = torch.tpu.Stream()
+    x = torch.ones(1 << 16, device="tpu")
+    with torch.tpu.stream(s):
+        y = x * 3
+    x.record_stream(s)
+    del x
+    s.synchronize()
+    assert y[5].item() == 3.0
+
+
+def test_devices():
+    with torch.tpu.device(2):
+        assert torch.tpu.current_device() == 2
+        t = torch.ones(1, device="tpu")
+        assert t.device.index == 2
+    assert torch.tpu.current_device() == 0
+    with pytest.raises(IndexError):
+        torch.tpu.set_device(17)

@@ -1,0 +1,99 @@
+"""Autograd, optimizers and RNG on `tpu` against CPU."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(20, 16)
+        self.norm = torch.nn.LayerNorm(16)
+        self.fc1 = torch.nn.Linear(16, 32)
+        self.fc2 = torch.nn.Linear(32, 5)
+
+    def forward(self, ids):
+        h = self.norm(self.emb(ids)).mean(1)
+        return self.fc2(F.gelu(self.fc1(h)))
+
+
+def pair():
+    torch.manual_seed(1)
+    cpu = Net()
+    dev = Net().to("tpu")
+    dev.load_state_dict(cpu.state_dict())
+    return cpu, dev
+
+
+IDS = torch.randint(0, 20, (8, 6), generator=torch.Generator().manual_seed(2))
+TARGET = torch.randint(0, 5, (8,), generator=torch.Generator().manual_seed(3))
+
+
+def test_gradients_match_cpu(mode, no_fallback):
+    cpu, dev = pair()
+    F.cross_entropy(cpu(IDS), TARGET).backward()
+    F.cross_entropy(dev(IDS.to("tpu")), TARGET.to("tpu")).backward()
+    for (name, a), b in zip(cpu.named_parameters(), dev.parameters()):
+        torch.testing.assert_close(b.grad.cpu(), a.grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+@pytest.mark.parametrize("opt", ["sgd", "adamw"])
+def test_optimizer_steps_match_cpu(opt, mode, no_fallback):
+    cpu, dev = pair()
+    make = {
+        "sgd": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=0.01),
+        "adamw": lambda p: torch.optim.AdamW(p, lr=0.01),
+    }[opt]
+    oc, od = make(cpu.parameters()), make(dev.parameters())
+    for _ in range(3):
+        for model, o, d in ((cpu, oc, "cpu"), (dev, od, "tpu")):
+            o.zero_grad()
+            F.cross_entropy(model(IDS.to(d)), TARGET.to(d)).backward()
+            o.step()
+    # Adam divides by sqrt(v): a gradient near 0 amplifies rounding, so its
+    # steps agree to lr * 1e-2 rather than to the float epsilon.
+    atol = 1e-4 if opt == "adamw" else 1e-5
+    for a, b in zip(cpu.parameters(), dev.parameters()):
+        torch.testing.assert_close(b.detach().cpu(), a.detach(), atol=atol, rtol=1e-4)
+
+
+def draws():
+    return [
+        torch.rand(7, device="tpu").cpu(),
+        torch.randn(3, 3, device="tpu").cpu(),
+        F.dropout(torch.ones(20, device="tpu"), 0.5).cpu(),
+        torch.bernoulli(torch.full((9,), 0.5, device="tpu")).cpu(),
+    ]
+
+
+def test_rng_same_seed_same_numbers_in_every_mode():
+    results = []
+    for m in torch.tpu.EagerMode:
+        with torch.tpu.set_eager_mode(m):
+            torch.tpu.manual_seed(1234)
+            a = draws()
+            torch.tpu.manual_seed(1234)
+            b = draws()
+        for x, y in zip(a, b):
+            assert torch.equal(x, y)
+        results.append(a)
+    for other in results[1:]:
+        for x, y in zip(results[0], other):
+            assert torch.equal(x, y)
+    # Different draws differ, and values are in range.
+    assert not torch.equal(results[0][0], torch.rand(7, device="tpu").cpu())
+    assert ((results[0][0] >= 0) & (results[0][0] < 1)).all()
+    assert set(results[0][2].unique().tolist()) <= {0.0, 2.0}
+
+
+def test_rng_state_round_trips_and_generators_are_independent():
+    torch.tpu.manual_seed(7)
+    state = torch.tpu.get_rng_state()
+    a = torch.rand(5, device="tpu").cpu()
+    torch.tpu.set_rng_state(state)
+    assert torch.equal(torch.rand(5, device="tpu").cpu(), a)
+    g = torch.Generator(device="tpu").manual_seed(7)
+    assert torch.equal(torch.rand(5, device="tpu", generator=g).cpu(), a)
+    with pytest.raises(RuntimeError, match="16 bytes"):
+        torch.tpu.set_rng_state(torch.zeros(3, dtype=torch.uint8))

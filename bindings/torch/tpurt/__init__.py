@@ -1,0 +1,55 @@
+"""tpurt: `tpu` as a native PyTorch device, over the tpurt C ABI.
+
+Importing this package (or just `import torch`, through the
+`torch.backends` entry point) renames PyTorch's PrivateUse1 backend to
+`tpu`, registers the device's kernels, allocator, streams and generators,
+and installs `torch.tpu`.
+"""
+
+import atexit
+
+import torch
+
+from . import _C
+
+__all__ = ["tpu"]
+
+_registered = False
+
+
+def _register() -> None:
+    global _registered
+    if _registered:
+        return
+    _C._register()
+    if torch._C._get_privateuse1_backend_name() != "tpu":
+        torch.utils.rename_privateuse1_backend("tpu")
+    from . import tpu as _tpu_module
+
+    torch._register_device_module("tpu", _tpu_module)
+    torch.utils.generate_methods_for_privateuse1_backend(
+        for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
+    )
+    _registered = True
+
+
+def _autoload() -> None:
+    """Entry point of the `torch.backends` group: runs during `import torch`."""
+    _register()
+
+
+def _let_autograd_threads_finish() -> None:
+    # torch's autograd device thread drops its last GraphTask reference (a
+    # Python object decref) just after backward() returns; if the
+    # interpreter is finalizing at that moment, the thread aborts the
+    # process. Releasing the GIL briefly at exit lets it finish first.
+    if _C.is_initialized():
+        import time
+
+        time.sleep(0.02)
+
+
+_register()
+atexit.register(_let_autograd_threads_finish)
+
+from . import tpu  # noqa: E402  (after registration, as torch.tpu)

@@ -1,0 +1,407 @@
+"""torch.tpu: the device module, with TorchTPU's names and torch.cuda's
+memory API. Streams and events are the runtime's real ones."""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import json
+from typing import Any, Iterator, Optional, Union
+
+import torch
+
+from . import _C
+
+_DeviceLike = Union[int, str, torch.device, None]
+
+
+def _index(device: _DeviceLike = None) -> int:
+    if device is None:
+        return _C.current_device()
+    if isinstance(device, int):
+        return device
+    if isinstance(device, str):
+        device = torch.device(device)
+    if isinstance(device, torch.device):
+        if device.type != "tpu":
+            raise ValueError(f"expected a tpu device, got {device}")
+        return _C.current_device() if device.index is None else device.index
+    raise TypeError(f"expected a device index, string or torch.device, got {type(device).__name__}")
+
+
+# --- devices -----------------------------------------------------------------
+
+
+def is_available() -> bool:
+    try:
+        return _C.device_count() > 0
+    except RuntimeError:
+        return False
+
+
+def is_initialized() -> bool:
+    return _C.is_initialized()
+
+
+def init() -> None:
+    _C.init()
+
+
+def device_count() -> int:
+    return _C.device_count()
+
+
+def current_device() -> int:
+    return _C.current_device()
+
+
+def set_device(device: _DeviceLike) -> None:
+    _C.set_device(_index(device))
+
+
+class device:
+    """Context manager that makes `device` current."""
+
+    def __init__(self, device: _DeviceLike):
+        self.idx = _index(device)
+        self.prev = -1
+
+    def __enter__(self):
+        self.prev = _C.current_device()
+        _C.set_device(self.idx)
+        return self
+
+    def __exit__(self, *exc):
+        _C.set_device(self.prev)
+        return False
+
+
+class device_of(device):
+    """Context manager that makes the tensor's device current."""
+
+    def __init__(self, obj: torch.Tensor):
+        super().__init__(obj.get_device() if obj.device.type == "tpu" else _C.current_device())
+
+
+def get_device_name(device: _DeviceLike = None) -> str:
+    return get_device_properties(device).name
+
+
+class _DeviceProperties:
+    def __init__(self, d: dict):
+        self.__dict__.update(d)
+
+    def __repr__(self) -> str:
+        return (
+            f"_TpuDeviceProperties(name={self.name!r}, kind={self.kind!r}, "
+            f"total_memory={self.total_memory // (1 << 20)}MB, coords={self.coords})"
+        )
+
+
+def get_device_properties(device: _DeviceLike = None) -> _DeviceProperties:
+    return _DeviceProperties(_C.device_properties(_index(device)))
+
+
+def platform() -> str:
+    """The runtime's platform: "host" (the emulated TPU) or "xla"."""
+    return _C.platform()
+
+
+def topology() -> list[int]:
+    return list(_C.topology())
+
+
+def synchronize(device: _DeviceLike = None) -> None:
+    _C.synchronize(_index(device))
+
+
+def get_amp_supported_dtype() -> list[torch.dtype]:
+    return [torch.bfloat16, torch.float16]
+
+
+# --- eager modes ----------------------------------------------------------------
+
+
+class EagerMode(enum.IntEnum):
+    DEFER_NEVER = 0
+    DEFER_NEVER_AND_LAUNCH_BLOCKING = 1
+    DEFER_AND_FUSE = 2
+
+
+def eager_mode() -> EagerMode:
+    return EagerMode(_C.eager_mode())
+
+
+class set_eager_mode:
+    """Set the eager mode; also a context manager that restores the
+    previous mode on exit (for the calling thread)."""
+
+    def __init__(self, mode: EagerMode):
+        self.mode = EagerMode(mode)
+        self.prev = eager_mode()
+        _C.set_eager_mode(int(self.mode))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        _C.set_eager_mode(int(self.prev))
+        return False
+
+
+# --- streams and events ------------------------------------------------------------
+
+
+class Stream(torch.Stream):
+    """A tpu stream: in-order work on one device's TensorCore (or, with
+    `core="sparse"`, its SparseCore queue)."""
+
+    def __new__(cls, device: _DeviceLike = None, priority: int = 0, core: str = "tensor", **kwargs):
+        if "stream_id" in kwargs:
+            return super().__new__(cls, **kwargs)
+        if core not in ("tensor", "sparse"):
+            raise ValueError(f'core must be "tensor" or "sparse", got {core!r}')
+        sid, idx, dtype = _C.new_stream(_index(device), priority, core == "sparse")
+        return super().__new__(cls, stream_id=sid, device_index=idx, device_type=dtype)
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    @property
+    def core(self) -> str:
+        return _C.stream_core(self.stream_id, self.device_index)[1]
+
+    @property
+    def priority(self) -> int:
+        return _C.stream_core(self.stream_id, self.device_index)[0]
+
+    def reset(self) -> None:
+        """Clear a failed stream's error so it can be used again."""
+        _C.stream_reset(self.stream_id, self.device_index)
+
+
+def _wrap(t) -> Stream:
+    sid, idx, dtype = t
+    return Stream(stream_id=sid, device_index=idx, device_type=dtype)
+
+
+def current_stream(device: _DeviceLike = None) -> Stream:
+    return _wrap(_C.current_stream(_index(device)))
+
+
+def default_stream(device: _DeviceLike = None) -> Stream:
+    return _wrap(_C.default_stream(_index(device)))
+
+
+def set_stream(stream: torch.Stream) -> None:
+    _C.set_stream(stream.stream_id, stream.device_index)
+
+
+@contextlib.contextmanager
+def stream(s: Optional[torch.Stream]) -> Iterator[Optional[torch.Stream]]:
+    """Make `s` the current stream of its device inside the block."""
+    if s is None:
+        yield None
+        return
+    prev = current_stream(s.device_index)
+    prev_device = _C.current_device()
+    _C.set_device(s.device_index)
+    _C.set_stream(s.stream_id, s.device_index)
+    try:
+        yield s
+    finally:
+        _C.set_stream(prev.stream_id, prev.device_index)
+        _C.set_device(prev_device)
+
+
+class Event:
+    """A tpu event (a `torch.Event` on device tpu); timing is always
+    available (`elapsed_time`)."""
+
+    def __new__(cls, enable_timing: bool = True, blocking: bool = False, interprocess: bool = False):
+        return torch.Event(device="tpu", enable_timing=True, blocking=blocking, interprocess=interprocess)
+
+
+# --- RNG ----------------------------------------------------------------------------
+
+
+def _generators() -> list[torch.Generator]:
+    return [_C.default_generator(i) for i in range(device_count())]
+
+
+default_generators = property(lambda self: tuple(_generators()))
+
+
+def manual_seed(seed: int) -> None:
+    _C.default_generator(current_device()).manual_seed(int(seed))
+
+
+def manual_seed_all(seed: int) -> None:
+    for g in _generators():
+        g.manual_seed(int(seed))
+
+
+def seed() -> None:
+    _C.default_generator(current_device()).seed()
+
+
+def seed_all() -> None:
+    for g in _generators():
+        g.seed()
+
+
+def initial_seed() -> int:
+    return _C.default_generator(current_device()).initial_seed()
+
+
+def get_rng_state(device: _DeviceLike = "tpu") -> torch.Tensor:
+    return _C.default_generator(_index(device)).get_state()
+
+
+def set_rng_state(new_state: torch.Tensor, device: _DeviceLike = "tpu") -> None:
+    _C.default_generator(_index(device)).set_state(new_state)
+
+
+def get_rng_state_all() -> list[torch.Tensor]:
+    return [g.get_state() for g in _generators()]
+
+
+def set_rng_state_all(states) -> None:
+    for g, s in zip(_generators(), states):
+        g.set_state(s)
+
+
+# --- memory (torch.cuda's names) ------------------------------------------------------
+
+
+def memory_stats(device: _DeviceLike = None) -> dict[str, Any]:
+    """Flat statistics in torch.cuda.memory_stats's naming."""
+    raw = _C.memory_stats(_index(device))
+    out: dict[str, Any] = {}
+    for key in ("allocated_bytes", "reserved_bytes", "active_bytes", "requested_bytes"):
+        for field, value in raw[key].items():
+            out[f"{key}.all.{field}"] = value
+    for key in (
+        "num_alloc",
+        "num_free",
+        "num_ooms",
+        "num_alloc_retries",
+        "num_segment_allocs",
+        "num_segment_frees",
+    ):
+        out[key] = raw[key]
+    out["segment.all.current"] = raw["num_segments"]
+    out["segment.all.peak"] = raw["peak_num_segments"]
+    out["capacity_bytes"] = raw["capacity_bytes"]
+    return dict(sorted(out.items()))
+
+
+def memory_allocated(device: _DeviceLike = None) -> int:
+    return _C.memory_stats(_index(device))["allocated_bytes"]["current"]
+
+
+def max_memory_allocated(device: _DeviceLike = None) -> int:
+    return _C.memory_stats(_index(device))["allocated_bytes"]["peak"]
+
+
+def memory_reserved(device: _DeviceLike = None) -> int:
+    return _C.memory_stats(_index(device))["reserved_bytes"]["current"]
+
+
+def max_memory_reserved(device: _DeviceLike = None) -> int:
+    return _C.memory_stats(_index(device))["reserved_bytes"]["peak"]
+
+
+def reset_peak_memory_stats(device: _DeviceLike = None) -> None:
+    _C.reset_peak_memory_stats(_index(device))
+
+
+def empty_cache() -> None:
+    for i in range(device_count()):
+        _C.empty_cache(i)
+
+
+def mem_get_info(device: _DeviceLike = None) -> tuple[int, int]:
+    """(free, total) bytes: total is the HBM capacity, free what the pool
+    has not reserved."""
+    raw = _C.memory_stats(_index(device))
+    total = raw["capacity_bytes"]
+    return total - raw["reserved_bytes"]["current"], total
+
+
+def memory_snapshot(device: _DeviceLike = None) -> dict[str, Any]:
+    return json.loads(_C.memory_snapshot(_index(device)))
+
+
+def memory_summary(device: _DeviceLike = None) -> str:
+    s = memory_stats(device)
+    mib = 1 << 20
+    return (
+        f"tpu:{_index(device)} allocated {s['allocated_bytes.all.current'] / mib:.1f} MiB "
+        f"(peak {s['allocated_bytes.all.peak'] / mib:.1f}), reserved "
+        f"{s['reserved_bytes.all.current'] / mib:.1f} MiB (peak {s['reserved_bytes.all.peak'] / mib:.1f}), "
+        f"capacity {s['capacity_bytes'] / mib:.0f} MiB"
+    )
+
+
+# --- the CPU fallback -----------------------------------------------------------------
+
+
+def enable_cpu_fallback(enabled: bool = True) -> None:
+    """Run aten ops without a tpu kernel on the CPU (counted); off, they
+    raise NotImplementedError naming the op."""
+    _C.set_cpu_fallback_enabled(bool(enabled))
+
+
+def cpu_fallback_enabled() -> bool:
+    return _C.cpu_fallback_enabled()
+
+
+def fallback_stats() -> dict[str, int]:
+    """Calls per aten op that ran on the CPU fallback."""
+    return dict(_C.fallback_counts())
+
+
+def reset_fallback_stats() -> None:
+    _C.reset_fallback_counts()
+
+
+# --- the compile cache ----------------------------------------------------------------
+
+
+def compile_cache_stats() -> dict[str, Any]:
+    return dict(_C.cache_stats())
+
+
+def compile_cache_clear(memory: bool = True, disk: bool = False) -> None:
+    _C.cache_clear(memory, disk)
+
+
+def set_compile_cache_only(on: bool) -> None:
+    """When on, a compile-cache miss is an error naming the graph."""
+    _C.cache_only(bool(on))
+
+
+def set_dump_on_miss(directory: Optional[str]) -> None:
+    _C.dump_on_miss(directory)
+
+
+_allow_cache = True
+
+
+def _cache_requests() -> int:
+    return _C.cache_stats()["requests"]
+
+
+def _cache_hits() -> int:
+    return _C.cache_stats()["hits"]
+
+
+def _cache_misses() -> int:
+    return _C.cache_stats()["misses"]
+
+
+def _is_in_bad_fork() -> bool:
+    """Whether this process forked after the runtime started (its threads
+    did not come along); torch.random asks before seeding."""
+    return _C.is_in_bad_fork()

@@ -3,8 +3,10 @@
 //! - `DeferNever` (strict, the default): each op's executable comes from
 //!   the compile cache and is launched on the stream asynchronously.
 //! - `DeferNeverAndLaunchBlocking` (debug): as strict, but the call waits
-//!   for the op, then checks float outputs for NaN and Inf; errors name the
-//!   op and the first offending position. (Index bounds are checked by the
+//!   for the op, then checks float outputs for NaN and Inf made from
+//!   finite inputs (non-finite inputs, such as an attention mask's -inf,
+//!   excuse what follows from them); errors name the op and the first
+//!   offending position. (Index bounds are checked by the
 //!   kernels in every mode.)
 //! - `DeferAndFuse`: ops are recorded per stream and launched as one
 //!   program at a flush (see `lazy.rs` for the rules and the triggers).

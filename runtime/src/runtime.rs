@@ -543,11 +543,24 @@ impl Runtime {
             return stream.defer(op, &self.compiler);
         }
         let exe = self.entry_executable(&entry)?;
+        let debug = mode == EagerMode::DeferNeverAndLaunchBlocking;
+        // Debug mode flags NaN and Inf an op makes from finite inputs;
+        // non-finite inputs (an attention mask's -inf) excuse its outputs.
+        let carried = if debug && outputs.iter().any(|o| o.dtype.is_float()) {
+            stream.synchronize()?;
+            let mut seen = NonFinite::default();
+            for t in inputs {
+                seen = seen.union(non_finite(t)?.0);
+            }
+            seen
+        } else {
+            NonFinite::default()
+        };
         self.launch(exe, inputs, outputs, stream, name)?;
-        if mode == EagerMode::DeferNeverAndLaunchBlocking {
+        if debug {
             stream.synchronize()?;
             for (i, out) in outputs.iter().enumerate() {
-                check_finite(name, i, out)?;
+                check_finite(name, i, out, carried)?;
             }
         }
         Ok(())
@@ -611,28 +624,71 @@ fn check_devices(
     Ok(())
 }
 
-/// Debug mode: a float output holding NaN or Inf is an error naming the
-/// op, the output and the first position.
-fn check_finite(op: &str, index: usize, t: &DeviceTensor) -> Result<()> {
+/// Which non-finite values a tensor holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct NonFinite {
+    nan: bool,
+    inf: bool,
+}
+
+impl NonFinite {
+    fn union(self, o: NonFinite) -> NonFinite {
+        NonFinite {
+            nan: self.nan || o.nan,
+            inf: self.inf || o.inf,
+        }
+    }
+}
+
+/// The non-finite values of a float tensor, and the position of the first
+/// one of each kind (NaN, Inf) as a flat index.
+fn non_finite(t: &DeviceTensor) -> Result<(NonFinite, [Option<usize>; 2])> {
+    let mut seen = NonFinite::default();
+    let mut first = [None, None];
     if !t.dtype.is_float() || t.numel() == 0 {
-        return Ok(());
+        return Ok((seen, first));
     }
     let host = crate::platform::host::kernels::read_device_tensor(t)?;
-    let dims = t.dims().to_vec();
     for i in 0..host.numel() {
         let v = host.get_f64(i);
-        if !v.is_finite() {
-            let mut pos = vec![0u64; dims.len()];
-            let mut rest = i as u64;
-            for d in (0..dims.len()).rev() {
-                pos[d] = rest % dims[d];
-                rest /= dims[d];
-            }
-            return Err(Error::FailedPrecondition(format!(
-                "{op}: output {index} holds {} at position {pos:?} (debug mode checks every op's outputs)",
-                if v.is_nan() { "NaN" } else { "Inf" }
-            )));
+        if v.is_nan() && !seen.nan {
+            seen.nan = true;
+            first[0] = Some(i);
+        } else if v.is_infinite() && !seen.inf {
+            seen.inf = true;
+            first[1] = Some(i);
         }
+        if seen.nan && seen.inf {
+            break;
+        }
+    }
+    Ok((seen, first))
+}
+
+/// Debug mode: a float output holding NaN or Inf when every input was
+/// finite is an error naming the op, the output and the first position.
+/// Non-finite inputs (an attention mask's -inf) excuse what follows from
+/// them (a fully masked row's NaN), as they would on any device.
+fn check_finite(op: &str, index: usize, t: &DeviceTensor, carried: NonFinite) -> Result<()> {
+    if carried.nan || carried.inf {
+        return Ok(());
+    }
+    let (_, first) = non_finite(t)?;
+    for (k, what) in ["NaN", "Inf"].into_iter().enumerate() {
+        let Some(i) = first[k] else {
+            continue;
+        };
+        let dims = t.dims().to_vec();
+        let mut pos = vec![0u64; dims.len()];
+        let mut rest = i as u64;
+        for d in (0..dims.len()).rev() {
+            pos[d] = rest % dims[d];
+            rest /= dims[d];
+        }
+        return Err(Error::FailedPrecondition(format!(
+            "{op}: output {index} holds {what} at position {pos:?}, from finite inputs \
+             (debug mode checks every op's outputs)"
+        )));
     }
     Ok(())
 }
@@ -901,5 +957,43 @@ mod tests {
         r.call_op_alloc(emb, &[w, idx], &Attrs::new(), &s).unwrap();
         let e = s.synchronize().unwrap_err().to_string();
         assert!(e.contains("embedding") && e.contains('5'), "{e}");
+    }
+
+    #[test]
+    fn debug_mode_flags_only_non_finite_values_the_op_introduced() {
+        let r = rt(1, 64 << 20);
+        let s = r.default_stream(0).unwrap();
+        crate::eager::push_mode(EagerMode::DeferNeverAndLaunchBlocking).unwrap();
+        let add = ops::lookup("add").unwrap();
+        let div = ops::lookup("div").unwrap();
+        // A mask's -inf passes through an op.
+        let mask = upload(&r, 0, &[3], &[0., f32::NEG_INFINITY, 0.]);
+        let x = upload(&r, 0, &[3], &[1., 2., 3.]);
+        let out = r
+            .call_op_alloc(add, &[x.clone(), mask], &Attrs::new(), &s)
+            .unwrap();
+        assert_eq!(download(&r, &out[0]), vec![1., f32::NEG_INFINITY, 3.]);
+        // Inf made from finite inputs (a division by zero) is an error.
+        let zero = upload(&r, 0, &[3], &[1., 0., 1.]);
+        let e = r
+            .call_op_alloc(div, &[x.clone(), zero], &Attrs::new(), &s)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("div: output 0 holds Inf at position [1]"), "{e}");
+        // NaN from finite inputs (0 / 0) is an error too; from an input
+        // holding Inf (inf - inf, a fully masked softmax row) it is not.
+        let zeros = upload(&r, 0, &[2], &[0., 0.]);
+        let e = r
+            .call_op_alloc(div, &[zeros.clone(), zeros], &Attrs::new(), &s)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("holds NaN at position [0]"), "{e}");
+        let inf = upload(&r, 0, &[2], &[f32::INFINITY, 1.]);
+        let sub = ops::lookup("sub").unwrap();
+        let out = r
+            .call_op_alloc(sub, &[inf.clone(), inf], &Attrs::new(), &s)
+            .unwrap();
+        assert!(download(&r, &out[0])[0].is_nan());
+        crate::eager::pop_mode().unwrap();
     }
 }

@@ -21,6 +21,8 @@
 #include <ATen/ops/_foreach_pow_native.h>
 #include <torch/library.h>
 
+#include <limits>
+
 #include "common.h"
 #include "generator.h"
 
@@ -66,19 +68,26 @@ Attrs dims_attrs(at::OptionalIntArrayRef dim, bool keepdim) {
 
 // --- pointwise -------------------------------------------------------------
 
+// Scalars that change from call to call (a learning rate, a step size)
+// go in as wrapped 0-dim inputs, never as attributes: an attribute is part
+// of the compiled graph's key, so each new value would compile anew.
+bool is_one(const Scalar& s) { return s.isIntegral(true) ? s.toLong() == 1 : s.toDouble() == 1.0; }
+
+// b * alpha with alpha a wrapped number (as torch computes `a + alpha * b`).
+Tensor scaled(const Tensor& b, const Scalar& alpha) { return is_one(alpha) ? b : call1("mul", {b, S(alpha, b)}); }
+
+void check_alpha(const Tensor& a, const Tensor& b, const Scalar& alpha) {
+  bool integral = !a.is_floating_point() && !b.is_floating_point();
+  TORCH_CHECK(!(integral && alpha.isFloatingPoint()),
+              "For integral input tensors, argument alpha must not be a floating point number.");
+}
 Tensor k_add(const Tensor& a, const Tensor& b, const Scalar& alpha) {
-  Attrs at;
-  if (!(alpha.isIntegral(true) && alpha.toLong() == 1)) {
-    at.f("alpha", alpha.toDouble());
-  }
-  return call1("add", {a, b}, at);
+  check_alpha(a, b, alpha);
+  return call1("add", {a, scaled(b, alpha)});
 }
 Tensor k_sub(const Tensor& a, const Tensor& b, const Scalar& alpha) {
-  Attrs at;
-  if (!(alpha.isIntegral(true) && alpha.toLong() == 1)) {
-    at.f("alpha", alpha.toDouble());
-  }
-  return call1("sub", {a, b}, at);
+  check_alpha(a, b, alpha);
+  return call1("sub", {a, scaled(b, alpha)});
 }
 Tensor k_div_mode(const Tensor& a, const Tensor& b, std::optional<c10::string_view> mode) {
   Attrs at;
@@ -114,11 +123,13 @@ Tensor k_gelu(const Tensor& x, c10::string_view approximate) {
 }
 Tensor k_lerp_s(const Tensor& a, const Tensor& b, const Scalar& w) { return call1("lerp", {a, b, S(w, a)}); }
 Tensor k_lerp_t(const Tensor& a, const Tensor& b, const Tensor& w) { return call1("lerp", {a, b, w}); }
+// self + value * t1 * t2 and self + value * t1 / t2, in torch's order of
+// operations (value * t1 first).
 Tensor k_addcmul(const Tensor& s, const Tensor& a, const Tensor& b, const Scalar& v) {
-  return call1("addcmul", {s, a, b}, Attrs().f("value", v.toDouble()));
+  return call1("addcmul", {s, scaled(a, v), b});
 }
 Tensor k_addcdiv(const Tensor& s, const Tensor& a, const Tensor& b, const Scalar& v) {
-  return call1("addcdiv", {s, a, b}, Attrs().f("value", v.toDouble()));
+  return call1("addcdiv", {s, scaled(a, v), b});
 }
 
 // --- reductions --------------------------------------------------------------
@@ -417,6 +428,210 @@ Tensor& k_arange_out(const Scalar& start, const Scalar& end, const Scalar& step,
   return into(out, r);
 }
 
+// --- advanced indexing ---------------------------------------------------------
+//
+// x[i0, i1, ...] with index tensors: the indexed dimensions are moved to the
+// front and flattened, the indices become one linear index, and one
+// index_select (or the runtime's index_put) does the work. Boolean masks
+// become indices on the host first (their result's shape depends on the
+// data, as for torch on any device).
+
+struct IndexPlan {
+  std::vector<int64_t> dims;        // the indexed dimensions of self, in order
+  std::vector<int64_t> perm;        // dims first, then the others
+  std::vector<int64_t> bshape;      // the broadcast shape of the indices
+  std::vector<int64_t> rest;        // sizes of the other dimensions
+  Tensor linear;                    // [N] i64 on the device
+  int64_t flat = 1;                 // product of the indexed sizes
+  bool move = false;                // adjacent indexed dims not at the front
+};
+
+IndexPlan plan_index(const Tensor& self, const c10::List<std::optional<Tensor>>& indices) {
+  std::vector<Tensor> per_dim;
+  for (size_t i = 0; i < indices.size(); ++i) {
+    std::optional<Tensor> o = indices.get(i);
+    if (!o.has_value() || !o->defined()) {
+      per_dim.emplace_back();
+      continue;
+    }
+    Tensor t = *o;
+    if (t.scalar_type() == at::kBool || t.scalar_type() == at::kByte) {
+      // Host nonzero: one index tensor per mask dimension.
+      Tensor nz = t.cpu().to(at::kBool).nonzero();
+      for (int64_t d = 0; d < t.dim(); ++d) per_dim.push_back(nz.select(1, d).to(self.device()));
+    } else {
+      TORCH_CHECK_INDEX(t.scalar_type() == at::kLong || t.scalar_type() == at::kInt,
+                        "tensors used as indices must be long, int, byte or bool tensors");
+      per_dim.push_back(t.device() == self.device() ? t : t.to(self.device()));
+    }
+  }
+  TORCH_CHECK_INDEX(static_cast<int64_t>(per_dim.size()) <= self.dim(), "too many indices for tensor of dimension ",
+                    self.dim(), " (got ", per_dim.size(), ")");
+  per_dim.resize(self.dim());
+  IndexPlan p;
+  std::vector<Tensor> defined;
+  for (int64_t d = 0; d < self.dim(); ++d) {
+    if (per_dim[d].defined()) {
+      p.dims.push_back(d);
+      defined.push_back(per_dim[d]);
+    }
+  }
+  TORCH_CHECK(!p.dims.empty(), "tpu: index needs at least one index tensor");
+  auto b = at::broadcast_tensors(defined);
+  p.bshape = b[0].sizes().vec();
+  p.perm = p.dims;
+  for (int64_t d = 0; d < self.dim(); ++d) {
+    if (!per_dim[d].defined()) {
+      p.perm.push_back(d);
+      p.rest.push_back(self.size(d));
+    }
+  }
+  bool adjacent = p.dims.back() - p.dims.front() + 1 == static_cast<int64_t>(p.dims.size());
+  p.move = adjacent && p.dims.front() != 0;
+  Tensor lin;
+  for (int64_t k = static_cast<int64_t>(p.dims.size()) - 1; k >= 0; --k) {
+    int64_t size = self.size(p.dims[k]);
+    Tensor ik = b[k].to(at::kLong);
+    ik = at::where(ik < 0, ik + size, ik);
+    Tensor term = p.flat == 1 ? ik : ik * p.flat;
+    lin = lin.defined() ? lin + term : term;
+    p.flat *= size;
+  }
+  p.linear = lin.reshape({-1});
+  return p;
+}
+
+// The indexing result's shape, and the permutation that takes it to
+// [broadcast dims, rest...] order.
+std::vector<int64_t> result_shape(const IndexPlan& p) {
+  std::vector<int64_t> out;
+  if (p.move) {
+    int64_t first = p.dims.front();
+    out.assign(p.rest.begin(), p.rest.begin() + first);
+    out.insert(out.end(), p.bshape.begin(), p.bshape.end());
+    out.insert(out.end(), p.rest.begin() + first, p.rest.end());
+  } else {
+    out = p.bshape;
+    out.insert(out.end(), p.rest.begin(), p.rest.end());
+  }
+  return out;
+}
+
+Tensor k_index(const Tensor& self, const c10::List<std::optional<Tensor>>& indices) {
+  IndexPlan p = plan_index(self, indices);
+  std::vector<int64_t> flat_shape{p.flat};
+  flat_shape.insert(flat_shape.end(), p.rest.begin(), p.rest.end());
+  Tensor flat = self.permute(p.perm).reshape(flat_shape);
+  Tensor out = k_index_select(flat, 0, p.linear);
+  std::vector<int64_t> front = p.bshape;
+  front.insert(front.end(), p.rest.begin(), p.rest.end());
+  out = out.reshape(front);
+  if (p.move) {
+    int64_t nb = static_cast<int64_t>(p.bshape.size());
+    std::vector<int64_t> src(nb), dst(nb);
+    for (int64_t i = 0; i < nb; ++i) {
+      src[i] = i;
+      dst[i] = p.dims.front() + i;
+    }
+    out = out.movedim(src, dst);
+  }
+  return out;
+}
+
+Tensor& k_index_put_(Tensor& self, const c10::List<std::optional<Tensor>>& indices, const Tensor& values,
+                     bool accumulate, bool unsafe) {
+  IndexPlan p = plan_index(self, indices);
+  if (p.linear.numel() == 0) return self;
+  Tensor v = values.device() == self.device() ? values : values.to(self.device());
+  v = v.to(self.scalar_type()).expand(result_shape(p));
+  if (p.move) {
+    int64_t nb = static_cast<int64_t>(p.bshape.size());
+    std::vector<int64_t> src(nb), dst(nb);
+    for (int64_t i = 0; i < nb; ++i) {
+      src[i] = p.dims.front() + i;
+      dst[i] = i;
+    }
+    v = v.movedim(src, dst);
+  }
+  std::vector<int64_t> flat_shape{p.flat};
+  flat_shape.insert(flat_shape.end(), p.rest.begin(), p.rest.end());
+  std::vector<int64_t> vshape{p.linear.numel()};
+  vshape.insert(vshape.end(), p.rest.begin(), p.rest.end());
+  Tensor view = self.permute(p.perm);
+  Tensor flat = view.reshape(flat_shape);
+  Tensor r = call1("index_put", {flat, p.linear, v.reshape(vshape)}, Attrs().b("accumulate", accumulate));
+  copy_into(view, r.reshape(view.sizes()), false);
+  return self;
+}
+
+// isin: each element compared with every test element (the test sets in
+// models are small: token ids such as eos and pad).
+Tensor k_isin(const Tensor& elements, const Tensor& test, bool assume_unique, bool invert) {
+  Tensor t = test.device() == elements.device() ? test : test.to(elements.device());
+  Tensor hit = call1("any", {call1("eq", {elements.unsqueeze(-1), t.reshape({-1})})}, Attrs().ints("dim", {-1}));
+  return invert ? call1("logical_not", {hit}) : hit;
+}
+
+// --- attention -----------------------------------------------------------------
+//
+// torch.nn.functional.scaled_dot_product_attention asks _fused_sdp_choice
+// which backend runs; for tpu the answer is "overrideable", whose forward
+// and backward ops run the runtime's attention (causal, additive or boolean
+// mask, dropout, GQA) in one op each, with autograd from torch's formula.
+
+constexpr int64_t kSdpOverrideable = 4;  // at::SDPBackend::overrideable
+
+int64_t sdp_choice(const Tensor&, const Tensor&, const Tensor&, const OptTensor&, double, bool,
+                   std::optional<double>, bool) {
+  return kSdpOverrideable;
+}
+
+Attrs sdpa_attrs(const Tensor& q, const Tensor& k, double dropout_p, bool is_causal, std::optional<double> scale) {
+  Attrs a;
+  a.b("is_causal", is_causal).f("dropout_p", dropout_p);
+  if (scale.has_value()) a.f("scale", *scale);
+  if (q.dim() >= 3 && k.dim() >= 3 && q.size(-3) != k.size(-3)) a.b("enable_gqa", true);
+  return a;
+}
+
+std::tuple<Tensor, Tensor, Tensor, Tensor, c10::SymInt, c10::SymInt, Tensor, Tensor, Tensor> sdpa_fwd(
+    const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& bias, double dropout_p, bool is_causal,
+    bool return_debug_mask, std::optional<double> scale) {
+  std::vector<Tensor> ins{q, k, v};
+  if (bias.has_value() && bias->defined()) ins.push_back(*bias);
+  Tensor seed, offset;
+  if (dropout_p > 0) {
+    auto keys = rng_inputs(std::nullopt, dev(q), static_cast<uint64_t>(q.numel() / q.size(-1) * k.size(-2)));
+    seed = keys[0];
+    offset = keys[1];
+    ins.push_back(seed);
+    ins.push_back(offset);
+  } else {
+    seed = empty({}, at::kLong, dev(q));
+    offset = empty({}, at::kLong, dev(q));
+  }
+  auto r = call("scaled_dot_product_attention", ins, sdpa_attrs(q, k, dropout_p, is_causal, scale));
+  Tensor none;
+  return {r[0], r[1], none, none, c10::SymInt(q.size(-2)), c10::SymInt(k.size(-2)), seed, offset, none};
+}
+
+std::tuple<Tensor, Tensor, Tensor, Tensor> sdpa_bwd(const Tensor& g, const Tensor& q, const Tensor& k,
+                                                    const Tensor& v, const Tensor& bias, std::array<bool, 4> mask,
+                                                    const Tensor& out, const Tensor& lse, const Tensor&, const Tensor&,
+                                                    int64_t, int64_t, double dropout_p, bool is_causal,
+                                                    const Tensor& seed, const Tensor& offset,
+                                                    std::optional<double> scale) {
+  std::vector<Tensor> ins{g, q, k, v, out, lse};
+  if (bias.defined()) ins.push_back(bias);
+  if (dropout_p > 0) {
+    ins.push_back(seed);
+    ins.push_back(offset);
+  }
+  auto r = call("scaled_dot_product_attention_backward", ins, sdpa_attrs(q, k, dropout_p, is_causal, scale));
+  // The bias gets no gradient (as torch's fused kernels: masks are inputs).
+  return {mask[0] ? r[0] : Tensor(), mask[1] ? r[1] : Tensor(), mask[2] ? r[2] : Tensor(), Tensor()};
+}
+
 // --- registration helpers ----------------------------------------------------------------
 
 #define TPU_UNARY(m, aten_name, op)                                                          \
@@ -469,6 +684,18 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("relu", [](const Tensor& x) { return call1("relu", {x}); });
   m.impl("relu_", [](Tensor& x) -> Tensor& { return inplace(x, call1("relu", {x})); });
   m.impl("isnan", [](const Tensor& x) { return call1("isnan", {x}); });
+  m.impl("isneginf", [](const Tensor& x) {
+    return x.is_floating_point() ? call1("eq", {x, S(-std::numeric_limits<double>::infinity(), x)})
+                                 : call1("ne", {x, x});
+  });
+  m.impl("isposinf", [](const Tensor& x) {
+    return x.is_floating_point() ? call1("eq", {x, S(std::numeric_limits<double>::infinity(), x)})
+                                 : call1("ne", {x, x});
+  });
+  m.impl("isinf", [](const Tensor& x) {
+    return x.is_floating_point() ? call1("eq", {call1("abs", {x}), S(std::numeric_limits<double>::infinity(), x)})
+                                 : call1("ne", {x, x});
+  });
   m.impl("isfinite", [](const Tensor& x) { return call1("isfinite", {x}); });
   m.impl("gelu", k_gelu);
   m.impl("gelu_", [](Tensor& x, c10::string_view a) -> Tensor& { return inplace(x, k_gelu(x, a)); });
@@ -682,6 +909,26 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("sort.stable", k_sort_stable);
   m.impl("topk", k_topk);
   m.impl("arange.start_out", k_arange_out);
+  m.impl("index.Tensor", k_index);
+  m.impl("index.Tensor_out", [](const Tensor& x, const c10::List<std::optional<Tensor>>& i, Tensor& out) -> Tensor& {
+    return into(out, k_index(x, i));
+  });
+  m.impl("_index_put_impl_", k_index_put_);
+  m.impl("isin.Tensor_Tensor", k_isin);
+  m.impl("isin.Tensor_Tensor_out", [](const Tensor& e, const Tensor& t, bool u, bool inv, Tensor& out) -> Tensor& {
+    return into(out, k_isin(e, t, u, inv));
+  });
+  m.impl("isin.Tensor_Scalar", [](const Tensor& e, const Scalar& t, bool u, bool inv) {
+    return k_isin(e, S(t, e), u, inv);
+  });
+  m.impl("isin.Scalar_Tensor", [](const Scalar& e, const Tensor& t, bool u, bool inv) {
+    return k_isin(S(e, t), t, u, inv);
+  });
+
+  // Attention.
+  m.impl("_fused_sdp_choice", sdp_choice);
+  m.impl("_scaled_dot_product_fused_attention_overrideable", sdpa_fwd);
+  m.impl("_scaled_dot_product_fused_attention_overrideable_backward", sdpa_bwd);
 }
 
 // Optimizers on tpu take torch's foreach path; these are torch's own

@@ -1,0 +1,102 @@
+"""PyTorch-level benchmarks of the tpu device, each against its peer in the
+same run: one JSON object per line (name, ours, peer, peer_name, unit,
+ratio = peer / ours; above 1 means tpu is faster).
+
+    .venv/bin/python bench/torch_bench.py [NAME...] [--list]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+import tpurt  # noqa: F401
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def row(name: str, ours: float, peer: float, peer_name: str, unit: str) -> None:
+    print(json.dumps({"name": name, "ours": round(ours, 3), "peer": round(peer, 3),
+                      "peer_name": peer_name, "unit": unit, "ratio": round(peer / ours, 3)}), flush=True)
+
+
+def interleaved(a, b, rounds: int) -> tuple[float, float]:
+    """Medians of a() and b(), run alternately so both see the same noise."""
+    ta, tb = [], []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        a()
+        ta.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        b()
+        tb.append(time.perf_counter() - t0)
+    return statistics.median(ta), statistics.median(tb)
+
+
+def tiny_add() -> None:
+    """Dispatch overhead: x + y on 16 floats, strict mode, 2000 ops per
+    round (the work is queued; one sync per round)."""
+    n = 2000
+    xt, yt = torch.ones(16, device="tpu"), torch.ones(16, device="tpu")
+    xc, yc = torch.ones(16), torch.ones(16)
+
+    def on_tpu():
+        for _ in range(n):
+            xt + yt
+        torch.tpu.synchronize()
+
+    def on_cpu():
+        for _ in range(n):
+            xc + yc
+
+    with torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_NEVER):
+        on_tpu()
+        ours, peer = interleaved(on_tpu, on_cpu, 15)
+    row("torch_tiny_add_16_strict", ours / n * 1e6, peer / n * 1e6, "torch CPU eager", "us/op")
+
+
+def llama_step(platform: str) -> None:
+    """The Llama training step of ANCHORS.md under defer-and-fuse, in a
+    child process (the platform is chosen per process), against torch CPU
+    eager in the same child."""
+    env = dict(os.environ, TPURT_PLATFORM=platform)
+    code = (
+        "import json, sys; sys.path.insert(0, 'examples'); import train_llama as t; import torch;"
+        "r = t.measure(steps=10, cpu_steps=6); print(json.dumps(r))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"llama step on {platform} failed:\n{out.stderr[-3000:]}")
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    row(f"torch_llama_train_step_defer_{platform}", r["tpu_ms"], r["cpu_ms"], "torch CPU eager", "ms/step")
+
+
+BENCHES = {
+    "torch_tiny_add_16_strict": tiny_add,
+    "torch_llama_train_step_defer_host": lambda: llama_step("host"),
+    "torch_llama_train_step_defer_xla": lambda: llama_step("xla"),
+}
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    if "--list" in args:
+        print("\n".join(BENCHES))
+        return
+    for a in args:
+        if a not in BENCHES:
+            raise SystemExit(f"unknown benchmark {a!r}; known: {', '.join(BENCHES)}")
+    for name, fn in BENCHES.items():
+        if not args or name in args:
+            fn()
+
+
+if __name__ == "__main__":
+    main()

@@ -564,6 +564,16 @@ Tensor& k_index_put_(Tensor& self, const c10::List<std::optional<Tensor>>& indic
   return self;
 }
 
+// index_copy: x[..., index[i], ...] = source[..., i, ...] along `dim` (the
+// static KV cache's update), as an index_put with the leading dims free.
+Tensor& k_index_copy_(Tensor& self, int64_t dim, const Tensor& index, const Tensor& source) {
+  dim = at::maybe_wrap_dim(dim, self.dim());
+  c10::List<std::optional<Tensor>> idx;
+  for (int64_t d = 0; d < dim; ++d) idx.push_back(std::nullopt);
+  idx.push_back(index.dim() == 0 ? index.reshape({1}) : index);
+  return k_index_put_(self, idx, source, false, false);
+}
+
 // isin: each element compared with every test element (the test sets in
 // models are small: token ids such as eos and pad).
 Tensor k_isin(const Tensor& elements, const Tensor& test, bool assume_unique, bool invert) {
@@ -914,6 +924,15 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
     return into(out, k_index(x, i));
   });
   m.impl("_index_put_impl_", k_index_put_);
+  m.impl("index_copy_", k_index_copy_);
+  m.impl("index_copy", [](const Tensor& x, int64_t d, const Tensor& i, const Tensor& s) {
+    Tensor r = call1("copy", {x});
+    return k_index_copy_(r, d, i, s);
+  });
+  m.impl("index_copy.out", [](const Tensor& x, int64_t d, const Tensor& i, const Tensor& s, Tensor& out) -> Tensor& {
+    if (!out.is_same(x)) into(out, x);
+    return k_index_copy_(out, d, i, s);
+  });
   m.impl("isin.Tensor_Tensor", k_isin);
   m.impl("isin.Tensor_Tensor_out", [](const Tensor& e, const Tensor& t, bool u, bool inv, Tensor& out) -> Tensor& {
     return into(out, k_isin(e, t, u, inv));

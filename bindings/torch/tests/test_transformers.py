@@ -101,3 +101,15 @@ def test_sdpa_forward_and_backward_match_cpu(mode, no_fallback):
         torch.testing.assert_close(out.detach().cpu(), ref.detach(), atol=1e-5, rtol=1e-4)
         for a, b in ((gq, dq), (gk, dk), (gv, dv)):
             torch.testing.assert_close(b.cpu(), a, atol=1e-5, rtol=1e-4)
+
+
+def test_from_pretrained_with_device_map_tpu(tmp_path, no_fallback):
+    torch.manual_seed(0)
+    model = llama()
+    model.save_pretrained(tmp_path)
+    loaded = transformers.LlamaForCausalLM.from_pretrained(tmp_path, device_map="tpu")
+    assert all(p.device.type == "tpu" for p in loaded.parameters())
+    with torch.no_grad():
+        torch.testing.assert_close(
+            loaded(IDS.to("tpu")).logits.cpu(), model(IDS).logits, atol=2e-5, rtol=1e-4
+        )

@@ -53,3 +53,12 @@ _register()
 atexit.register(_let_autograd_threads_finish)
 
 from . import tpu  # noqa: E402  (after registration, as torch.tpu)
+
+
+def _register_compiler() -> None:
+    # Imported lazily by torch.compile's backend lookup would be too late
+    # for backend="tpu"; dynamo's registry is light to import.
+    from . import compiler  # noqa: F401
+
+
+_register_compiler()

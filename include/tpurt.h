@@ -412,6 +412,28 @@ struct tpurt_status *tpurt_op_launch(struct tpurt_runtime rt,
                                      size_t num_attrs,
                                      struct tpurt_stream stream);
 
+// Run op `op` with its outputs allocated (contiguous) from the pool of
+// `device` (the inputs' device), on `stream` (zero: that device's default
+// stream): one call instead of infer, allocate and launch. The outputs
+// come back as new buffers in `out_buffers` (each the caller's, freed with
+// `tpurt_buffer_free`), their types in `out_types` and their device
+// addresses (see `tpurt_buffer_get_address`) in `out_addresses` (may be
+// NULL), each of `capacity` entries; `*num_outputs` gets the count. Too
+// small a capacity is an error before anything runs.
+struct tpurt_status *tpurt_op_call(struct tpurt_runtime rt,
+                                   uint32_t op,
+                                   const struct tpurt_tensor *inputs,
+                                   size_t num_inputs,
+                                   const struct tpurt_attr *attrs,
+                                   size_t num_attrs,
+                                   uint32_t device,
+                                   struct tpurt_stream stream,
+                                   struct tpurt_buffer *out_buffers,
+                                   struct tpurt_tensor_type *out_types,
+                                   uint64_t *out_addresses,
+                                   size_t capacity,
+                                   size_t *num_outputs);
+
 // Compile a whole graph given in its canonical JSON form (see
 // runtime/src/ir/graph.rs), through the compile cache.
 struct tpurt_status *tpurt_graph_compile(struct tpurt_runtime rt,

@@ -12,7 +12,8 @@ use tpurt_core::{DeviceTensor, Error, Result, Runtime};
 use crate::buffer::{buffer_of, tpurt_buffer, TPURT_MAX_DIMS};
 use crate::handles::{HandleTable, Kind};
 use crate::runtime::{
-    c_str, check_struct_size, out_ptr, runtime_of, tpurt_runtime, write_versioned, RUNTIMES,
+    c_str, check_struct_size, out_ptr, runtime_of, tpurt_runtime, write_versioned, BUFFERS,
+    RUNTIMES,
 };
 use crate::status::{guard, tpurt_status};
 use crate::stream::{stream_or_default, tpurt_stream};
@@ -116,12 +117,17 @@ fn dtype_of(code: u32) -> Result<DType> {
     DType::from_code(code)
 }
 
-fn u64s<'a>(ptr: *const u64, n: usize, what: &str) -> Result<&'a [u64]> {
+/// `what` names the array in an error; built only when there is one (this
+/// is every op launch's path).
+fn u64s<'a>(ptr: *const u64, n: usize, what: impl Fn() -> String) -> Result<&'a [u64]> {
     if n == 0 {
         return Ok(&[]);
     }
     if ptr.is_null() {
-        return Err(Error::invalid(format!("{what} is NULL but ndim is {n}")));
+        return Err(Error::invalid(format!(
+            "{} is NULL but ndim is {n}",
+            what()
+        )));
     }
     // SAFETY: non-null and holding n values for the call (caller's contract; n is bounded).
     Ok(unsafe { std::slice::from_raw_parts(ptr, n) })
@@ -152,32 +158,42 @@ fn within(what: &str) -> impl Fn(Error) -> Error + '_ {
     }
 }
 
-fn tensor_of(t: &tpurt_tensor, owner: u64, what: &str) -> Result<DeviceTensor> {
+/// Prefix an argument error with where it was found (named lazily).
+fn within_lazy(what: impl Fn() -> String) -> impl Fn(Error) -> Error {
+    move |e| match e {
+        Error::InvalidArgument(m) => Error::InvalidArgument(format!("{}: {m}", what())),
+        Error::InvalidHandle(m) => Error::InvalidHandle(format!("{}: {m}", what())),
+        other => other,
+    }
+}
+
+fn tensor_of(t: &tpurt_tensor, owner: u64, list: &str, i: usize) -> Result<DeviceTensor> {
+    let what = || format!("{list}[{i}]");
     check_struct_size(t.struct_size, "tpurt_tensor")?;
     if t.ndim > TPURT_MAX_DIMS {
         return Err(Error::invalid(format!(
-            "{what}: ndim {} exceeds {TPURT_MAX_DIMS}",
+            "{}: ndim {} exceeds {TPURT_MAX_DIMS}",
+            what(),
             t.ndim
         )));
     }
-    let (buffer, b_owner) = buffer_of(t.buffer).map_err(within(what))?;
+    let (buffer, b_owner) = buffer_of(t.buffer).map_err(within_lazy(what))?;
     if b_owner != owner {
         return Err(Error::invalid(format!(
-            "{what}: the buffer belongs to a different runtime"
+            "{}: the buffer belongs to a different runtime",
+            what()
         )));
     }
-    let dtype = dtype_of(t.dtype).map_err(within(what))?;
-    let sizes = u64s(t.sizes, t.ndim as usize, &format!("{what}.sizes"))?;
+    let dtype = dtype_of(t.dtype).map_err(within_lazy(what))?;
+    let sizes = u64s(t.sizes, t.ndim as usize, || format!("{}.sizes", what()))?;
     let strides = if t.strides.is_null() {
         None
     } else {
-        Some(u64s(
-            t.strides,
-            t.ndim as usize,
-            &format!("{what}.strides"),
-        )?)
+        Some(u64s(t.strides, t.ndim as usize, || {
+            format!("{}.strides", what())
+        })?)
     };
-    DeviceTensor::new(buffer, dtype, t.offset_bytes, sizes, strides).map_err(within(what))
+    DeviceTensor::new(buffer, dtype, t.offset_bytes, sizes, strides).map_err(within_lazy(what))
 }
 
 fn tensors_of(
@@ -189,7 +205,7 @@ fn tensors_of(
     slice_of(ptr, n, what)?
         .iter()
         .enumerate()
-        .map(|(i, t)| tensor_of(t, owner, &format!("{what}[{i}]")))
+        .map(|(i, t)| tensor_of(t, owner, what, i))
         .collect()
 }
 
@@ -243,7 +259,7 @@ pub extern "C" fn tpurt_op_lookup(name: *const c_char, op_id: *mut u32) -> *mut 
 }
 
 fn op_id(id: u32) -> Result<OpId> {
-    let n = ops::op_names().len() as u32;
+    let n = ops::op_count() as u32;
     if id >= n {
         return Err(Error::NotFound(format!("op id {id} (there are {n} ops)")));
     }
@@ -336,6 +352,77 @@ pub extern "C" fn tpurt_op_launch(
         let device = outs.first().or(ins.first()).map_or(0, |t| t.buffer.chip());
         let s = stream_or_default(stream, &runtime, rt.handle, device)?;
         runtime.call_op(op, &ins, &outs, &attrs, &s)
+    })
+}
+
+/// Run op `op` with its outputs allocated (contiguous) from the pool of
+/// `device` (the inputs' device), on `stream` (zero: that device's default
+/// stream): one call instead of infer, allocate and launch. The outputs
+/// come back as new buffers in `out_buffers` (each the caller's, freed with
+/// `tpurt_buffer_free`), their types in `out_types` and their device
+/// addresses (see `tpurt_buffer_get_address`) in `out_addresses` (may be
+/// NULL), each of `capacity` entries; `*num_outputs` gets the count. Too
+/// small a capacity is an error before anything runs.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub extern "C" fn tpurt_op_call(
+    rt: tpurt_runtime,
+    op: u32,
+    inputs: *const tpurt_tensor,
+    num_inputs: usize,
+    attrs: *const tpurt_attr,
+    num_attrs: usize,
+    device: u32,
+    stream: tpurt_stream,
+    out_buffers: *mut tpurt_buffer,
+    out_types: *mut tpurt_tensor_type,
+    out_addresses: *mut u64,
+    capacity: usize,
+    num_outputs: *mut usize,
+) -> *mut tpurt_status {
+    guard(|| {
+        let runtime = runtime_of(rt)?;
+        let op = op_id(op)?;
+        let name = ops::op_name(op);
+        let count = out_ptr(num_outputs, "num_outputs")?;
+        let ins = tensors_of(inputs, num_inputs, rt.handle, "inputs").map_err(within(name))?;
+        let attrs = attrs_of(attrs, num_attrs).map_err(within(name))?;
+        let device = device as usize;
+        runtime.device(device)?;
+        let s = stream_or_default(stream, &runtime, rt.handle, device)?;
+        let room = if out_buffers.is_null() || out_types.is_null() {
+            0
+        } else {
+            capacity
+        };
+        let outs = runtime.call_op_alloc_at_most(op, &ins, &attrs, &s, room)?;
+        *count = outs.len();
+        for (i, t) in outs.into_iter().enumerate() {
+            let rank = t.dims().len();
+            if rank > TPURT_MAX_DIMS as usize {
+                return Err(Error::invalid(format!(
+                    "{name}: output {i} has rank {rank} > {TPURT_MAX_DIMS}"
+                )));
+            }
+            let mut ty = tpurt_tensor_type {
+                dtype: t.dtype as u32,
+                ndim: rank as u32,
+                sizes: [0; 16],
+            };
+            ty.sizes[..rank].copy_from_slice(t.dims());
+            let address = t.buffer.address();
+            let handle = BUFFERS.insert(rt.handle, t.buffer);
+            // SAFETY: the arrays hold `capacity` >= the output count entries
+            // (call_op_alloc_at_most checked it); out_addresses may be NULL.
+            unsafe {
+                *out_types.add(i) = ty;
+                *out_buffers.add(i) = tpurt_buffer { handle };
+                if !out_addresses.is_null() {
+                    *out_addresses.add(i) = address;
+                }
+            }
+        }
+        Ok(())
     })
 }
 

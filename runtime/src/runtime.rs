@@ -527,9 +527,21 @@ impl Runtime {
         attrs: &Attrs,
         stream: &Stream,
     ) -> Result<()> {
-        let name = ops::op_name(op);
         let types: Vec<TensorType> = inputs.iter().map(DeviceTensor::ty).collect();
         let entry = self.op_entry(op, &types, attrs)?;
+        self.call_entry(op, &entry, inputs, outputs, stream)
+    }
+
+    /// `call_op` for an op whose entry is at hand.
+    fn call_entry(
+        &self,
+        op: OpId,
+        entry: &OpEntry,
+        inputs: &[DeviceTensor],
+        outputs: &[DeviceTensor],
+        stream: &Stream,
+    ) -> Result<()> {
+        let name = ops::op_name(op);
         let mode = current_mode();
         if mode == EagerMode::DeferAndFuse {
             check_devices(name, inputs, outputs, stream)?;
@@ -542,7 +554,7 @@ impl Runtime {
             };
             return stream.defer(op, &self.compiler);
         }
-        let exe = self.entry_executable(&entry)?;
+        let exe = self.entry_executable(entry)?;
         let debug = mode == EagerMode::DeferNeverAndLaunchBlocking;
         // Debug mode flags NaN and Inf an op makes from finite inputs;
         // non-finite inputs (an attention mask's -inf) excuse its outputs.
@@ -574,16 +586,38 @@ impl Runtime {
         attrs: &Attrs,
         stream: &Stream,
     ) -> Result<Vec<DeviceTensor>> {
+        self.call_op_alloc_at_most(op, inputs, attrs, stream, usize::MAX)
+    }
+
+    /// As `call_op_alloc`, but an op with more than `max_outputs` outputs
+    /// is an error before anything is allocated or run (a frontend's output
+    /// array has room for that many).
+    pub fn call_op_alloc_at_most(
+        &self,
+        op: OpId,
+        inputs: &[DeviceTensor],
+        attrs: &Attrs,
+        stream: &Stream,
+        max_outputs: usize,
+    ) -> Result<Vec<DeviceTensor>> {
         let types: Vec<TensorType> = inputs.iter().map(DeviceTensor::ty).collect();
-        let outputs = self
-            .op_output_types(op, &types, attrs)?
+        let entry = self.op_entry(op, &types, attrs)?;
+        let out_types = entry.graph.output_types();
+        if out_types.len() > max_outputs {
+            return Err(Error::invalid(format!(
+                "{}: the op has {} outputs, more than the {max_outputs} there is room for",
+                ops::op_name(op),
+                out_types.len()
+            )));
+        }
+        let outputs = out_types
             .iter()
             .map(|t| {
                 let buf = self.allocate(stream.chip(), t.nbytes(), stream)?;
                 DeviceTensor::contiguous(buf, t.dtype, &t.dims)
             })
             .collect::<Result<Vec<_>>>()?;
-        self.call_op(op, inputs, &outputs, attrs, stream)?;
+        self.call_entry(op, &entry, inputs, &outputs, stream)?;
         Ok(outputs)
     }
 

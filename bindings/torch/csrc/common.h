@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <list>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,10 @@ c10::DataPtr allocate(int device, size_t nbytes);
 // Grow or shrink a storage's bytes, keeping its contents (resize_).
 void resize_bytes(const c10::Storage& storage, size_t nbytes);
 at::Tensor empty(at::IntArrayRef size, at::ScalarType dtype, int device);
+// An op's output (from tpurt_op_call) as a contiguous tensor that owns it.
+at::Tensor wrap_output(tpurt_buffer buffer, uint64_t address, const tpurt_tensor_type& ty, int device);
+// A contiguous tensor whose storage is `buffer` (which it now owns).
+at::Tensor wrap_buffer(tpurt_buffer buffer, at::ScalarType dtype, at::IntArrayRef sizes, int device);
 
 // --- devices and streams ------------------------------------------------
 int current_device();
@@ -62,27 +67,35 @@ tpurt_stream stream_handle(const c10::Stream& s);
 c10::Stream stream_from_id(int device, int64_t id);
 
 // --- tensors ------------------------------------------------------------
-// A tensor as the C ABI describes it; owns the size and stride arrays.
+// A tensor as the C ABI describes it; owns the size and stride arrays
+// (inline: building one allocates nothing).
 struct Desc {
   tpurt_tensor t{};
-  std::vector<uint64_t> sizes;
-  std::vector<uint64_t> strides;
-  explicit Desc(const at::Tensor& x);
+  uint64_t sizes[TPURT_MAX_DIMS];
+  uint64_t strides[TPURT_MAX_DIMS];
+  Desc() = default;
+  explicit Desc(const at::Tensor& x) { fill(x); }
+  void fill(const at::Tensor& x);
   Desc(const Desc&) = delete;
   Desc& operator=(const Desc&) = delete;
 };
 // tpurt_layout of a tpu tensor (owning its arrays as Desc does).
 struct LayoutDesc {
   tpurt_layout l{};
-  std::vector<uint64_t> sizes;
-  std::vector<uint64_t> strides;
+  uint64_t sizes[TPURT_MAX_DIMS];
+  uint64_t strides[TPURT_MAX_DIMS];
   explicit LayoutDesc(const at::Tensor& x);
 };
 
 // --- ops ----------------------------------------------------------------
 // Attributes for an op call; owns every array and string it points at.
+// Names must be string literals (they are not copied). Empty, it
+// allocates nothing.
 class Attrs {
  public:
+  Attrs() = default;
+  Attrs(const Attrs& o);
+  Attrs& operator=(const Attrs&) = delete;
   Attrs& i(const char* name, int64_t v);
   Attrs& f(const char* name, double v);
   Attrs& b(const char* name, bool v);
@@ -95,10 +108,10 @@ class Attrs {
  private:
   tpurt_attr& add(const char* name, uint32_t kind);
   std::vector<tpurt_attr> items_;
-  std::deque<std::string> names_;
-  std::deque<std::string> strings_;
-  std::deque<std::vector<int64_t>> ints_;
-  std::deque<std::vector<double>> floats_;
+  // Lists: pointers into their elements stay valid as they grow.
+  std::list<std::string> strings_;
+  std::list<std::vector<int64_t>> ints_;
+  std::list<std::vector<double>> floats_;
 };
 
 // Run a runtime op on tpu tensors (0-dim CPU tensors are moved over;

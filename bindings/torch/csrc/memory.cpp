@@ -43,12 +43,55 @@ TpuAllocator g_allocator;
 
 c10::Allocator* allocator() { return &g_allocator; }
 
+namespace {
+c10::DataPtr data_ptr_of(tpurt_buffer b, int device);
+}
+
 c10::DataPtr allocate(int device, size_t nbytes) {
   check_device(device);
   tpurt_buffer b{0};
   auto stream = stream_handle(current_stream(device));
   check(tpurt_buffer_allocate(runtime(), static_cast<uint32_t>(device), nbytes, stream, &b),
         "allocating " + std::to_string(nbytes) + " bytes on tpu:" + std::to_string(device));
+  return data_ptr_of(b, device);
+}
+
+at::Tensor wrap_buffer(tpurt_buffer buffer, at::ScalarType dtype, at::IntArrayRef sizes, int device) {
+  uint64_t nbytes = 0;
+  uint32_t dev = 0;
+  tpurt_status* s = tpurt_buffer_get_info(buffer, &nbytes, &dev);
+  if (s != nullptr) {
+    tpurt_status_destroy(tpurt_buffer_free(buffer));
+    check(s, "reading an output buffer");
+  }
+  c10::Storage storage(c10::Storage::use_byte_size_t(), static_cast<size_t>(nbytes), data_ptr_of(buffer, device),
+                       allocator(), true);
+  auto t = at::detail::make_tensor<c10::TensorImpl>(std::move(storage),
+                                                    c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                                    caffe2::TypeMeta::fromScalarType(dtype));
+  t.unsafeGetTensorImpl()->set_sizes_contiguous(sizes);
+  return t;
+}
+
+at::Tensor wrap_output(tpurt_buffer buffer, uint64_t address, const tpurt_tensor_type& ty, int device) {
+  auto dtype = scalar_type_of(ty.dtype);
+  size_t numel = 1;
+  for (uint32_t d = 0; d < ty.ndim; ++d) numel *= ty.sizes[d];
+  c10::DataPtr dp(reinterpret_cast<void*>(address), new BufferCtx{buffer}, &free_buffer,
+                  c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device)));
+  c10::Storage storage(c10::Storage::use_byte_size_t(), numel * c10::elementSize(dtype), std::move(dp), allocator(),
+                       true);
+  auto t = at::detail::make_tensor<c10::TensorImpl>(std::move(storage),
+                                                    c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                                    caffe2::TypeMeta::fromScalarType(dtype));
+  int64_t sizes[TPURT_MAX_DIMS];
+  for (uint32_t d = 0; d < ty.ndim; ++d) sizes[d] = static_cast<int64_t>(ty.sizes[d]);
+  t.unsafeGetTensorImpl()->set_sizes_contiguous(c10::IntArrayRef(sizes, ty.ndim));
+  return t;
+}
+
+namespace {
+c10::DataPtr data_ptr_of(tpurt_buffer b, int device) {
   uint64_t address = 0;
   tpurt_status* s = tpurt_buffer_get_address(b, &address);
   if (s != nullptr) {
@@ -58,6 +101,7 @@ c10::DataPtr allocate(int device, size_t nbytes) {
   return c10::DataPtr(reinterpret_cast<void*>(address), new BufferCtx{b}, &free_buffer,
                       c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device)));
 }
+}  // namespace
 
 tpurt_buffer buffer_of_data_ptr(const c10::DataPtr& dp) {
   TORCH_CHECK(dp.get_deleter() == &free_buffer,

@@ -4,6 +4,8 @@
 #include <array>
 #include <atomic>
 #include <cstring>
+#include <memory>
+#include <optional>
 #include <mutex>
 #include <pthread.h>
 #include <unordered_map>
@@ -144,7 +146,8 @@ struct StreamTable {
   // Created streams; id = index + 1. Handles live as long as the process
   // (as torch's streams do).
   std::vector<std::pair<int, tpurt_stream>> created;
-  std::array<tpurt_stream, kMaxDevices> defaults{};
+  // Default streams' handles, once looked up (0: not yet).
+  std::array<std::atomic<uint64_t>, kMaxDevices> defaults{};
 };
 
 StreamTable& streams() {
@@ -205,14 +208,20 @@ tpurt_stream stream_handle(const c10::Stream& s) {
   int device = s.device_index();
   check_device(device);
   auto& t = streams();
-  std::lock_guard<std::mutex> g(t.mu);
   if (s.id() == 0) {
-    if (t.defaults[device].handle == 0) {
-      check(tpurt_stream_get_default(runtime(), static_cast<uint32_t>(device), &t.defaults[device]),
-            "getting the default stream");
+    uint64_t h = t.defaults[device].load(std::memory_order_acquire);
+    if (h == 0) {
+      tpurt_stream d{0};
+      check(tpurt_stream_get_default(runtime(), static_cast<uint32_t>(device), &d), "getting the default stream");
+      uint64_t expected = 0;
+      if (!t.defaults[device].compare_exchange_strong(expected, d.handle)) {
+        tpurt_status_destroy(tpurt_stream_destroy(d));  // another thread won; same stream
+      }
+      h = t.defaults[device].load(std::memory_order_acquire);
     }
-    return t.defaults[device];
+    return tpurt_stream{h};
   }
+  std::lock_guard<std::mutex> g(t.mu);
   auto idx = static_cast<size_t>(s.id());
   TORCH_CHECK(s.id() > 0 && idx <= t.created.size() && t.created[idx - 1].first == device,
               "tpu: stream id ", s.id(), " is not a stream of tpu:", device);
@@ -226,8 +235,6 @@ template <typename D>
 void fill_dims(const at::Tensor& x, D& d) {
   TORCH_CHECK(x.dim() <= TPURT_MAX_DIMS, "tpu: tensors have at most ", TPURT_MAX_DIMS,
               " dimensions, got ", x.dim());
-  d.sizes.resize(x.dim());
-  d.strides.resize(x.dim());
   for (int64_t i = 0; i < x.dim(); ++i) {
     d.sizes[i] = static_cast<uint64_t>(x.size(i));
     int64_t st = x.size(i) == 1 ? 0 : x.stride(i);
@@ -242,7 +249,7 @@ uint64_t offset_bytes(const at::Tensor& x) {
 }
 }  // namespace
 
-Desc::Desc(const at::Tensor& x) {
+void Desc::fill(const at::Tensor& x) {
   TORCH_CHECK(x.device().type() == c10::DeviceType::PrivateUse1, "tpu: expected a tpu tensor, got ",
               x.device());
   fill_dims(x, *this);
@@ -251,8 +258,8 @@ Desc::Desc(const at::Tensor& x) {
   t.dtype = dtype_of(x.scalar_type());
   t.ndim = static_cast<uint32_t>(x.dim());
   t.offset_bytes = offset_bytes(x);
-  t.sizes = sizes.data();
-  t.strides = strides.data();
+  t.sizes = sizes;
+  t.strides = strides;
 }
 
 LayoutDesc::LayoutDesc(const at::Tensor& x) {
@@ -261,16 +268,27 @@ LayoutDesc::LayoutDesc(const at::Tensor& x) {
   l.offset_bytes = offset_bytes(x);
   l.ndim = static_cast<uint32_t>(x.dim());
   l.elem_size = static_cast<uint32_t>(x.element_size());
-  l.sizes = sizes.data();
-  l.strides = strides.data();
+  l.sizes = sizes;
+  l.strides = strides;
 }
 
 // --- attributes ---------------------------------------------------------------
 
+Attrs::Attrs(const Attrs& o) {
+  // Deep copy: the items point into the copy's own lists.
+  for (const auto& a : o.items_) {
+    switch (a.kind) {
+      case TPURT_ATTR_INTS: ints(a.name, at::IntArrayRef(a.ints, a.count)); break;
+      case TPURT_ATTR_FLOATS: floats(a.name, at::ArrayRef<double>(a.floats, a.count)); break;
+      case TPURT_ATTR_STRING: str(a.name, a.string); break;
+      default: items_.push_back(a);
+    }
+  }
+}
+
 tpurt_attr& Attrs::add(const char* name, uint32_t kind) {
-  names_.emplace_back(name);
   tpurt_attr a{};
-  a.name = names_.back().c_str();
+  a.name = name;
   a.kind = kind;
   items_.push_back(a);
   return items_.back();
@@ -317,9 +335,9 @@ Attrs& Attrs::str(const char* name, const std::string& v) {
 namespace {
 
 uint32_t op_id(const char* name) {
-  static std::mutex mu;
-  static std::unordered_map<std::string, uint32_t> ids;
-  std::lock_guard<std::mutex> g(mu);
+  // Op names are string literals: a per-thread map keyed by their address
+  // needs no lock and no string.
+  thread_local std::unordered_map<const char*, uint32_t> ids;
   auto it = ids.find(name);
   if (it != ids.end()) {
     return it->second;
@@ -357,28 +375,31 @@ std::vector<at::Tensor> on_device(const std::vector<at::Tensor>& inputs, int dev
   return out;
 }
 
-Attrs with_wrapped(const Attrs& attrs, const std::vector<int64_t>& wrapped) {
+// `attrs`, plus the wrapped-number indices when there are any (a copy is
+// made only then).
+const Attrs& with_wrapped(const Attrs& attrs, const std::vector<int64_t>& wrapped,
+                          std::optional<Attrs>& storage) {
   if (wrapped.empty()) {
     return attrs;
   }
-  Attrs a = attrs;
-  a.ints("wrapped", wrapped);
-  return a;
+  storage.emplace(attrs);
+  storage->ints("wrapped", wrapped);
+  return *storage;
 }
 
 void launch(uint32_t id, const char* op, const std::vector<at::Tensor>& ins,
             const std::vector<at::Tensor>& outs, const Attrs& attrs, int device) {
-  std::deque<Desc> in_d;
-  std::vector<tpurt_tensor> in_t;
-  for (const auto& x : ins) {
-    in_d.emplace_back(x);
-    in_t.push_back(in_d.back().t);
+  std::unique_ptr<Desc[]> in_d(new Desc[ins.size()]);
+  std::vector<tpurt_tensor> in_t(ins.size());
+  for (size_t i = 0; i < ins.size(); ++i) {
+    in_d[i].fill(ins[i]);
+    in_t[i] = in_d[i].t;
   }
-  std::deque<Desc> out_d;
-  std::vector<tpurt_tensor> out_t;
-  for (const auto& x : outs) {
-    out_d.emplace_back(x);
-    out_t.push_back(out_d.back().t);
+  std::unique_ptr<Desc[]> out_d(new Desc[outs.size()]);
+  std::vector<tpurt_tensor> out_t(outs.size());
+  for (size_t i = 0; i < outs.size(); ++i) {
+    out_d[i].fill(outs[i]);
+    out_t[i] = out_d[i].t;
   }
   const auto& a = attrs.items();
   check(tpurt_op_launch(runtime(), id, in_t.data(), in_t.size(), out_t.data(), out_t.size(),
@@ -403,33 +424,43 @@ std::vector<at::Tensor> call(const char* op, const std::vector<at::Tensor>& inpu
   uint32_t id = op_id(op);
   std::vector<int64_t> wrapped;
   auto ins = on_device(inputs, device, op, wrapped);
-  Attrs a = with_wrapped(attrs, wrapped);
-  // Output types first, so the outputs come from torch's allocator.
-  std::vector<tpurt_tensor_type> in_types(ins.size());
-  for (size_t i = 0; i < ins.size(); ++i) {
-    auto& ty = in_types[i];
-    ty.dtype = dtype_of(ins[i].scalar_type());
-    ty.ndim = static_cast<uint32_t>(ins[i].dim());
-    TORCH_CHECK(ins[i].dim() <= TPURT_MAX_DIMS, "tpu: ", op, ": input ", i, " has ", ins[i].dim(),
-                " dimensions, more than ", TPURT_MAX_DIMS);
-    for (int64_t d = 0; d < ins[i].dim(); ++d) {
-      ty.sizes[d] = static_cast<uint64_t>(ins[i].size(d));
-    }
+  std::optional<Attrs> extended;
+  const Attrs& a = with_wrapped(attrs, wrapped, extended);
+  // One call: the runtime allocates the outputs from the device's pool and
+  // queues the op; the buffers become the storages of new tensors.
+  constexpr size_t kInline = 4;
+  Desc in_small[kInline];
+  std::unique_ptr<Desc[]> in_big;
+  Desc* in_d = in_small;
+  if (ins.size() > kInline) {
+    in_big.reset(new Desc[ins.size()]);
+    in_d = in_big.get();
   }
-  std::array<tpurt_tensor_type, 8> out_types{};
+  tpurt_tensor in_t_small[kInline];
+  std::vector<tpurt_tensor> in_t_big;
+  tpurt_tensor* in_t = in_t_small;
+  if (ins.size() > kInline) {
+    in_t_big.resize(ins.size());
+    in_t = in_t_big.data();
+  }
+  for (size_t i = 0; i < ins.size(); ++i) {
+    in_d[i].fill(ins[i]);
+    in_t[i] = in_d[i].t;
+  }
+  std::array<tpurt_buffer, 8> bufs{};
+  std::array<tpurt_tensor_type, 8> types{};
+  std::array<uint64_t, 8> addrs{};
   size_t n_out = 0;
   const auto& items = a.items();
-  check(tpurt_op_infer(id, in_types.data(), in_types.size(), items.data(), items.size(),
-                       out_types.data(), out_types.size(), &n_out),
+  check(tpurt_op_call(runtime(), id, in_t, ins.size(), items.data(), items.size(), static_cast<uint32_t>(device),
+                      stream_handle(current_stream(device)), bufs.data(), types.data(), addrs.data(), bufs.size(),
+                      &n_out),
         op);
   std::vector<at::Tensor> outs;
   outs.reserve(n_out);
   for (size_t i = 0; i < n_out; ++i) {
-    const auto& ty = out_types[i];
-    std::vector<int64_t> sizes(ty.sizes, ty.sizes + ty.ndim);
-    outs.push_back(empty(sizes, scalar_type_of(ty.dtype), device));
+    outs.push_back(wrap_output(bufs[i], addrs[i], types[i], device));
   }
-  launch(id, op, ins, outs, a, device);
   return outs;
 }
 
@@ -444,7 +475,8 @@ void call_into(const char* op, const std::vector<at::Tensor>& inputs,
   int device = device_of(inputs.empty() ? outputs : inputs, op);
   std::vector<int64_t> wrapped;
   auto ins = on_device(inputs, device, op, wrapped);
-  launch(op_id(op), op, ins, outputs, with_wrapped(attrs, wrapped), device);
+  std::optional<Attrs> extended;
+  launch(op_id(op), op, ins, outputs, with_wrapped(attrs, wrapped, extended), device);
 }
 
 at::Tensor scalar_on(const at::Scalar& s, int device) {

@@ -416,6 +416,24 @@ static void test_ops_modes_graphs_and_cache(void) {
   OK(tpurt_copy_device_to_host(bo, NULL, out, sizeof out, none, 0));
   CHECK(out[0] == 3 && out[5] == 18);
 
+  /* tpurt_op_call: the same add with its output allocated by the call. */
+  tpurt_buffer made[2];
+  tpurt_tensor_type made_types[2];
+  size_t nmade = 0;
+  uint64_t made_addr[2] = {0, 0}, addr_check = 1;
+  OK(tpurt_op_call(rt, add_id, ins, 2, &alpha, 1, 0, none, made, made_types, made_addr, 2, &nmade));
+  CHECK(nmade == 1 && made_types[0].dtype == TPURT_DTYPE_F32 && made_types[0].ndim == 2);
+  OK(tpurt_buffer_get_address(made[0], &addr_check));
+  CHECK(made_addr[0] == addr_check && addr_check != 0);
+  CHECK(made_types[0].sizes[0] == 2 && made_types[0].sizes[1] == 3);
+  OK(tpurt_copy_device_to_host(made[0], NULL, out, sizeof out, none, 0));
+  CHECK(out[0] == 3 && out[5] == 18);
+  OK(tpurt_buffer_free(made[0]));
+  ERR(tpurt_op_call(rt, add_id, ins, 2, &alpha, 1, 0, none, made, made_types, NULL, 0, &nmade),
+      TPURT_CODE_INVALID_ARGUMENT, "the op has 1 outputs, more than the 0");
+  ERR(tpurt_op_call(rt, add_id, ins, 2, &alpha, 1, 7, none, made, made_types, NULL, 2, &nmade),
+      TPURT_CODE_NOT_FOUND, "device 7");
+
   /* A transposed view as input: softmax over dim 0 of x^T equals softmax over rows of x. */
   tpurt_tensor xt = tensor_of(bx, TPURT_DTYPE_F32, 2, s32, st, 0);
   tpurt_tensor ot = tensor_of(bo, TPURT_DTYPE_F32, 2, s32, NULL, 0);

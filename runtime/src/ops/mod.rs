@@ -142,6 +142,11 @@ pub fn op_name(id: OpId) -> &'static str {
         .map_or("<unknown op>", |d| d.name)
 }
 
+/// The number of ops (ids are 0 to this, exclusive).
+pub fn op_count() -> usize {
+    registry().defs.len()
+}
+
 /// Every op's name, in registry order.
 pub fn op_names() -> Vec<&'static str> {
     registry().defs.iter().map(|d| d.name).collect()

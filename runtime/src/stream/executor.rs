@@ -22,6 +22,9 @@ use std::time::{Duration, Instant};
 use crossbeam_queue::SegQueue;
 use crossbeam_utils::sync::{Parker, Unparker};
 
+/// How long an idle worker polls for new work before parking.
+const SPIN: Duration = Duration::from_micros(40);
+
 use super::clock::{Failure, Fence, StreamClock};
 use crate::compile::Compiler;
 use crate::error::{Error, Result};
@@ -362,8 +365,33 @@ impl Executor {
             if idle_passes.is_multiple_of(64) {
                 self.prune(&streams);
             }
+            if self.spin_for_work(&streams, seen) {
+                continue;
+            }
             // Completions and submissions unpark us; the timeout is a safety net.
             parker.park_timeout(Duration::from_millis(100));
+        }
+    }
+
+    /// Poll briefly for new work before parking. Eager dispatch submits small
+    /// ops a few microseconds apart; a worker that is still awake takes the
+    /// next one without the submitter paying a wake-up system call (which
+    /// costs more than a tiny op). Bounded by [`SPIN`], so an idle worker
+    /// parks soon after its last task.
+    fn spin_for_work(&self, streams: &[Slot], seen: u64) -> bool {
+        let deadline = Instant::now() + SPIN;
+        let mut polls = 0u32;
+        loop {
+            if self.generation.load(Ordering::SeqCst) != seen
+                || streams.iter().any(|s| !s.stream.queue.is_empty())
+            {
+                return true;
+            }
+            polls += 1;
+            if polls.is_multiple_of(32) && Instant::now() >= deadline {
+                return false;
+            }
+            std::hint::spin_loop();
         }
     }
 

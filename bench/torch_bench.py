@@ -78,10 +78,49 @@ def llama_step(platform: str) -> None:
     row(f"torch_llama_train_step_defer_{platform}", r["tpu_ms"], r["cpu_ms"], "torch CPU eager", "ms/step")
 
 
+def child(code: str, env: dict | None = None) -> dict:
+    out = subprocess.run([sys.executable, "-c", "import json, sys; sys.path.insert(0, 'examples');"
+                          " import train_llama as t; import torch; " + code],
+                         cwd=ROOT, env=dict(os.environ, **(env or {})), capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"benchmark child failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def llama_compiled() -> None:
+    """torch.compile(backend="tpu") on tpu against inductor on CPU, both
+    compiling the same loss function; steady-state steps."""
+    ours = child("print(json.dumps(t.measure_compiled('tpu', 'tpu', steps=8)))")
+    peer = child("print(json.dumps(t.measure_compiled('cpu', 'inductor', steps=8)))")
+    row("torch_llama_train_step_compiled", ours["steady_ms"], peer["steady_ms"],
+        "torch.compile inductor on CPU", "ms/step")
+    row("torch_llama_first_compiled_step", ours["first_ms"], peer["first_ms"],
+        "torch.compile inductor on CPU (first step)", "ms")
+
+
+def llama_first_step() -> None:
+    """A fresh process's first training step on tpu with an empty compile
+    cache directory and with a warm one, against inductor's first step on
+    CPU (its compile included)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        env = {"TPURT_CACHE_DIR": d}
+        cold = child("print(json.dumps(t.measure_first_step()))", env)
+        warm = child("print(json.dumps(t.measure_first_step()))", env)
+    peer = child("print(json.dumps(t.measure_compiled('cpu', 'inductor', steps=3)))")
+    row("torch_llama_first_step_cold_cache", cold["first_ms"], peer["first_ms"],
+        "torch.compile inductor on CPU (first step)", "ms")
+    row("torch_llama_first_step_warm_cache", warm["first_ms"], peer["first_ms"],
+        "torch.compile inductor on CPU (first step)", "ms")
+
+
 BENCHES = {
     "torch_tiny_add_16_strict": tiny_add,
     "torch_llama_train_step_defer_host": lambda: llama_step("host"),
     "torch_llama_train_step_defer_xla": lambda: llama_step("xla"),
+    "torch_llama_compiled": llama_compiled,
+    "torch_llama_first_step": llama_first_step,
 }
 
 

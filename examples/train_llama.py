@@ -89,6 +89,40 @@ def measure(steps: int, cpu_steps: int, batch: int = 8, seq: int = 128) -> dict:
     }
 
 
+def measure_compiled(device: str, backend: str, steps: int, batch: int = 8, seq: int = 128) -> dict:
+    """A torch.compile'd training step on `device` with `backend`: the first
+    step's time (compiles included) and the steady-state median (ms)."""
+    data = batches(steps, batch, seq, config().vocab_size)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config()).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+
+    def loss_of(ids):
+        return model(input_ids=ids, labels=ids).loss
+
+    step = torch.compile(loss_of, backend=backend)
+    times = []
+    for ids in data:
+        t0 = time.perf_counter()
+        ids = ids.to(device)
+        opt.zero_grad(set_to_none=True)
+        loss = step(ids)
+        loss.backward()
+        opt.step()
+        loss.item()
+        times.append(time.perf_counter() - t0)
+    return {"first_ms": times[0] * 1e3, "steady_ms": statistics.median(times[2:]) * 1e3}
+
+
+def measure_first_step(batch: int = 8, seq: int = 128) -> dict:
+    """The first training step of a fresh process on tpu (defer-and-fuse),
+    in ms: what the compile cache's state decides."""
+    data = batches(1, batch, seq, config().vocab_size)
+    with torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_AND_FUSE):
+        _, times = train("tpu", data, bar=False)
+    return {"first_ms": times[0] * 1e3, "cache": torch.tpu.compile_cache_stats()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=30)

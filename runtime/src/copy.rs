@@ -49,6 +49,21 @@ impl Layout {
         self.numel() * self.elem_size
     }
 
+    /// The bytes the layout reaches: [first, end) relative to the buffer,
+    /// or None when it has no element. Assumes a checked layout.
+    pub fn byte_span(&self) -> Option<(u64, u64)> {
+        if self.sizes.contains(&0) {
+            return None;
+        }
+        let last: u64 = self
+            .sizes
+            .iter()
+            .zip(&self.strides)
+            .map(|(&n, &s)| (n - 1) * s)
+            .sum();
+        Some((self.offset, self.offset + (last + 1) * self.elem_size))
+    }
+
     /// Check the layout is well formed and every byte it reaches lies in a
     /// buffer of `len` bytes. `what` names the side for the error.
     pub fn check_within(&self, len: u64, what: &str) -> Result<()> {

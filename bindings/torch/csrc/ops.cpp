@@ -132,6 +132,21 @@ Tensor k_addcdiv(const Tensor& s, const Tensor& a, const Tensor& b, const Scalar
   return call1("addcdiv", {s, scaled(a, v), b});
 }
 
+// x ** s: the common exponents become cheaper ops (as torch's own kernel
+// does), since a model's exponent is a constant and pow costs far more
+// than a multiply. Integer tensors keep pow (and its promotion).
+Tensor k_pow_scalar(const Tensor& a, const Scalar& b) {
+  if (a.is_floating_point() && !b.isComplex()) {
+    double e = b.toDouble();
+    if (e == 2.0) return call1("square", {a});
+    if (e == 0.5) return call1("sqrt", {a});
+    if (e == -0.5) return call1("rsqrt", {a});
+    if (e == -1.0) return call1("reciprocal", {a});
+    if (e == 1.0) return call1("copy", {a});
+  }
+  return call1("pow", {a, S(b, a)});
+}
+
 // --- reductions --------------------------------------------------------------
 
 Tensor k_sum_dim(const Tensor& x, at::OptionalIntArrayRef dim, bool keepdim, std::optional<at::ScalarType> dt) {
@@ -759,15 +774,15 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   TPU_BINARY_PLAIN(m, "logical_or", "logical_or");
   TPU_BINARY_PLAIN(m, "logical_xor", "logical_xor");
   m.impl("pow.Tensor_Tensor", [](const Tensor& a, const Tensor& b) { return call1("pow", {a, b}); });
-  m.impl("pow.Tensor_Scalar", [](const Tensor& a, const Scalar& b) { return call1("pow", {a, S(b, a)}); });
+  m.impl("pow.Tensor_Scalar", k_pow_scalar);
   m.impl("pow.Scalar", [](const Scalar& a, const Tensor& b) { return call1("pow", {S(a, b), b}); });
-  m.impl("pow_.Scalar", [](Tensor& a, const Scalar& b) -> Tensor& { return inplace(a, call1("pow", {a, S(b, a)})); });
+  m.impl("pow_.Scalar", [](Tensor& a, const Scalar& b) -> Tensor& { return inplace(a, k_pow_scalar(a, b)); });
   m.impl("pow_.Tensor", [](Tensor& a, const Tensor& b) -> Tensor& { return inplace(a, call1("pow", {a, b})); });
   m.impl("pow.Tensor_Tensor_out", [](const Tensor& a, const Tensor& b, Tensor& out) -> Tensor& {
     return into(out, call1("pow", {a, b}));
   });
   m.impl("pow.Tensor_Scalar_out", [](const Tensor& a, const Scalar& b, Tensor& out) -> Tensor& {
-    return into(out, call1("pow", {a, S(b, a)}));
+    return into(out, k_pow_scalar(a, b));
   });
   m.impl("where.self", k_where);
   m.impl("where.self_out", [](const Tensor& c, const Tensor& a, const Tensor& b, Tensor& out) -> Tensor& {

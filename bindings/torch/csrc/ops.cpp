@@ -597,6 +597,39 @@ Tensor k_isin(const Tensor& elements, const Tensor& test, bool assume_unique, bo
   return invert ? call1("logical_not", {hit}) : hit;
 }
 
+// --- convolution ---------------------------------------------------------------
+//
+// aten::convolution reaches a backend without native convolution through
+// convolution_overrideable (forward) and convolution_backward_overrideable;
+// both map onto the runtime's convolution ops.
+
+Attrs conv_attrs(at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed,
+                 at::IntArrayRef output_padding, int64_t groups) {
+  Attrs a;
+  a.ints("stride", stride).ints("padding", padding).ints("dilation", dilation).b("transposed", transposed);
+  a.ints("output_padding", output_padding).i("groups", groups);
+  return a;
+}
+
+Tensor k_convolution(const Tensor& x, const Tensor& w, const OptTensor& b, at::IntArrayRef stride,
+                     at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed,
+                     at::IntArrayRef output_padding, int64_t groups) {
+  std::vector<Tensor> ins{x, w};
+  if (b.has_value() && b->defined()) ins.push_back(*b);
+  return call1("convolution", ins, conv_attrs(stride, padding, dilation, transposed, output_padding, groups));
+}
+
+std::tuple<Tensor, Tensor, Tensor> k_convolution_bw(const Tensor& g, const Tensor& x, const Tensor& w,
+                                                    at::IntArrayRef stride, at::IntArrayRef padding,
+                                                    at::IntArrayRef dilation, bool transposed,
+                                                    at::IntArrayRef output_padding, int64_t groups,
+                                                    std::array<bool, 3> mask) {
+  Attrs a = conv_attrs(stride, padding, dilation, transposed, output_padding, groups);
+  a.ints("output_mask", {mask[0], mask[1], mask[2]});
+  auto r = call("convolution_backward", {g, x, w}, a);
+  return {mask[0] ? r[0] : Tensor(), mask[1] ? r[1] : Tensor(), mask[2] ? r[2] : Tensor()};
+}
+
 // --- attention -----------------------------------------------------------------
 //
 // torch.nn.functional.scaled_dot_product_attention asks _fused_sdp_choice
@@ -958,6 +991,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("isin.Scalar_Tensor", [](const Scalar& e, const Tensor& t, bool u, bool inv) {
     return k_isin(S(e, t), t, u, inv);
   });
+
+  // Convolution.
+  m.impl("convolution_overrideable", k_convolution);
+  m.impl("convolution_backward_overrideable", k_convolution_bw);
 
   // Attention.
   m.impl("_fused_sdp_choice", sdp_choice);

@@ -124,3 +124,20 @@ def test_fallback_on_runs_on_cpu_and_is_counted():
     assert out.device.type == "tpu"
     close(out, torch.erfinv(x))
     assert torch.tpu.fallback_stats() == {"erfinv.out": 1}
+
+
+def test_convolution_forward_and_backward(mode, no_fallback):
+    torch.manual_seed(4)
+    for conv in (torch.nn.Conv2d(3, 6, 3, stride=2, padding=1, groups=3), torch.nn.Conv1d(4, 2, 5, dilation=2)):
+        x = torch.randn(2, conv.in_channels, *([11] * (conv.weight.dim() - 2)), requires_grad=True)
+        dev = type(conv)(conv.in_channels, conv.out_channels, conv.kernel_size, stride=conv.stride,
+                         padding=conv.padding, dilation=conv.dilation, groups=conv.groups).to("tpu")
+        dev.load_state_dict(conv.state_dict())
+        xt = x.detach().to("tpu").requires_grad_()
+        ref, out = conv(x), dev(xt)
+        close(out, ref.detach(), tol=1e-5)
+        ref.square().sum().backward()
+        out.square().sum().backward()
+        close(xt.grad, x.grad, tol=1e-4)
+        close(dev.weight.grad, conv.weight.grad, tol=1e-4)
+        close(dev.bias.grad, conv.bias.grad, tol=1e-4)

@@ -113,3 +113,52 @@ def test_from_pretrained_with_device_map_tpu(tmp_path, no_fallback):
         torch.testing.assert_close(
             loaded(IDS.to("tpu")).logits.cpu(), model(IDS).logits, atol=2e-5, rtol=1e-4
         )
+
+
+def _more_models():
+    T = transformers
+    ids = IDS[:, :10]
+    return {
+        "t5": (lambda: T.T5ForConditionalGeneration(T.T5Config(
+            vocab_size=96, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, dropout_rate=0.0)),
+            {"input_ids": ids, "decoder_input_ids": ids}),
+        "bart": (lambda: T.BartForConditionalGeneration(T.BartConfig(
+            vocab_size=96, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+            decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64)), {"input_ids": ids}),
+        "vit": (lambda: T.ViTForImageClassification(T.ViTConfig(
+            image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+            intermediate_size=64)), {"pixel_values": torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0))}),
+        "roberta": (lambda: T.RobertaForMaskedLM(T.RobertaConfig(
+            vocab_size=96, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)),
+            {"input_ids": ids}),
+        "mistral": (lambda: T.MistralForCausalLM(T.MistralConfig(
+            vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2)), {"input_ids": ids}),
+        "qwen3": (lambda: T.Qwen3ForCausalLM(T.Qwen3Config(
+            vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=8)), {"input_ids": ids}),
+        "gemma": (lambda: T.GemmaForCausalLM(T.GemmaConfig(
+            vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=8)), {"input_ids": ids}),
+        "whisper": (lambda: T.WhisperForConditionalGeneration(T.WhisperConfig(
+            vocab_size=96, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+            decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, num_mel_bins=16,
+            max_source_positions=32, max_target_positions=64, pad_token_id=1, bos_token_id=2,
+            eos_token_id=3, decoder_start_token_id=2)),
+            {"input_features": torch.randn(2, 16, 64, generator=torch.Generator().manual_seed(0)),
+             "decoder_input_ids": ids}),
+    }
+
+
+@pytest.mark.parametrize("name", ["t5", "bart", "vit", "roberta", "mistral", "qwen3", "gemma", "whisper"])
+def test_more_families_forward_natively(name, no_fallback):
+    make, inputs = _more_models()[name]
+    torch.manual_seed(0)
+    cpu = make().eval()
+    dev = make().eval()
+    dev.load_state_dict(cpu.state_dict())
+    dev = dev.to("tpu")
+    with torch.no_grad():
+        ref = cpu(**inputs).logits
+        out = dev(**{k: v.to("tpu") for k, v in inputs.items()}).logits
+    torch.testing.assert_close(out.cpu(), ref, atol=2e-5, rtol=1e-4)

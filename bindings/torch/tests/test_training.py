@@ -97,3 +97,22 @@ def test_rng_state_round_trips_and_generators_are_independent():
     assert torch.equal(torch.rand(5, device="tpu", generator=g).cpu(), a)
     with pytest.raises(RuntimeError, match="16 bytes"):
         torch.tpu.set_rng_state(torch.zeros(3, dtype=torch.uint8))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_autocast_follows_torchs_policy_and_matches_cpu(dtype, no_fallback):
+    cpu, dev = pair()
+    with torch.autocast("cpu", dtype=dtype):
+        ref = cpu(IDS)
+        ref_loss = F.cross_entropy(ref, TARGET)
+    with torch.autocast("tpu", dtype=dtype):
+        out = dev(IDS.to("tpu"))
+        loss = F.cross_entropy(out, TARGET.to("tpu"))
+        x = torch.randn(4, 8, device="tpu")
+        assert (x @ x.t()).dtype == dtype  # matmuls in the low precision
+        assert torch.softmax(x, -1).dtype == torch.float32  # softmax in float32
+    assert out.dtype == ref.dtype == dtype and loss.dtype == torch.float32
+    torch.testing.assert_close(out.float().cpu(), ref.float(), atol=2e-2, rtol=2e-2)
+    loss.backward()
+    ref_loss.backward()
+    torch.testing.assert_close(dev.fc2.weight.grad.cpu(), cpu.fc2.weight.grad, atol=2e-2, rtol=5e-2)

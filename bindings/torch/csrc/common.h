@@ -134,6 +134,12 @@ void copy_into(const at::Tensor& dst, const at::Tensor& src, bool non_blocking);
 // The hooks interface (device.cpp); called once at import.
 void register_device();
 
+// --- attention ----------------------------------------------------------------
+// Whether scaled_dot_product_attention runs the runtime's attention op
+// (TPURT_FUSED_ATTENTION=1) or torch's math decomposition (the default).
+bool fused_attention_enabled();
+void set_fused_attention_enabled(bool on);
+
 // --- the CPU fallback -----------------------------------------------------
 bool cpu_fallback_enabled();
 void set_cpu_fallback_enabled(bool on);

@@ -182,6 +182,10 @@ PYBIND11_MODULE(_C, m) {
     check(tpurt_compile_cache_set_dump_on_miss(runtime(), dir ? dir->c_str() : nullptr), "dump_on_miss");
   });
 
+  // Attention.
+  m.def("fused_attention_enabled", [] { return fused_attention_enabled(); });
+  m.def("set_fused_attention_enabled", [](bool on) { set_fused_attention_enabled(on); });
+
   // The CPU fallback.
   m.def("cpu_fallback_enabled", [] { return cpu_fallback_enabled(); });
   m.def("set_cpu_fallback_enabled", [](bool on) { set_cpu_fallback_enabled(on); });

@@ -86,7 +86,17 @@ def test_generate_gives_the_cpu_tokens(name, no_fallback):
     assert torch.equal(out.cpu(), ref)
 
 
-def test_sdpa_forward_and_backward_match_cpu(mode, no_fallback):
+@pytest.mark.parametrize("fused", [True, False], ids=["runtime_op", "decomposed"])
+def test_sdpa_forward_and_backward_match_cpu(fused, mode, no_fallback):
+    was = torch.tpu.fused_attention_enabled()
+    torch.tpu.set_fused_attention(fused)
+    try:
+        _check_sdpa(fused)
+    finally:
+        torch.tpu.set_fused_attention(was)
+
+
+def _check_sdpa(fused):
     torch.manual_seed(3)
     q, k, v = (torch.randn(2, 4, 6, 8, requires_grad=True) for _ in range(3))
     mask = torch.rand(6, 6) > 0.3
@@ -97,6 +107,9 @@ def test_sdpa_forward_and_backward_match_cpu(mode, no_fallback):
         qt, kt, vt = (t.detach().to("tpu").requires_grad_() for t in (q, k, v))
         kw = {n: (m.to("tpu") if torch.is_tensor(m) else m) for n, m in kwargs.items()}
         out = F.scaled_dot_product_attention(qt, kt, vt, **kw)
+        # Fused: the runtime's attention ran (one op), not torch's math decomposition.
+        fused_ran = type(out.grad_fn).__name__ == "ScaledDotProductFusedAttentionOverrideableBackward0"
+        assert fused_ran == fused
         (dq, dk, dv) = torch.autograd.grad(out.sum(), (qt, kt, vt))
         torch.testing.assert_close(out.detach().cpu(), ref.detach(), atol=1e-5, rtol=1e-4)
         for a, b in ((gq, dq), (gk, dk), (gv, dv)):

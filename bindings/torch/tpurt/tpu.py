@@ -405,3 +405,18 @@ def _is_in_bad_fork() -> bool:
     """Whether this process forked after the runtime started (its threads
     did not come along); torch.random asks before seeding."""
     return _C.is_in_bad_fork()
+
+
+# --- attention ------------------------------------------------------------------------
+
+
+def set_fused_attention(enabled: bool) -> None:
+    """scaled_dot_product_attention on tpu: the runtime's attention op (one
+    op forward, one backward) when on, torch's math decomposition over the
+    native kernels when off (the default: faster on the host platform
+    today). `TPURT_FUSED_ATTENTION=1` starts with it on."""
+    _C.set_fused_attention_enabled(bool(enabled))
+
+
+def fused_attention_enabled() -> bool:
+    return _C.fused_attention_enabled()

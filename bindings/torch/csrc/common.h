@@ -51,8 +51,6 @@ void resize_bytes(const c10::Storage& storage, size_t nbytes);
 at::Tensor empty(at::IntArrayRef size, at::ScalarType dtype, int device);
 // An op's output (from tpurt_op_call) as a contiguous tensor that owns it.
 at::Tensor wrap_output(tpurt_buffer buffer, uint64_t address, const tpurt_tensor_type& ty, int device);
-// A contiguous tensor whose storage is `buffer` (which it now owns).
-at::Tensor wrap_buffer(tpurt_buffer buffer, at::ScalarType dtype, at::IntArrayRef sizes, int device);
 
 // --- devices and streams ------------------------------------------------
 int current_device();

@@ -45,7 +45,14 @@ c10::Allocator* allocator() { return &g_allocator; }
 
 namespace {
 c10::DataPtr data_ptr_of(tpurt_buffer b, int device);
+
+// The DataPtr of a buffer whose device address is known: the address as
+// the data pointer, the buffer (freed with it) as the context.
+c10::DataPtr data_ptr_at(tpurt_buffer b, uint64_t address, int device) {
+  return c10::DataPtr(reinterpret_cast<void*>(address), new BufferCtx{b}, &free_buffer,
+                      c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device)));
 }
+}  // namespace
 
 c10::DataPtr allocate(int device, size_t nbytes) {
   check_device(device);
@@ -56,31 +63,12 @@ c10::DataPtr allocate(int device, size_t nbytes) {
   return data_ptr_of(b, device);
 }
 
-at::Tensor wrap_buffer(tpurt_buffer buffer, at::ScalarType dtype, at::IntArrayRef sizes, int device) {
-  uint64_t nbytes = 0;
-  uint32_t dev = 0;
-  tpurt_status* s = tpurt_buffer_get_info(buffer, &nbytes, &dev);
-  if (s != nullptr) {
-    tpurt_status_destroy(tpurt_buffer_free(buffer));
-    check(s, "reading an output buffer");
-  }
-  c10::Storage storage(c10::Storage::use_byte_size_t(), static_cast<size_t>(nbytes), data_ptr_of(buffer, device),
-                       allocator(), true);
-  auto t = at::detail::make_tensor<c10::TensorImpl>(std::move(storage),
-                                                    c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-                                                    caffe2::TypeMeta::fromScalarType(dtype));
-  t.unsafeGetTensorImpl()->set_sizes_contiguous(sizes);
-  return t;
-}
-
 at::Tensor wrap_output(tpurt_buffer buffer, uint64_t address, const tpurt_tensor_type& ty, int device) {
   auto dtype = scalar_type_of(ty.dtype);
   size_t numel = 1;
   for (uint32_t d = 0; d < ty.ndim; ++d) numel *= ty.sizes[d];
-  c10::DataPtr dp(reinterpret_cast<void*>(address), new BufferCtx{buffer}, &free_buffer,
-                  c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device)));
-  c10::Storage storage(c10::Storage::use_byte_size_t(), numel * c10::elementSize(dtype), std::move(dp), allocator(),
-                       true);
+  c10::Storage storage(c10::Storage::use_byte_size_t(), numel * c10::elementSize(dtype),
+                       data_ptr_at(buffer, address, device), allocator(), true);
   auto t = at::detail::make_tensor<c10::TensorImpl>(std::move(storage),
                                                     c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
                                                     caffe2::TypeMeta::fromScalarType(dtype));
@@ -98,8 +86,7 @@ c10::DataPtr data_ptr_of(tpurt_buffer b, int device) {
     tpurt_status_destroy(tpurt_buffer_free(b));
     check(s, "reading a buffer's address");
   }
-  return c10::DataPtr(reinterpret_cast<void*>(address), new BufferCtx{b}, &free_buffer,
-                      c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device)));
+  return data_ptr_at(b, address, device);
 }
 }  // namespace
 

@@ -267,13 +267,21 @@ Tensor k_log_softmax_bw(const Tensor& g, const Tensor& out, int64_t dim, at::Sca
   return call1("log_softmax_backward", {g, out}, Attrs().i("dim", dim).dtype("input_dtype", input_dtype));
 }
 
+// The optional (weight, bias) inputs of the layer-norm ops, appended to
+// `ins`: the runtime takes them positionally, so a bias without a weight
+// gets a weight of ones.
+void append_norm_params(std::vector<Tensor>& ins, const Tensor& x, at::IntArrayRef shape, bool has_w,
+                        const OptTensor& w, bool has_b, const OptTensor& b) {
+  if (has_w || has_b) ins.push_back(has_w ? *w : at::ones(shape, x.options()));
+  if (has_b) ins.push_back(*b);
+}
+
 std::tuple<Tensor, Tensor, Tensor> k_layer_norm(const Tensor& x, at::IntArrayRef shape, const OptTensor& w,
                                               const OptTensor& b, double eps) {
   std::vector<Tensor> ins{x};
   bool has_w = w.has_value() && w->defined();
   bool has_b = b.has_value() && b->defined();
-  if (has_w || has_b) ins.push_back(has_w ? *w : at::ones(shape, x.options()));
-  if (has_b) ins.push_back(*b);
+  append_norm_params(ins, x, shape, has_w, w, has_b, b);
   auto r = call("layer_norm", ins, Attrs().ints("normalized_shape", shape).f("eps", eps));
   return {r[0], r[1], r[2]};
 }
@@ -284,8 +292,7 @@ std::tuple<Tensor, Tensor, Tensor> k_layer_norm_bw(const Tensor& g, const Tensor
   std::vector<Tensor> ins{g, x, mean, rstd};
   bool has_w = w.has_value() && w->defined();
   bool has_b = b.has_value() && b->defined();
-  if (has_w || has_b) ins.push_back(has_w ? *w : at::ones(shape, x.options()));
-  if (has_b) ins.push_back(*b);
+  append_norm_params(ins, x, shape, has_w, w, has_b, b);
   std::vector<int64_t> m{mask[0], mask[1] && has_w, mask[2] && has_b};
   auto r = call("layer_norm_backward", ins, Attrs().ints("normalized_shape", shape).ints("output_mask", m));
   Tensor dx = mask[0] ? r[0] : Tensor();
@@ -463,6 +470,26 @@ struct IndexPlan {
   Tensor linear;                    // [N] i64 on the device
   int64_t flat = 1;                 // product of the indexed sizes
   bool move = false;                // adjacent indexed dims not at the front
+
+  // [first, rest...]: the indexed dims flattened into `first` elements.
+  std::vector<int64_t> flat_shape(int64_t first) const {
+    std::vector<int64_t> out{first};
+    out.insert(out.end(), rest.begin(), rest.end());
+    return out;
+  }
+
+  // The indexing result (broadcast dims first) with the broadcast dims
+  // moved to where the indexed dims were (`back`), or the reverse.
+  Tensor move_broadcast_dims(const Tensor& t, bool back) const {
+    if (!move) return t;
+    int64_t nb = static_cast<int64_t>(bshape.size());
+    std::vector<int64_t> front(nb), at(nb);
+    for (int64_t i = 0; i < nb; ++i) {
+      front[i] = i;
+      at[i] = dims.front() + i;
+    }
+    return back ? t.movedim(front, at) : t.movedim(at, front);
+  }
 };
 
 IndexPlan plan_index(const Tensor& self, const c10::List<std::optional<Tensor>>& indices) {
@@ -538,23 +565,11 @@ std::vector<int64_t> result_shape(const IndexPlan& p) {
 
 Tensor k_index(const Tensor& self, const c10::List<std::optional<Tensor>>& indices) {
   IndexPlan p = plan_index(self, indices);
-  std::vector<int64_t> flat_shape{p.flat};
-  flat_shape.insert(flat_shape.end(), p.rest.begin(), p.rest.end());
-  Tensor flat = self.permute(p.perm).reshape(flat_shape);
+  Tensor flat = self.permute(p.perm).reshape(p.flat_shape(p.flat));
   Tensor out = k_index_select(flat, 0, p.linear);
   std::vector<int64_t> front = p.bshape;
   front.insert(front.end(), p.rest.begin(), p.rest.end());
-  out = out.reshape(front);
-  if (p.move) {
-    int64_t nb = static_cast<int64_t>(p.bshape.size());
-    std::vector<int64_t> src(nb), dst(nb);
-    for (int64_t i = 0; i < nb; ++i) {
-      src[i] = i;
-      dst[i] = p.dims.front() + i;
-    }
-    out = out.movedim(src, dst);
-  }
-  return out;
+  return p.move_broadcast_dims(out.reshape(front), true);
 }
 
 Tensor& k_index_put_(Tensor& self, const c10::List<std::optional<Tensor>>& indices, const Tensor& values,
@@ -562,23 +577,11 @@ Tensor& k_index_put_(Tensor& self, const c10::List<std::optional<Tensor>>& indic
   IndexPlan p = plan_index(self, indices);
   if (p.linear.numel() == 0) return self;
   Tensor v = values.device() == self.device() ? values : values.to(self.device());
-  v = v.to(self.scalar_type()).expand(result_shape(p));
-  if (p.move) {
-    int64_t nb = static_cast<int64_t>(p.bshape.size());
-    std::vector<int64_t> src(nb), dst(nb);
-    for (int64_t i = 0; i < nb; ++i) {
-      src[i] = p.dims.front() + i;
-      dst[i] = i;
-    }
-    v = v.movedim(src, dst);
-  }
-  std::vector<int64_t> flat_shape{p.flat};
-  flat_shape.insert(flat_shape.end(), p.rest.begin(), p.rest.end());
-  std::vector<int64_t> vshape{p.linear.numel()};
-  vshape.insert(vshape.end(), p.rest.begin(), p.rest.end());
+  v = p.move_broadcast_dims(v.to(self.scalar_type()).expand(result_shape(p)), false);
   Tensor view = self.permute(p.perm);
-  Tensor flat = view.reshape(flat_shape);
-  Tensor r = call1("index_put", {flat, p.linear, v.reshape(vshape)}, Attrs().b("accumulate", accumulate));
+  Tensor flat = view.reshape(p.flat_shape(p.flat));
+  Tensor r = call1("index_put", {flat, p.linear, v.reshape(p.flat_shape(p.linear.numel()))},
+                   Attrs().b("accumulate", accumulate));
   copy_into(view, r.reshape(view.sizes()), false);
   return self;
 }

@@ -387,23 +387,41 @@ const Attrs& with_wrapped(const Attrs& attrs, const std::vector<int64_t>& wrappe
   return *storage;
 }
 
+// The C ABI's descriptors of a list of tensors; up to four live inline, so
+// a typical op call allocates nothing for them.
+class Descs {
+ public:
+  explicit Descs(const std::vector<at::Tensor>& ts) : n_(ts.size()) {
+    if (n_ > kInline) {
+      big_.reset(new Desc[n_]);
+      big_t_.resize(n_);
+    }
+    Desc* d = big_ ? big_.get() : small_;
+    tpurt_tensor* t = data();
+    for (size_t i = 0; i < n_; ++i) {
+      d[i].fill(ts[i]);
+      t[i] = d[i].t;
+    }
+  }
+  tpurt_tensor* data() { return big_ ? big_t_.data() : small_t_; }
+  size_t size() const { return n_; }
+
+ private:
+  static constexpr size_t kInline = 4;
+  size_t n_;
+  Desc small_[kInline];
+  tpurt_tensor small_t_[kInline];
+  std::unique_ptr<Desc[]> big_;
+  std::vector<tpurt_tensor> big_t_;
+};
+
 void launch(uint32_t id, const char* op, const std::vector<at::Tensor>& ins,
             const std::vector<at::Tensor>& outs, const Attrs& attrs, int device) {
-  std::unique_ptr<Desc[]> in_d(new Desc[ins.size()]);
-  std::vector<tpurt_tensor> in_t(ins.size());
-  for (size_t i = 0; i < ins.size(); ++i) {
-    in_d[i].fill(ins[i]);
-    in_t[i] = in_d[i].t;
-  }
-  std::unique_ptr<Desc[]> out_d(new Desc[outs.size()]);
-  std::vector<tpurt_tensor> out_t(outs.size());
-  for (size_t i = 0; i < outs.size(); ++i) {
-    out_d[i].fill(outs[i]);
-    out_t[i] = out_d[i].t;
-  }
+  Descs in_d(ins);
+  Descs out_d(outs);
   const auto& a = attrs.items();
-  check(tpurt_op_launch(runtime(), id, in_t.data(), in_t.size(), out_t.data(), out_t.size(),
-                        a.data(), a.size(), stream_handle(current_stream(device))),
+  check(tpurt_op_launch(runtime(), id, in_d.data(), in_d.size(), out_d.data(), out_d.size(), a.data(), a.size(),
+                        stream_handle(current_stream(device))),
         op);
 }
 
@@ -428,31 +446,13 @@ std::vector<at::Tensor> call(const char* op, const std::vector<at::Tensor>& inpu
   const Attrs& a = with_wrapped(attrs, wrapped, extended);
   // One call: the runtime allocates the outputs from the device's pool and
   // queues the op; the buffers become the storages of new tensors.
-  constexpr size_t kInline = 4;
-  Desc in_small[kInline];
-  std::unique_ptr<Desc[]> in_big;
-  Desc* in_d = in_small;
-  if (ins.size() > kInline) {
-    in_big.reset(new Desc[ins.size()]);
-    in_d = in_big.get();
-  }
-  tpurt_tensor in_t_small[kInline];
-  std::vector<tpurt_tensor> in_t_big;
-  tpurt_tensor* in_t = in_t_small;
-  if (ins.size() > kInline) {
-    in_t_big.resize(ins.size());
-    in_t = in_t_big.data();
-  }
-  for (size_t i = 0; i < ins.size(); ++i) {
-    in_d[i].fill(ins[i]);
-    in_t[i] = in_d[i].t;
-  }
+  Descs in_d(ins);
   std::array<tpurt_buffer, 8> bufs{};
   std::array<tpurt_tensor_type, 8> types{};
   std::array<uint64_t, 8> addrs{};
   size_t n_out = 0;
   const auto& items = a.items();
-  check(tpurt_op_call(runtime(), id, in_t, ins.size(), items.data(), items.size(), static_cast<uint32_t>(device),
+  check(tpurt_op_call(runtime(), id, in_d.data(), in_d.size(), items.data(), items.size(), static_cast<uint32_t>(device),
                       stream_handle(current_stream(device)), bufs.data(), types.data(), addrs.data(), bufs.size(),
                       &n_out),
         op);

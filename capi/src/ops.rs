@@ -151,11 +151,7 @@ fn slice_of<'a, T>(ptr: *const T, n: usize, what: &str) -> Result<&'a [T]> {
 
 /// Prefix an argument error with where it was found, once.
 fn within(what: &str) -> impl Fn(Error) -> Error + '_ {
-    move |e| match e {
-        Error::InvalidArgument(m) => Error::InvalidArgument(format!("{what}: {m}")),
-        Error::InvalidHandle(m) => Error::InvalidHandle(format!("{what}: {m}")),
-        other => other,
-    }
+    within_lazy(move || what.to_string())
 }
 
 /// Prefix an argument error with where it was found (named lazily).

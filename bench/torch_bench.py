@@ -66,15 +66,7 @@ def llama_step(platform: str) -> None:
     """The Llama training step of ANCHORS.md under defer-and-fuse, in a
     child process (the platform is chosen per process), against torch CPU
     eager in the same child."""
-    env = dict(os.environ, TPURT_PLATFORM=platform)
-    code = (
-        "import json, sys; sys.path.insert(0, 'examples'); import train_llama as t; import torch;"
-        "r = t.measure(steps=10, cpu_steps=6); print(json.dumps(r))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
-    if out.returncode != 0:
-        raise SystemExit(f"llama step on {platform} failed:\n{out.stderr[-3000:]}")
-    r = json.loads(out.stdout.strip().splitlines()[-1])
+    r = child("print(json.dumps(t.measure(steps=10, cpu_steps=6)))", {"TPURT_PLATFORM": platform})
     row(f"torch_llama_train_step_defer_{platform}", r["tpu_ms"], r["cpu_ms"], "torch CPU eager", "ms/step")
 
 

@@ -42,16 +42,26 @@ def batches(steps: int, batch: int, seq: int, vocab: int) -> list[torch.Tensor]:
     return out
 
 
-def train(device: str, data: list[torch.Tensor], bar: bool) -> tuple[list[float], list[float]]:
+def train(
+    device: str, data: list[torch.Tensor], bar: bool, backend: str | None = None
+) -> tuple[list[float], list[float]]:
+    """Train a fresh model on `data`; the loss function goes through
+    torch.compile with `backend` when one is given. Returns the losses and
+    the step times (s)."""
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(config()).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+
+    def loss_of(ids):
+        return model(input_ids=ids, labels=ids).loss
+
+    step = loss_of if backend is None else torch.compile(loss_of, backend=backend)
     losses, times = [], []
     for i, ids in enumerate(data):
         t0 = time.perf_counter()
         ids = ids.to(device)
         opt.zero_grad(set_to_none=True)
-        loss = model(input_ids=ids, labels=ids).loss
+        loss = step(ids)
         loss.backward()
         opt.step()
         losses.append(loss.item())  # a host read: the step's work is done
@@ -93,24 +103,7 @@ def measure_compiled(device: str, backend: str, steps: int, batch: int = 8, seq:
     """A torch.compile'd training step on `device` with `backend`: the first
     step's time (compiles included) and the steady-state median (ms)."""
     data = batches(steps, batch, seq, config().vocab_size)
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(config()).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-
-    def loss_of(ids):
-        return model(input_ids=ids, labels=ids).loss
-
-    step = torch.compile(loss_of, backend=backend)
-    times = []
-    for ids in data:
-        t0 = time.perf_counter()
-        ids = ids.to(device)
-        opt.zero_grad(set_to_none=True)
-        loss = step(ids)
-        loss.backward()
-        opt.step()
-        loss.item()
-        times.append(time.perf_counter() - t0)
+    _, times = train(device, data, bar=False, backend=backend)
     return {"first_ms": times[0] * 1e3, "steady_ms": statistics.median(times[2:]) * 1e3}
 
 

@@ -141,3 +141,32 @@ def test_convolution_forward_and_backward(mode, no_fallback):
         close(xt.grad, x.grad, tol=1e-4)
         close(dev.weight.grad, conv.weight.grad, tol=1e-4)
         close(dev.bias.grad, conv.bias.grad, tol=1e-4)
+
+
+ADVANCED_READS = {
+    "rows": lambda a: a[torch.tensor([2, 0])],
+    "inner_2d_index": lambda a: a[:, torch.tensor([[1, 3], [0, 0]])],
+    "split_dims": lambda a: a[torch.tensor([0, 2]), :, torch.tensor([4, -1])],
+    "adjacent_inner_dims": lambda a: a[:, torch.tensor([1]), torch.tensor([2, 3])],
+    "bool_mask": lambda a: a[a > 30],
+    "bool_rows": lambda a: a[torch.tensor([True, False, True])],
+}
+
+
+@pytest.mark.parametrize("name", sorted(ADVANCED_READS))
+def test_advanced_indexing_reads(name, mode, no_fallback):
+    x = torch.arange(60.0).reshape(3, 4, 5)
+    close(ADVANCED_READS[name](x.to("tpu")), ADVANCED_READS[name](x))
+
+
+def test_advanced_indexing_writes(mode, no_fallback):
+    x = torch.arange(60.0).reshape(3, 4, 5)
+    outs = []
+    for a in (x.clone(), x.to("tpu")):
+        a[torch.tensor([0, 2]), :, torch.tensor([1, 1])] = -1.0  # split indexed dims
+        a[:, torch.tensor([1, 3]), torch.tensor([0, 4])] = torch.tensor([7.0, 8.0])  # adjacent, moved
+        a[a > 50] = 0  # a bool mask
+        a.index_put_((torch.tensor([1, 1]),), torch.ones(4, 5), accumulate=True)
+        a.index_copy_(1, torch.tensor([2]), torch.full((3, 1, 5), 9.0))
+        outs.append(a.cpu())
+    assert torch.equal(outs[1], outs[0])

@@ -41,6 +41,11 @@ TpuAllocator g_allocator;
 
 }  // namespace
 
+// Torch looks the allocator up by device type where it has no tensor to go
+// by (torch.UntypedStorage(n, device="tpu"), which Storage.clone and so
+// copy.deepcopy of a tpu tensor use); unregistered, it is null there.
+REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_allocator);
+
 c10::Allocator* allocator() { return &g_allocator; }
 
 namespace {

@@ -1,5 +1,7 @@
 """Registration, creation, copies, views and metadata on `tpu`."""
 
+import copy
+
 import pytest
 import torch
 
@@ -81,6 +83,23 @@ def test_distinct_tensors_never_overlap():
     spans = sorted((t.data_ptr(), t.data_ptr() + t.nbytes) for t in ts)
     for (_, end), (start, _) in zip(spans, spans[1:]):
         assert end <= start
+
+
+def test_storages_and_deepcopy(no_fallback):
+    # torch.UntypedStorage(n, device=...) finds the allocator by device type
+    # (it was unregistered: a segfault); Storage.clone and deepcopy use it.
+    s = torch.UntypedStorage(12, device="tpu")
+    assert s.device.type == "tpu" and s.nbytes() == 12
+    t = torch.arange(6.0, device="tpu")
+    c = copy.deepcopy(t)
+    assert c.device.type == "tpu" and c.data_ptr() != t.data_ptr()
+    t.zero_()
+    assert torch.equal(c.cpu(), torch.arange(6.0))
+    clone = t.untyped_storage().clone()
+    assert clone.device.type == "tpu" and clone.nbytes() == t.nbytes
+    lin = torch.nn.Linear(3, 2).to("tpu")
+    lin2 = copy.deepcopy(lin)
+    assert torch.equal(lin2.weight.cpu(), lin.weight.cpu())
 
 
 def test_resize_and_set_keep_contents(no_fallback):

@@ -391,6 +391,82 @@ Tensor k_bernoulli_t(const Tensor& p, std::optional<at::Generator> gen) {
   ins.insert(ins.end(), keys.begin(), keys.end());
   return call1("bernoulli", ins);
 }
+// random_: integers uniform in [from, to), drawn as floor(u * (to - from))
+// from a double-precision uniform u (exact for ranges up to 2^53).
+Tensor& k_random_range(Tensor& self, int64_t from, int64_t to, std::optional<at::Generator> gen) {
+  TORCH_CHECK(from < to, "random_ expects 'from' to be less than 'to', but got from=", from, " >= to=", to);
+  if (self.numel() == 0) return self;
+  const double range = static_cast<double>(to) - static_cast<double>(from);
+  Tensor u = empty(self.sizes(), at::kDouble, dev(self));
+  k_uniform_(u, 0.0, 1.0, gen);
+  Tensor v = at::clamp_max(at::floor(u * range), range - 1.0) + static_cast<double>(from);
+  copy_into(self, v.to(self.scalar_type()), false);
+  return self;
+}
+// What random_ draws up to when `to` is not given: 2^digits for floating
+// types (every integer there is exact), the type's maximum plus one for
+// integers, 2 for bool.
+int64_t random_default_to(const Tensor& self) {
+  switch (self.scalar_type()) {
+    case at::kFloat: return (int64_t{1} << 24) + 1;
+    case at::kDouble: return (int64_t{1} << 53) + 1;
+    case at::kHalf: return (int64_t{1} << 11) + 1;
+    case at::kBFloat16: return (int64_t{1} << 8) + 1;
+    case at::kBool: return 2;
+    case at::kByte: return 256;
+    case at::kChar: return 128;
+    case at::kShort: return 32768;
+    case at::kInt: return int64_t{1} << 31;
+    default: return int64_t{1} << 53;  // int64: the range a double draws exactly
+  }
+}
+Tensor& k_random_from(Tensor& self, int64_t from, std::optional<int64_t> to, std::optional<at::Generator> gen) {
+  return k_random_range(self, from, to.has_value() ? *to : random_default_to(self), gen);
+}
+Tensor& k_random_to(Tensor& self, int64_t to, std::optional<at::Generator> gen) {
+  return k_random_range(self, 0, to, gen);
+}
+Tensor& k_random(Tensor& self, std::optional<at::Generator> gen) {
+  return k_random_range(self, 0, random_default_to(self), gen);
+}
+
+// multinomial by the Gumbel-max trick: the index of the largest
+// log(p) + Gumbel noise is a draw from p; the k largest are k draws without
+// replacement (the Gumbel-top-k). With replacement, each draw gets its own
+// noise.
+Tensor k_multinomial(const Tensor& p, int64_t n, bool replacement, std::optional<at::Generator> gen) {
+  TORCH_CHECK(p.dim() == 1 || p.dim() == 2, "multinomial: prob_dist must be 1 or 2 dim, got ", p.dim());
+  TORCH_CHECK(at::isFloatingType(p.scalar_type()), "multinomial only supports floating-point dtypes for input, got ",
+              p.scalar_type());
+  TORCH_CHECK(n > 0, "multinomial: cannot sample n_sample <= 0 samples");
+  const int64_t cats = p.size(-1);
+  TORCH_CHECK(replacement || n <= cats, "multinomial: cannot sample n_sample > prob_dist.size(-1) samples without ",
+              "replacement");
+  Tensor probs = p.dim() == 1 ? p.unsqueeze(0) : p;
+  Tensor pf = probs.to(at::kFloat);
+  // One read back to check the distributions, as torch does on every device.
+  Tensor bad = at::stack({(pf < 0).any(), at::logical_not(at::isfinite(pf)).any(), (pf.sum(-1) <= 0).any()}).cpu();
+  auto b = bad.accessor<bool, 1>();
+  TORCH_CHECK(!b[0], "multinomial: probability tensor contains either `inf`, `nan` or element < 0");
+  TORCH_CHECK(!b[1], "multinomial: probability tensor contains either `inf`, `nan` or element < 0");
+  TORCH_CHECK(!b[2], "multinomial: invalid multinomial distribution (sum of probabilities <= 0)");
+  const int64_t rows = pf.size(0);
+  const bool per_draw = replacement && n > 1;
+  std::vector<int64_t> noise_shape = per_draw ? std::vector<int64_t>{rows, n, cats} : std::vector<int64_t>{rows, cats};
+  Tensor u = empty(noise_shape, at::kFloat, dev(p));
+  k_uniform_(u, 0.0, 1.0, gen);
+  // p / E with E ~ Exp(1) orders the categories as log(p) + Gumbel does,
+  // without log(0) (which debug mode would rightly flag as an Inf).
+  Tensor expo = -at::log(at::clamp(u, 1e-10, 1.0 - 1e-7));
+  Tensor out;
+  if (per_draw) {
+    out = at::argmax(pf.unsqueeze(1) / expo, -1);
+  } else {
+    out = std::get<1>(at::topk(pf / expo, n, -1));
+  }
+  return p.dim() == 1 ? out.squeeze(0) : out;
+}
+
 std::tuple<Tensor, Tensor> k_native_dropout(const Tensor& x, double p, std::optional<bool> train) {
   bool t = train.value_or(true);
   std::vector<Tensor> ins{x};
@@ -820,6 +896,23 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("div.Scalar_mode", [](const Tensor& a, const Scalar& b, std::optional<c10::string_view> md) {
     return k_div_mode(a, S(b, a), md);
   });
+  m.impl("floor_divide", [](const Tensor& a, const Tensor& b) { return k_div_mode(a, b, "floor"); });
+  m.impl("floor_divide.Scalar", [](const Tensor& a, const Scalar& b) { return k_div_mode(a, S(b, a), "floor"); });
+  m.impl("floor_divide_.Tensor", [](Tensor& a, const Tensor& b) -> Tensor& {
+    return inplace(a, k_div_mode(a, b, "floor"));
+  });
+  m.impl("floor_divide_.Scalar", [](Tensor& a, const Scalar& b) -> Tensor& {
+    return inplace(a, k_div_mode(a, S(b, a), "floor"));
+  });
+  m.impl("floor_divide.out", [](const Tensor& a, const Tensor& b, Tensor& out) -> Tensor& {
+    return into(out, k_div_mode(a, b, "floor"));
+  });
+  // Broadcast, then the boolean index: one read back for the count, as on every device.
+  m.impl("masked_select", [](const Tensor& self, const Tensor& mask) {
+    TORCH_CHECK(mask.scalar_type() == at::kBool, "masked_select: expected BoolTensor for mask");
+    auto shape = at::infer_size(self.sizes(), mask.sizes());
+    return at::index(self.expand(shape), {std::optional<Tensor>(mask.expand(shape))});
+  });
   TPU_BINARY(m, "remainder", "remainder");
   TPU_BINARY(m, "fmod", "fmod");
   TPU_BINARY(m, "eq", "eq");
@@ -967,6 +1060,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("normal_", k_normal_);
   m.impl("bernoulli_.float", k_bernoulli_f);
   m.impl("bernoulli", k_bernoulli_t);
+  m.impl("random_.from", k_random_from);
+  m.impl("random_.to", k_random_to);
+  m.impl("random_", k_random);
+  m.impl("multinomial", k_multinomial);
   m.impl("native_dropout", k_native_dropout);
   m.impl("native_dropout_backward", k_native_dropout_bw);
 

@@ -111,6 +111,60 @@ def test_losses(mode, no_fallback):
     close(F.mse_loss(X.to("tpu"), Y.to("tpu")), F.mse_loss(X, Y))
 
 
+def test_floor_divide_and_masked_select(mode, no_fallback):
+    a = torch.tensor([7, -7, 9, -1])
+    b = torch.tensor([2, 2, -4, 3])
+    close(torch.floor_divide(a.to("tpu"), b.to("tpu")), torch.floor_divide(a, b))
+    close(X.to("tpu") // 0.3, X // 0.3)
+    t = a.to("tpu")
+    t //= 3
+    close(t, a // 3)
+    mask = X > 0.2
+    close(X.to("tpu").masked_select(mask.to("tpu")), X.masked_select(mask))
+    row = torch.tensor([True, False] * 4)
+    close(torch.masked_select(X.to("tpu"), row.to("tpu")), torch.masked_select(X, row))
+
+
+def test_random_integers(mode, no_fallback):
+    torch.manual_seed(3)
+    x = torch.empty(20000, dtype=torch.long, device="tpu").random_(3, 7).cpu()
+    assert int(x.min()) == 3 and int(x.max()) == 6
+    counts = torch.bincount(x)[3:].double() / x.numel()
+    assert torch.all((counts - 0.25).abs() < 0.02), counts
+    y = torch.randint(0, 10, (1000,), device="tpu").cpu()
+    assert 0 <= int(y.min()) and int(y.max()) <= 9 and len(y.unique()) == 10
+    f = torch.empty(100, device="tpu").random_(5).cpu()
+    assert torch.equal(f, f.floor()) and 0 <= float(f.min()) and float(f.max()) <= 4
+    torch.manual_seed(11)
+    first = torch.randint(0, 1000, (50,), device="tpu").cpu()
+    torch.manual_seed(11)
+    assert torch.equal(torch.randint(0, 1000, (50,), device="tpu").cpu(), first)
+    with pytest.raises(RuntimeError, match="'from' to be less than 'to'"):
+        torch.empty(3, dtype=torch.long, device="tpu").random_(5, 5)
+
+
+def test_multinomial(mode, no_fallback):
+    torch.manual_seed(5)
+    p = torch.tensor([[0.1, 0.0, 0.9], [0.5, 0.5, 0.0]])
+    draws = torch.multinomial(p.to("tpu"), 4000, replacement=True).cpu()
+    assert draws.shape == (2, 4000) and draws.dtype == torch.long
+    for row, probs in zip(draws, p):
+        freq = torch.bincount(row, minlength=3).double() / row.numel()
+        assert torch.all((freq - probs.double()).abs() < 0.03), freq
+    no_repl = torch.multinomial(p.to("tpu"), 2).cpu()
+    for row in no_repl:
+        assert len(set(row.tolist())) == 2
+    assert set(no_repl[0].tolist()) == {0, 2} and set(no_repl[1].tolist()) == {0, 1}
+    one = torch.multinomial(torch.tensor([0.0, 0.0, 1.0], device="tpu"), 1).cpu()
+    assert one.tolist() == [2]
+    with pytest.raises(RuntimeError, match="element < 0"):
+        torch.multinomial(torch.tensor([-1.0, 1.0], device="tpu"), 1)
+    with pytest.raises(RuntimeError, match="sum of probabilities"):
+        torch.multinomial(torch.zeros(3, device="tpu"), 1)
+    with pytest.raises(RuntimeError, match="without replacement"):
+        torch.multinomial(torch.ones(3, device="tpu"), 4)
+
+
 def test_unsupported_op_with_the_fallback_off_names_the_op(no_fallback):
     with pytest.raises(NotImplementedError, match="erfinv"):
         torch.erfinv(torch.zeros(3, device="tpu"))

@@ -1,0 +1,356 @@
+"""T5 on the test device: transformers' common model tests, our generation
+checks, and checks of our own that compare the device with the CPU.
+
+Two test classes: the encoder-decoder heads (T5Model and the heads that run
+the decoder), and the encoder-only ones (T5EncoderModel and the token
+classification head, which is built on T5EncoderModel and returns no
+encoder_/decoder_ outputs)."""
+
+import copy
+import unittest
+
+import torch
+
+from transformers import (
+    T5Config,
+    T5EncoderModel,
+    T5ForConditionalGeneration,
+    T5ForQuestionAnswering,
+    T5ForSequenceClassification,
+    T5ForTokenClassification,
+    T5Model,
+    set_seed,
+)
+from transformers.testing_utils import torch_device
+
+from ...generation.test_utils import GenerationTesterMixin
+from ...test_configuration_common import ConfigTester
+from ...test_modeling_common import ModelTesterMixin, ids_tensor, random_attention_mask
+
+ATOL = 1e-4
+RTOL = 1e-4
+
+
+class T5ModelTester:
+    """A tiny T5: two layers each side, relative attention with few buckets.
+
+    Every encoder row holds ordinary tokens (ids >= 2) and ends with the one
+    EOS token the sequence classification head looks for; the decoder rows
+    start with the decoder start token (the pad id, as in T5)."""
+
+    def __init__(
+        self,
+        parent,
+        batch_size=3,
+        seq_length=7,
+        is_training=True,
+        use_attention_mask=True,
+        use_labels=True,
+        vocab_size=99,
+        hidden_size=32,
+        d_kv=8,
+        d_ff=37,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        relative_attention_num_buckets=8,
+        relative_attention_max_distance=16,
+        dropout_rate=0.1,
+        feed_forward_proj="relu",
+        num_labels=3,
+        pad_token_id=0,
+        eos_token_id=1,
+        decoder_start_token_id=0,
+        encoder_only=False,
+    ):
+        self.parent = parent
+        self.batch_size = batch_size
+        # Encoder and decoder sequences have the same length: the common
+        # tests build labels and decoder masks from one `seq_length`.
+        self.seq_length = seq_length
+        self.encoder_seq_length = seq_length
+        self.decoder_seq_length = seq_length
+        self.key_length = seq_length
+        self.is_training = is_training
+        self.use_attention_mask = use_attention_mask
+        self.use_labels = use_labels
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        self.d_kv = d_kv
+        self.d_ff = d_ff
+        self.num_hidden_layers = num_hidden_layers
+        self.num_attention_heads = num_attention_heads
+        self.relative_attention_num_buckets = relative_attention_num_buckets
+        self.relative_attention_max_distance = relative_attention_max_distance
+        self.dropout_rate = dropout_rate
+        self.feed_forward_proj = feed_forward_proj
+        self.num_labels = num_labels
+        self.type_sequence_label_size = num_labels
+        self.pad_token_id = pad_token_id
+        self.eos_token_id = eos_token_id
+        self.decoder_start_token_id = decoder_start_token_id
+        self.encoder_only = encoder_only
+
+    def get_config(self, dropout_rate=None):
+        return T5Config(
+            vocab_size=self.vocab_size,
+            d_model=self.hidden_size,
+            d_kv=self.d_kv,
+            d_ff=self.d_ff,
+            num_layers=self.num_hidden_layers,
+            num_decoder_layers=self.num_hidden_layers,
+            num_heads=self.num_attention_heads,
+            relative_attention_num_buckets=self.relative_attention_num_buckets,
+            relative_attention_max_distance=self.relative_attention_max_distance,
+            dropout_rate=self.dropout_rate if dropout_rate is None else dropout_rate,
+            feed_forward_proj=self.feed_forward_proj,
+            num_labels=self.num_labels,
+            pad_token_id=self.pad_token_id,
+            eos_token_id=self.eos_token_id,
+            bos_token_id=self.pad_token_id,
+            decoder_start_token_id=self.decoder_start_token_id,
+            # The common attention/hidden-state tests count the outputs of a
+            # forward without a cache; generate() turns it on itself.
+            use_cache=False,
+        )
+
+    def _encoder_ids(self):
+        # ids 2..vocab-1 (neither pad nor EOS), then one EOS at the end
+        ids = ids_tensor([self.batch_size, self.seq_length], self.vocab_size - 2) + 2
+        ids[:, -1] = self.eos_token_id
+        return ids
+
+    def _decoder_ids(self):
+        ids = ids_tensor([self.batch_size, self.seq_length], self.vocab_size - 2) + 2
+        ids[:, 0] = self.decoder_start_token_id
+        return ids
+
+    def prepare_config_and_inputs(self):
+        """config and a dict of every tensor the checks use (labels included)."""
+        t = {
+            "input_ids": self._encoder_ids(),
+            "attention_mask": random_attention_mask([self.batch_size, self.seq_length]),
+            "decoder_input_ids": self._decoder_ids(),
+            "decoder_attention_mask": random_attention_mask([self.batch_size, self.seq_length]),
+        }
+        if self.use_labels:
+            t["lm_labels"] = ids_tensor([self.batch_size, self.seq_length], self.vocab_size)
+            t["sequence_labels"] = ids_tensor([self.batch_size], self.num_labels)
+            t["token_labels"] = ids_tensor([self.batch_size, self.seq_length], self.num_labels)
+            t["start_positions"] = ids_tensor([self.batch_size], self.seq_length)
+            t["end_positions"] = ids_tensor([self.batch_size], self.seq_length)
+        return self.get_config(), t
+
+    def prepare_config_and_inputs_for_common(self):
+        config, t = self.prepare_config_and_inputs()
+        keys = ["input_ids", "attention_mask"]
+        if not self.encoder_only:
+            keys += ["decoder_input_ids", "decoder_attention_mask"]
+        return config, {k: t[k] for k in keys}
+
+
+def _pair(model_class, config):
+    """The same weights on the CPU and on the test device, in eval mode."""
+    set_seed(0)
+    cpu = model_class(copy.deepcopy(config)).eval()
+    dev = copy.deepcopy(cpu).to(torch_device).eval()
+    return cpu, dev
+
+
+def _on(inputs, device):
+    return {k: v.to(device) for k, v in inputs.items()}
+
+
+def _assert_grads_match(test, dev, cpu):
+    for (name, p_dev), (_, p_cpu) in zip(dev.named_parameters(), cpu.named_parameters()):
+        if p_cpu.grad is None:
+            test.assertIsNone(p_dev.grad, name)
+            continue
+        test.assertIsNotNone(p_dev.grad, name)
+        torch.testing.assert_close(p_dev.grad.cpu(), p_cpu.grad, atol=ATOL, rtol=1e-3,
+                                   msg=lambda m: f"grad of {name}: {m}")
+
+
+class T5ModelTest(ModelTesterMixin, GenerationTesterMixin, unittest.TestCase):
+    all_model_classes = (
+        T5Model,
+        T5ForConditionalGeneration,
+        T5ForSequenceClassification,
+        T5ForQuestionAnswering,
+    )
+    is_encoder_decoder = True
+    test_pruning = False
+    test_resize_embeddings = True
+
+    def setUp(self):
+        self.model_tester = T5ModelTester(self)
+        self.config_tester = ConfigTester(self, config_class=T5Config, d_model=37)
+
+    def test_config(self):
+        self.config_tester.run_common_tests()
+
+    # --- ours: the device against the CPU ------------------------------------
+
+    def _tensors(self, *keys):
+        config, t = self.model_tester.prepare_config_and_inputs()
+        return self.model_tester.get_config(dropout_rate=0.0), {k: t[k] for k in keys}
+
+    def test_model_matches_cpu(self):
+        """T5Model: the encoder's and the decoder's last hidden states, where attended."""
+        t = self.model_tester
+        config, inputs = self._tensors("input_ids", "attention_mask", "decoder_input_ids", "decoder_attention_mask")
+        cpu, dev = _pair(T5Model, config)
+        with torch.no_grad():
+            got = dev(**_on(inputs, torch_device))
+            want = cpu(**_on(inputs, "cpu"))
+        self.assertEqual(got.last_hidden_state.device.type, torch.device(torch_device).type)
+        self.assertEqual(got.last_hidden_state.shape, (t.batch_size, t.seq_length, t.hidden_size))
+        enc_keep = inputs["attention_mask"].cpu().bool()
+        dec_keep = inputs["decoder_attention_mask"].cpu().bool()
+        torch.testing.assert_close(got.encoder_last_hidden_state.cpu()[enc_keep],
+                                   want.encoder_last_hidden_state[enc_keep], atol=ATOL, rtol=RTOL)
+        torch.testing.assert_close(got.last_hidden_state.cpu()[dec_keep], want.last_hidden_state[dec_keep],
+                                   atol=ATOL, rtol=RTOL)
+
+    def test_model_with_cache_matches_cpu(self):
+        """T5Model with use_cache: the decoder run in two halves (the second reading the
+        cache of the first) gives the one-pass result, on the device as on the CPU."""
+        config, inputs = self._tensors("input_ids", "attention_mask", "decoder_input_ids")
+        cpu, dev = _pair(T5Model, config)
+        split = self.model_tester.seq_length // 2
+        for model, device in ((cpu, "cpu"), (dev, torch_device)):
+            x = _on(inputs, device)
+            with torch.no_grad():
+                full = model(**x, use_cache=False).last_hidden_state
+                first = model(input_ids=x["input_ids"], attention_mask=x["attention_mask"],
+                              decoder_input_ids=x["decoder_input_ids"][:, :split], use_cache=True)
+                second = model(encoder_outputs=(first.encoder_last_hidden_state,),
+                               attention_mask=x["attention_mask"],
+                               decoder_input_ids=x["decoder_input_ids"][:, split:],
+                               cache=first.cache, use_cache=True)
+            stitched = torch.cat([first.last_hidden_state, second.last_hidden_state], dim=1)
+            torch.testing.assert_close(stitched.cpu(), full.cpu(), atol=ATOL, rtol=RTOL,
+                                       msg=lambda m: f"on {device}: {m}")
+            if device == "cpu":
+                want = full
+            else:
+                torch.testing.assert_close(full.cpu(), want, atol=ATOL, rtol=RTOL)
+
+    def test_conditional_generation_loss_and_grads_match_cpu(self):
+        """T5ForConditionalGeneration in training mode: the loss from labels (the model
+        shifts them into decoder inputs itself) and every parameter's gradient."""
+        config, inputs = self._tensors("input_ids", "attention_mask", "lm_labels")
+        inputs["labels"] = inputs.pop("lm_labels")
+        cpu, dev = _pair(T5ForConditionalGeneration, config)
+        cpu.train()
+        dev.train()
+        out_dev = dev(**_on(inputs, torch_device))
+        out_cpu = cpu(**_on(inputs, "cpu"))
+        t = self.model_tester
+        self.assertEqual(out_dev.logits.shape, (t.batch_size, t.seq_length, t.vocab_size))
+        torch.testing.assert_close(out_dev.logits.cpu(), out_cpu.logits, atol=ATOL, rtol=RTOL)
+        torch.testing.assert_close(out_dev.loss.cpu(), out_cpu.loss, atol=ATOL, rtol=RTOL)
+        out_dev.loss.backward()
+        out_cpu.loss.backward()
+        _assert_grads_match(self, dev, cpu)
+
+    def test_sequence_classification_matches_cpu(self):
+        t = self.model_tester
+        config, inputs = self._tensors("input_ids", "attention_mask", "sequence_labels")
+        inputs["labels"] = inputs.pop("sequence_labels")
+        cpu, dev = _pair(T5ForSequenceClassification, config)
+        with torch.no_grad():
+            got = dev(**_on(inputs, torch_device))
+            want = cpu(**_on(inputs, "cpu"))
+        self.assertEqual(got.logits.shape, (t.batch_size, t.num_labels))
+        torch.testing.assert_close(got.logits.cpu(), want.logits, atol=ATOL, rtol=RTOL)
+        torch.testing.assert_close(got.loss.cpu(), want.loss, atol=ATOL, rtol=RTOL)
+
+    def test_question_answering_matches_cpu(self):
+        t = self.model_tester
+        config, inputs = self._tensors("input_ids", "attention_mask", "start_positions", "end_positions")
+        cpu, dev = _pair(T5ForQuestionAnswering, config)
+        with torch.no_grad():
+            got = dev(**_on(inputs, torch_device))
+            want = cpu(**_on(inputs, "cpu"))
+        self.assertEqual(got.start_logits.shape, (t.batch_size, t.seq_length))
+        torch.testing.assert_close(got.start_logits.cpu(), want.start_logits, atol=ATOL, rtol=RTOL)
+        torch.testing.assert_close(got.end_logits.cpu(), want.end_logits, atol=ATOL, rtol=RTOL)
+        torch.testing.assert_close(got.loss.cpu(), want.loss, atol=ATOL, rtol=RTOL)
+
+    def test_gated_gelu_matches_cpu(self):
+        """The T5 v1.1 feed-forward (gated-gelu) on the device against the CPU."""
+        _, inputs = self._tensors("input_ids", "attention_mask", "decoder_input_ids")
+        config = T5ModelTester(self, feed_forward_proj="gated-gelu").get_config(dropout_rate=0.0)
+        self.assertTrue(config.is_gated_act)
+        cpu, dev = _pair(T5ForConditionalGeneration, config)
+        with torch.no_grad():
+            got = dev(**_on(inputs, torch_device)).logits
+            want = cpu(**_on(inputs, "cpu")).logits
+        torch.testing.assert_close(got.cpu(), want, atol=ATOL, rtol=RTOL)
+
+
+class T5EncoderOnlyModelTest(ModelTesterMixin, unittest.TestCase):
+    all_model_classes = (T5EncoderModel, T5ForTokenClassification)
+    is_encoder_decoder = False
+    test_pruning = False
+
+    def setUp(self):
+        self.model_tester = T5ModelTester(self, encoder_only=True)
+        self.config_tester = ConfigTester(self, config_class=T5Config, d_model=37)
+
+    def test_config(self):
+        self.config_tester.run_common_tests()
+
+    # T5EncoderModel is a bare encoder without a loss; the training tests skip
+    # the base models they find in MODEL_MAPPING, which names T5Model only.
+    def _heads_only(self, test):
+        self.all_model_classes = (T5ForTokenClassification,)
+        try:
+            test()
+        finally:
+            del self.all_model_classes
+
+    def test_training(self):
+        self._heads_only(super().test_training)
+
+    def test_training_gradient_checkpointing(self):
+        self._heads_only(super().test_training_gradient_checkpointing)
+
+    def test_training_gradient_checkpointing_use_reentrant_false(self):
+        self._heads_only(super().test_training_gradient_checkpointing_use_reentrant_false)
+
+    def test_training_gradient_checkpointing_use_reentrant_true(self):
+        self._heads_only(super().test_training_gradient_checkpointing_use_reentrant_true)
+
+    # --- ours ----------------------------------------------------------------
+
+    def test_encoder_matches_cpu(self):
+        t = self.model_tester
+        _, tensors = t.prepare_config_and_inputs()
+        config = t.get_config(dropout_rate=0.0)
+        inputs = {k: tensors[k] for k in ("input_ids", "attention_mask")}
+        cpu, dev = _pair(T5EncoderModel, config)
+        with torch.no_grad():
+            got = dev(**_on(inputs, torch_device)).last_hidden_state
+            want = cpu(**_on(inputs, "cpu")).last_hidden_state
+        self.assertEqual(got.shape, (t.batch_size, t.seq_length, t.hidden_size))
+        keep = inputs["attention_mask"].cpu().bool()
+        torch.testing.assert_close(got.cpu()[keep], want[keep], atol=ATOL, rtol=RTOL)
+
+    def test_token_classification_loss_and_grads_match_cpu(self):
+        t = self.model_tester
+        _, tensors = t.prepare_config_and_inputs()
+        config = t.get_config(dropout_rate=0.0)
+        inputs = {"input_ids": tensors["input_ids"], "attention_mask": tensors["attention_mask"],
+                  "labels": tensors["token_labels"]}
+        cpu, dev = _pair(T5ForTokenClassification, config)
+        cpu.train()
+        dev.train()
+        out_dev = dev(**_on(inputs, torch_device))
+        out_cpu = cpu(**_on(inputs, "cpu"))
+        self.assertEqual(out_dev.logits.shape, (t.batch_size, t.seq_length, t.num_labels))
+        torch.testing.assert_close(out_dev.logits.cpu(), out_cpu.logits, atol=ATOL, rtol=RTOL)
+        torch.testing.assert_close(out_dev.loss.cpu(), out_cpu.loss, atol=ATOL, rtol=RTOL)
+        out_dev.loss.backward()
+        out_cpu.loss.backward()
+        _assert_grads_match(self, dev, cpu)

@@ -391,6 +391,67 @@ Tensor k_bernoulli_t(const Tensor& p, std::optional<at::Generator> gen) {
   ins.insert(ins.end(), keys.begin(), keys.end());
   return call1("bernoulli", ins);
 }
+// log_sigmoid, stable for either sign: min(x, 0) - log1p(exp(-|x|)). The
+// buffer torch's CPU kernel keeps for the backward is not needed here.
+std::tuple<Tensor, Tensor> k_log_sigmoid_fwd(const Tensor& x) {
+  Tensor out = at::minimum(x, at::zeros_like(x)) - at::log1p(at::exp(-at::abs(x)));
+  return {out, empty({0}, x.scalar_type(), dev(x))};
+}
+Tensor k_log_sigmoid_bw(const Tensor& g, const Tensor& x, const Tensor& /*buffer*/) {
+  return g * at::sigmoid(-x);  // d/dx log(sigmoid(x)) = sigmoid(-x)
+}
+
+// torch.equal: same shape and every element equal (one read back).
+bool k_equal(const Tensor& a, const Tensor& b) {
+  if (a.sizes() != b.sizes()) return false;
+  if (a.numel() == 0) return true;
+  return at::eq(a, b).all().item<bool>();
+}
+
+// linalg_cholesky_ex, column by column (Cholesky-Banachiewicz) from native
+// ops: n steps of a few ops each, batched over leading dimensions. info is
+// the order of the first leading minor that is not positive-definite (0
+// when all are), as torch reports it; the factor is then unspecified.
+std::tuple<Tensor, Tensor> k_cholesky_ex(const Tensor& A, bool upper, bool check_errors) {
+  TORCH_CHECK(A.dim() >= 2, "linalg.cholesky: The input tensor A must have at least 2 dimensions.");
+  TORCH_CHECK(A.size(-1) == A.size(-2), "linalg.cholesky: A must be batches of square matrices, but they are ",
+              A.size(-2), " by ", A.size(-1), " matrices");
+  TORCH_CHECK(A.scalar_type() == at::kFloat || A.scalar_type() == at::kDouble,
+              "linalg.cholesky: tpu supports float32 and float64 inputs, got ", A.scalar_type());
+  const int64_t n = A.size(-1);
+  auto batch = A.sizes().slice(0, A.dim() - 2);
+  Tensor L = at::zeros_like(A, at::MemoryFormat::Contiguous);
+  Tensor info = at::zeros(batch, A.options().dtype(at::kInt));
+  for (int64_t j = 0; j < n; ++j) {
+    Tensor d = A.select(-2, j).select(-1, j);
+    Tensor row;
+    if (j > 0) {
+      row = L.select(-2, j).narrow(-1, 0, j);  // [..., j]
+      d = d - (row * row).sum(-1);
+    }
+    Tensor fail = at::logical_or(d <= 0, at::isnan(d));
+    info = at::where(at::logical_and(info == 0, fail), at::full_like(info, j + 1), info);
+    Tensor djj = at::sqrt(at::clamp_min(d, 0));
+    L.select(-2, j).select(-1, j).copy_(djj);
+    if (j + 1 < n) {
+      Tensor col = A.narrow(-2, j + 1, n - j - 1).select(-1, j);  // [..., n-j-1]
+      if (j > 0) {
+        Tensor below = L.narrow(-2, j + 1, n - j - 1).narrow(-1, 0, j);  // [..., n-j-1, j]
+        col = col - at::matmul(below, row.unsqueeze(-1)).squeeze(-1);
+      }
+      Tensor div = at::where(fail, at::ones_like(djj), djj).unsqueeze(-1);
+      L.narrow(-2, j + 1, n - j - 1).select(-1, j).copy_(col / div);
+    }
+  }
+  if (check_errors) {
+    int64_t first = info.numel() == 0 ? 0 : info.max().item<int64_t>();
+    TORCH_CHECK(first == 0, "linalg.cholesky: The factorization could not be completed because the input is not ",
+                "positive-definite (the leading minor of order ", first, " is not positive-definite).");
+  }
+  if (upper) L = L.transpose(-2, -1).contiguous();
+  return {L, info};
+}
+
 // random_: integers uniform in [from, to), drawn as floor(u * (to - from))
 // from a double-precision uniform u (exact for ranges up to 2^53).
 Tensor& k_random_range(Tensor& self, int64_t from, int64_t to, std::optional<at::Generator> gen) {
@@ -1064,6 +1125,16 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("random_.to", k_random_to);
   m.impl("random_", k_random);
   m.impl("multinomial", k_multinomial);
+  m.impl("log_sigmoid_forward", k_log_sigmoid_fwd);
+  m.impl("log_sigmoid_backward", k_log_sigmoid_bw);
+  m.impl("equal", k_equal);
+  m.impl("linalg_cholesky_ex", k_cholesky_ex);
+  m.impl("linalg_cholesky_ex.L", [](const Tensor& A, bool upper, bool check, Tensor& L, Tensor& info) {
+    auto [l, i] = k_cholesky_ex(A, upper, check);
+    into(L, l);
+    into(info, i);
+    return std::tuple<Tensor&, Tensor&>(L, info);
+  });
   m.impl("native_dropout", k_native_dropout);
   m.impl("native_dropout_backward", k_native_dropout_bw);
 

@@ -165,6 +165,41 @@ def test_multinomial(mode, no_fallback):
         torch.multinomial(torch.ones(3, device="tpu"), 4)
 
 
+def test_cholesky_equal_and_log_sigmoid(mode, no_fallback):
+    torch.manual_seed(2)
+    m = torch.randn(3, 5, 5, dtype=torch.float64)
+    spd = m @ m.transpose(-1, -2) + 5 * torch.eye(5, dtype=torch.float64)
+    close(torch.linalg.cholesky(spd.to("tpu")), torch.linalg.cholesky(spd), tol=1e-10)
+    close(torch.linalg.cholesky(spd[0].float().to("tpu"), upper=True), torch.linalg.cholesky(spd[0].float(), upper=True))
+    bad = spd.clone()
+    bad[1, 2, 2] = -100.0
+    L, info = torch.linalg.cholesky_ex(bad.to("tpu"))
+    assert info.cpu().tolist() == torch.linalg.cholesky_ex(bad).info.tolist() == [0, 3, 0]
+    with pytest.raises(RuntimeError, match="leading minor of order 3 is not positive-definite"):
+        torch.linalg.cholesky(bad.to("tpu"))
+    with pytest.raises(RuntimeError, match="square matrices"):
+        torch.linalg.cholesky(torch.ones(2, 3, device="tpu"))
+    # What resize_token_embeddings draws new rows with.
+    dist = torch.distributions.MultivariateNormal(torch.zeros(5, device="tpu"),
+                                                  covariance_matrix=spd[0].float().to("tpu"))
+    assert dist.sample((4,)).shape == (4, 5)
+
+    assert torch.equal(X.to("tpu"), X.to("tpu").clone())
+    assert not torch.equal(X.to("tpu"), (X + 1e-3).to("tpu"))
+    assert not torch.equal(X.to("tpu"), X[:2].to("tpu"))
+    assert torch.equal(torch.empty(0, device="tpu"), torch.empty(0, device="tpu"))
+
+    x = (X * 30).requires_grad_()
+    xt = x.detach().to("tpu").requires_grad_()
+    close(F.logsigmoid(xt), F.logsigmoid(x))
+    F.logsigmoid(xt).sum().backward()
+    F.logsigmoid(x).sum().backward()
+    close(xt.grad, x.grad)
+    target = (Y > 0).float()
+    close(F.binary_cross_entropy_with_logits(X.to("tpu"), target.to("tpu")),
+          F.binary_cross_entropy_with_logits(X, target))
+
+
 def test_unsupported_op_with_the_fallback_off_names_the_op(no_fallback):
     with pytest.raises(NotImplementedError, match="erfinv"):
         torch.erfinv(torch.zeros(3, device="tpu"))

@@ -870,7 +870,10 @@ pub fn lower(graph: &Graph) -> Result<String> {
     );
     let _ = writeln!(m, "  }}");
     let _ = writeln!(m, "}}");
-    Ok(m)
+    // An empty dense i64 array is spelled `array<i64>` in MLIR; the emitters
+    // above write `array<i64: {list}>`, which an empty list (a reduction of
+    // a 0-d tensor over no dimensions, say) would leave unparsable.
+    Ok(m.replace("array<i64: >", "array<i64>"))
 }
 
 #[cfg(test)]

@@ -900,6 +900,10 @@ mod tests {
                 vec![f(&[3, 5])],
                 Attrs::new().with("dim", Attr::Ints(vec![0])),
             ),
+            // A 0-d tensor reduced over no dimensions: an empty dimension
+            // list in the module (it was `array<i64: >`, which XLA refused).
+            ("sum", vec![f(&[])], Attrs::new()),
+            ("all", vec![TensorType::new(DType::Bool, &[])], Attrs::new()),
             (
                 "where",
                 vec![TensorType::new(DType::Bool, &[4]), f(&[4]), f(&[4])],

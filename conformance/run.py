@@ -104,10 +104,8 @@ def fetch_sdist(version: str) -> Path:
 def prepare_tree(version: str) -> Path:
     """A fresh tests/ tree: the sdist's tests/ with conformance/tests/ laid over it."""
     tarball = fetch_sdist(version)
-    tree = CACHE / f"tree-{version}"
-    if tree.exists():
-        shutil.rmtree(tree)
-    tree.mkdir(parents=True)
+    # A tree of its own per run, so that runs side by side never share one.
+    tree = Path(tempfile.mkdtemp(dir=CACHE, prefix=f"tree-{version}-"))
     prefix = f"transformers-{version}/tests/"
     with tarfile.open(tarball) as tar:
         members = [m for m in tar.getmembers() if m.name.startswith(prefix) and (m.isfile() or m.isdir())]
@@ -260,7 +258,13 @@ def main(argv=None) -> int:
     ap.add_argument("--check", action="store_true",
                     help="exit 1 when a native failure passes on CPU and is not in KNOWN_FAILURES.md, "
                          "or when the native run made a fallback call")
+    ap.add_argument("--keep-tree", action="store_true", help="keep the assembled tests/ tree after the run")
+    ap.add_argument("--fetch-only", action="store_true",
+                    help="download the sdist into .cache/conformance/ and stop (scripts/setup calls this)")
     args = ap.parse_args(argv)
+    if args.fetch_only:
+        fetch_sdist(transformers_version())
+        return 0
 
     models = args.models.split(",") if args.models else (QUICK_MODELS if args.quick else list(MODELS))
     configs = args.configs.split(",") if args.configs else (QUICK_CONFIGS if args.quick else CONFIGS)
@@ -277,6 +281,14 @@ def main(argv=None) -> int:
 
     version = transformers_version()
     tree = prepare_tree(version)
+    try:
+        return _run_all(args, models, configs, platforms, version, tree)
+    finally:
+        if not args.keep_tree:
+            shutil.rmtree(tree, ignore_errors=True)
+
+
+def _run_all(args, models, configs, platforms, version, tree) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     workdir = out / "logs"

@@ -17,6 +17,7 @@ It is what lets conformance/run.py count results that survive a crash:
 import faulthandler
 import json
 import os
+import re
 import sys
 import time
 
@@ -78,14 +79,17 @@ def pytest_runtest_logstart(nodeid, location):
         faulthandler.dump_traceback_later(_TIMEOUT, exit=True, file=sys.stderr)
 
 
+_EXC = re.compile(r"^E\s+([\w.]+(Error|Exception|Exit|Interrupt)|AssertionError|NotImplementedError)\b")
+
+
 def _short(report) -> str:
+    """The exception line pytest marks with `E` (and the next two), else the last lines."""
     text = str(report.longrepr) if report.longrepr is not None else ""
     if report.skipped and isinstance(report.longrepr, tuple):
-        text = str(report.longrepr[2])
-    # The last line that names an exception says most; keep a few lines.
+        return str(report.longrepr[2])[:600]
     lines = [line for line in text.splitlines() if line.strip()]
-    errors = [line for line in lines if line.startswith("E ") or "Error" in line]
-    pick = errors[-3:] if errors else lines[-3:]
+    starts = [i for i, line in enumerate(lines) if _EXC.match(line)]
+    pick = lines[starts[-1]:starts[-1] + 3] if starts else lines[-3:]
     return "\n".join(line.strip() for line in pick)[:600]
 
 

@@ -220,11 +220,15 @@ Tensor k_all_dim(const Tensor& x, int64_t dim, bool keepdim) { return call1("all
 Tensor k_all_all(const Tensor& x) { return call1("all", {x}, dims_attrs(std::nullopt, false)); }
 Tensor k_cumsum(const Tensor& x, int64_t dim, std::optional<at::ScalarType> dt) {
   Tensor in = dt.has_value() ? x.to(*dt) : x;
-  return call1("cumsum", {in}, Attrs().i("dim", dim));
+  Tensor r = call1("cumsum", {in}, Attrs().i("dim", dim));
+  // The op promotes integers to int64, as torch does without a dtype; a
+  // dtype given wins (grouped_mm's offsets are a cumsum to int32).
+  return dt.has_value() && r.scalar_type() != *dt ? r.to(*dt) : r;
 }
 Tensor k_cumprod(const Tensor& x, int64_t dim, std::optional<at::ScalarType> dt) {
   Tensor in = dt.has_value() ? x.to(*dt) : x;
-  return call1("cumprod", {in}, Attrs().i("dim", dim));
+  Tensor r = call1("cumprod", {in}, Attrs().i("dim", dim));
+  return dt.has_value() && r.scalar_type() != *dt ? r.to(*dt) : r;
 }
 Tensor k_vector_norm(const Tensor& x, const Scalar& ord, at::OptionalIntArrayRef dim, bool keepdim,
                    std::optional<at::ScalarType> dt) {
@@ -733,6 +737,78 @@ Tensor& k_index_copy_(Tensor& self, int64_t dim, const Tensor& index, const Tens
   return k_index_put_(self, idx, source, false, false);
 }
 
+// index_add: a scatter_add along `dim` with the index broadcast over the
+// source's other dimensions.
+Tensor k_index_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& source, const Scalar& alpha) {
+  TORCH_CHECK(index.dim() <= 1, "index_add_(): Index is supposed to be a vector");
+  TORCH_CHECK(index.scalar_type() == at::kLong || index.scalar_type() == at::kInt,
+              "index_add_(): Expected dtype int32/int64 for index");
+  Tensor self1 = self.dim() == 0 ? self.reshape({1}) : self;
+  Tensor src = source.dim() == 0 ? source.reshape({1}) : source;
+  dim = at::maybe_wrap_dim(dim, self1.dim());
+  TORCH_CHECK(src.dim() == self1.dim(), "index_add_(): self (", self.dim(), "-d) and source (", source.dim(),
+              "-d) must have the same number of dimensions");
+  TORCH_CHECK(index.numel() == src.size(dim), "index_add_(): Number of indices (", index.numel(),
+              ") should be equal to source.size(dim) (", src.size(dim), ")");
+  std::vector<int64_t> shape(src.dim(), 1);
+  shape[dim] = -1;
+  Tensor idx = index.reshape(shape).expand(src.sizes()).to(at::kLong);
+  Tensor add = alpha.equal(1) ? src : src * alpha;
+  Tensor r = k_scatter_add(self1, dim, idx, add.to(self.scalar_type()));
+  return self.dim() == 0 ? r.reshape({}) : r;
+}
+
+// nonzero from device ops: one read back for the count (the result's shape
+// depends on the data, on every device); each true element's slot is a
+// cumsum, its linear position lands there by scatter_add (the false ones
+// all go to one spare slot), and the positions are unravelled per dim.
+Tensor k_nonzero(const Tensor& x) {
+  const int64_t n = x.numel();
+  const int64_t r = x.dim();
+  Tensor flat = x.reshape({-1}) != 0;
+  const int64_t count = n == 0 ? 0 : flat.sum().item<int64_t>();
+  if (count == 0) return empty({0, r}, at::kLong, dev(x));
+  Tensor pos = at::cumsum(flat, 0, at::kLong) - 1;
+  Tensor slot = at::where(flat, pos, at::full_like(pos, count));
+  Tensor lin = at::zeros({count + 1}, x.options().dtype(at::kLong))
+                   .scatter_add(0, slot, at::arange(n, x.options().dtype(at::kLong)))
+                   .narrow(0, 0, count);
+  std::vector<Tensor> cols;
+  int64_t stride = n;
+  for (int64_t d = 0; d < r; ++d) {
+    stride /= x.size(d);
+    cols.push_back(at::remainder(at::div(lin, stride, "floor"), x.size(d)));
+  }
+  return r == 0 ? empty({count, 0}, at::kLong, dev(x)) : at::stack(cols, 1);
+}
+
+// histc: equal-width bins over [min, max] (the data's range when both are
+// 0), values outside ignored, max itself in the last bin; counts in the
+// input's dtype (integers too, as on CUDA: MoE routing counts int32 ids).
+Tensor k_histc(const Tensor& x, int64_t bins, const Scalar& min, const Scalar& max) {
+  TORCH_CHECK(bins > 0, "torch.histc: bins must be > 0, but got ", bins, " for bins");
+  double lo = min.toDouble();
+  double hi = max.toDouble();
+  TORCH_CHECK(std::isfinite(lo) && std::isfinite(hi), "torch.histc: range of [", lo, ", ", hi, "] is not finite");
+  TORCH_CHECK(lo <= hi, "torch.histc: max must be larger than min");
+  Tensor xd = x.reshape({-1}).to(at::kDouble);
+  if (lo == hi && x.numel() > 0) {
+    Tensor mm = at::stack({xd.min(), xd.max()}).cpu();
+    lo = mm[0].item<double>();
+    hi = mm[1].item<double>();
+  }
+  if (lo == hi) {
+    lo -= 1;
+    hi += 1;
+  }
+  Tensor counts = at::zeros({bins}, x.options());
+  if (x.numel() == 0) return counts;
+  Tensor keep = at::logical_and(xd >= lo, xd <= hi);
+  Tensor bin = at::clamp(at::floor((xd - lo) * (static_cast<double>(bins) / (hi - lo))), 0, bins - 1);
+  bin = at::where(keep, bin, at::zeros_like(bin)).to(at::kLong);
+  return counts.scatter_add(0, bin, keep.to(x.scalar_type()));
+}
+
 // isin: each element compared with every test element (the test sets in
 // models are small: token ids such as eos and pad).
 Tensor k_isin(const Tensor& elements, const Tensor& test, bool assume_unique, bool invert) {
@@ -1128,6 +1204,18 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("log_sigmoid_forward", k_log_sigmoid_fwd);
   m.impl("log_sigmoid_backward", k_log_sigmoid_bw);
   m.impl("equal", k_equal);
+  m.impl("nonzero", k_nonzero);
+  m.impl("nonzero.out", [](const Tensor& x, Tensor& out) -> Tensor& { return into(out, k_nonzero(x)); });
+  m.impl("histc", k_histc);
+  m.impl("histc.out", [](const Tensor& x, int64_t b, const Scalar& lo, const Scalar& hi, Tensor& out) -> Tensor& {
+    return into(out, k_histc(x, b, lo, hi));
+  });
+  m.impl("index_add", k_index_add);
+  m.impl("index_add_", [](Tensor& x, int64_t d, const Tensor& i, const Tensor& s, const Scalar& a) -> Tensor& {
+    return inplace(x, k_index_add(x, d, i, s, a));
+  });
+  m.impl("index_add.out", [](const Tensor& x, int64_t d, const Tensor& i, const Tensor& s, const Scalar& a,
+                             Tensor& out) -> Tensor& { return into(out, k_index_add(x, d, i, s, a)); });
   m.impl("linalg_cholesky_ex", k_cholesky_ex);
   m.impl("linalg_cholesky_ex.L", [](const Tensor& A, bool upper, bool check, Tensor& L, Tensor& info) {
     auto [l, i] = k_cholesky_ex(A, upper, check);

@@ -200,6 +200,34 @@ def test_cholesky_equal_and_log_sigmoid(mode, no_fallback):
           F.binary_cross_entropy_with_logits(X, target))
 
 
+def test_nonzero_histc_index_add_and_cumsum_dtype(mode, no_fallback):
+    # What MoE routing uses (transformers' grouped experts path).
+    for t in (X > 0.3, torch.zeros(3, 4), torch.tensor(2.0), (torch.randn(2, 3, 4) > 0).int(), torch.empty(0, 3)):
+        close(torch.nonzero(t.to("tpu")), torch.nonzero(t))
+    close(torch.histc(X.to("tpu"), bins=5, min=-1, max=1), torch.histc(X, bins=5, min=-1, max=1))
+    close(torch.histc(X.to("tpu"), bins=7), torch.histc(X, bins=7))
+    ids = torch.tensor([0, 3, 3, 1, 7, 3, 0], dtype=torch.int32)
+    got = torch.histc(ids.to("tpu"), bins=8, min=0, max=7)
+    assert got.dtype == torch.int32
+    close(got, torch.histc(ids.float(), bins=8, min=0, max=7).int())
+    with pytest.raises(RuntimeError, match="bins must be > 0"):
+        torch.histc(X.to("tpu"), bins=0)
+    base = torch.zeros(5, 3)
+    idx = torch.tensor([4, 0, 4, 2])
+    src = torch.arange(12.0).view(4, 3)
+    close(base.to("tpu").index_add(0, idx.to("tpu"), src.to("tpu"), alpha=2),
+          base.index_add(0, idx, src, alpha=2))
+    col = torch.zeros(3, 4)
+    t = col.to("tpu")
+    t.index_add_(1, torch.tensor([1, 1]).to("tpu"), torch.ones(3, 2).to("tpu"))
+    close(t, col.index_add(1, torch.tensor([1, 1]), torch.ones(3, 2)))
+    counts = torch.tensor([3, 0, 2], dtype=torch.int64)
+    got = torch.cumsum(counts.to("tpu"), 0, dtype=torch.int32)
+    assert got.dtype == torch.int32
+    close(got, torch.cumsum(counts, 0, dtype=torch.int32))
+    close(torch.cumprod(counts.to("tpu") + 1, 0, dtype=torch.int32), torch.cumprod(counts + 1, 0, dtype=torch.int32))
+
+
 def test_unsupported_op_with_the_fallback_off_names_the_op(no_fallback):
     with pytest.raises(NotImplementedError, match="erfinv"):
         torch.erfinv(torch.zeros(3, device="tpu"))

@@ -194,7 +194,7 @@ def run_model(tree: Path, model: str, config: str, platform: str, args, workdir:
         p.unlink(missing_ok=True)
     env = run_env(config, platform, log_path, done_path, args.test_timeout, workdir / "hf_home")
     cmd = [sys.executable, "-m", "pytest", test_file, "-p", "no:cacheprovider", "-q", "-rN",
-           "--no-header", "-o", "addopts=", "--rootdir", str(tree), "-W", "ignore"]
+           "--no-header", "-o", "addopts=", "--rootdir", str(tree)]
     if args.k:
         cmd += ["-k", args.k]
     crashes: list[str] = []

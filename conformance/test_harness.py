@@ -36,6 +36,11 @@ class FakeModelTest(unittest.TestCase):
 
     def test_f_passes(self):
         pass
+
+    def test_g_subtest_fails(self):
+        for i in range(3):
+            with self.subTest(i=i):
+                self.assertNotEqual(i, 1)
 '''
 
 
@@ -114,6 +119,7 @@ def test_a_crash_and_a_hang_cost_one_test_each(tmp_path, monkeypatch):
         "test_d_hangs": "error",
         "test_e_skips": "skipped",
         "test_f_passes": "passed",
+        "test_g_subtest_fails": "failed",
     }
     assert [c.split("::")[-1] for c in r["crashes"]] == ["test_b_crashes", "test_d_hangs"]
     assert "process ended" in r["tests"][next(n for n in r["tests"] if n.endswith("test_b_crashes"))]["message"]

@@ -110,7 +110,10 @@ def pytest_runtest_logreport(report):
         else:
             outcome = outcome or "skipped"
         _messages.setdefault(nodeid, _short(report))
-    elif report.when == "call":
+    elif report.when == "call" and outcome is None:
+        # A failed subtest (unittest's subTest) reported earlier in this
+        # call phase keeps the test failed; the test's own passing report
+        # comes after it.
         outcome = "xpassed" if hasattr(report, "wasxfail") else "passed"
     _final[nodeid] = outcome
     if report.when == "teardown":

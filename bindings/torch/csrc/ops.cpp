@@ -809,6 +809,55 @@ Tensor k_histc(const Tensor& x, int64_t bins, const Scalar& min, const Scalar& m
   return counts.scatter_add(0, bin, keep.to(x.scalar_type()));
 }
 
+// roll: per rolled dimension, the two slices swapped (narrow + cat); with
+// no dims, the flattened tensor rolled and reshaped back.
+Tensor k_roll(const Tensor& x, at::IntArrayRef shifts, at::IntArrayRef dims) {
+  TORCH_CHECK(!shifts.empty(), "`shifts` required");
+  if (dims.empty()) {
+    TORCH_CHECK(shifts.size() == 1, "shifts and dimensions must align. shifts: ", shifts.size(), ", dims: 0");
+    return k_roll(x.reshape({-1}), shifts, {0}).view(x.sizes());
+  }
+  TORCH_CHECK(shifts.size() == dims.size(), "shifts and dimensions must align. shifts: ", shifts.size(),
+              ", dims:", dims.size());
+  Tensor r = x;
+  for (size_t k = 0; k < dims.size(); ++k) {
+    int64_t d = at::maybe_wrap_dim(dims[k], x.dim());
+    int64_t n = x.size(d);
+    if (n == 0) continue;
+    int64_t s = ((shifts[k] % n) + n) % n;
+    if (s == 0) continue;
+    r = at::cat({r.narrow(d, n - s, s), r.narrow(d, 0, n - s)}, d);
+  }
+  return r.is_same(x) ? x.clone() : r;
+}
+
+// unique_consecutive over the flattened input: a run starts where an
+// element differs from the one before it; values are the run starts, counts
+// the distances between them, inverse each element's run number.
+std::tuple<Tensor, Tensor, Tensor> k_unique_consecutive(const Tensor& x, bool return_inverse, bool return_counts,
+                                                        std::optional<int64_t> dim) {
+  TORCH_CHECK_NOT_IMPLEMENTED(!dim.has_value() || x.dim() <= 1,
+                              "tpu: unique_consecutive along a dimension of a multi-dimensional tensor has no tpu "
+                              "kernel (only dim=None)");
+  Tensor flat = x.reshape({-1});
+  const int64_t n = flat.numel();
+  auto long_opts = x.options().dtype(at::kLong);
+  if (n == 0) {
+    return {empty({0}, x.scalar_type(), dev(x)), empty(return_inverse ? x.sizes() : at::IntArrayRef{0}, at::kLong, dev(x)),
+            empty({0}, at::kLong, dev(x))};
+  }
+  Tensor start = at::cat({at::ones({1}, x.options().dtype(at::kBool)), flat.narrow(0, 1, n - 1) != flat.narrow(0, 0, n - 1)});
+  Tensor values = flat.masked_select(start);
+  Tensor inverse = return_inverse ? (at::cumsum(start, 0, at::kLong) - 1).view(x.sizes()) : empty({0}, at::kLong, dev(x));
+  Tensor counts = empty({0}, at::kLong, dev(x));
+  if (return_counts) {
+    Tensor first = at::nonzero(start).reshape({-1});
+    Tensor ends = at::cat({first.narrow(0, 1, first.numel() - 1), at::full({1}, n, long_opts)});
+    counts = ends - first;
+  }
+  return {values, inverse, counts};
+}
+
 // isin: each element compared with every test element (the test sets in
 // models are small: token ids such as eos and pad).
 Tensor k_isin(const Tensor& elements, const Tensor& test, bool assume_unique, bool invert) {
@@ -1205,6 +1254,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("log_sigmoid_backward", k_log_sigmoid_bw);
   m.impl("equal", k_equal);
   m.impl("nonzero", k_nonzero);
+  m.impl("roll", k_roll);
+  m.impl("unique_consecutive", k_unique_consecutive);
   m.impl("nonzero.out", [](const Tensor& x, Tensor& out) -> Tensor& { return into(out, k_nonzero(x)); });
   m.impl("histc", k_histc);
   m.impl("histc.out", [](const Tensor& x, int64_t b, const Scalar& lo, const Scalar& hi, Tensor& out) -> Tensor& {

@@ -228,6 +228,20 @@ def test_nonzero_histc_index_add_and_cumsum_dtype(mode, no_fallback):
     close(torch.cumprod(counts.to("tpu") + 1, 0, dtype=torch.int32), torch.cumprod(counts + 1, 0, dtype=torch.int32))
 
 
+def test_roll_and_unique_consecutive(mode, no_fallback):
+    close(torch.roll(X.to("tpu"), 3, 1), torch.roll(X, 3, 1))
+    close(torch.roll(X.to("tpu"), (-1, 10), (0, 1)), torch.roll(X, (-1, 10), (0, 1)))
+    close(torch.roll(X.to("tpu"), 5), torch.roll(X, 5))
+    close(torch.roll(X.to("tpu"), 0, 1), torch.roll(X, 0, 1))
+    t = torch.tensor([[1, 1, 2], [2, 2, 3], [1, 1, 1]])
+    for out, ref in zip(torch.unique_consecutive(t.to("tpu"), return_inverse=True, return_counts=True),
+                        torch.unique_consecutive(t, return_inverse=True, return_counts=True)):
+        close(out, ref)
+    # The check transformers' sequence classification heads make on EOS counts.
+    close(torch.unique_consecutive(torch.tensor([1, 1, 1]).to("tpu")), torch.tensor([1]))
+    close(torch.unique_consecutive(torch.empty(0).to("tpu")), torch.empty(0))
+
+
 def test_unsupported_op_with_the_fallback_off_names_the_op(no_fallback):
     with pytest.raises(NotImplementedError, match="erfinv"):
         torch.erfinv(torch.zeros(3, device="tpu"))

@@ -858,6 +858,96 @@ std::tuple<Tensor, Tensor, Tensor> k_unique_consecutive(const Tensor& x, bool re
   return {values, inverse, counts};
 }
 
+// upsample_bicubic2d, separable: along H then W, each output index reads
+// four neighbours (clamped at the border) with Keys' cubic weights (A =
+// -0.75, as torch). Indices and weights depend on the sizes only, so they
+// are computed on the host; the data never leaves the device. The backward
+// scatters the gradient back through the same taps (index_add).
+struct CubicTaps {
+  std::vector<Tensor> idx;  // 4 x [out] i64
+  std::vector<Tensor> w;    // 4 x [out] weights
+};
+
+CubicTaps cubic_taps(int64_t in, int64_t out, bool align_corners, std::optional<double> scale, int device,
+                     at::ScalarType dt) {
+  double s;
+  if (align_corners) {
+    s = out > 1 ? static_cast<double>(in - 1) / static_cast<double>(out - 1) : 0.0;
+  } else {
+    s = scale.has_value() && *scale > 0 ? 1.0 / *scale : static_cast<double>(in) / static_cast<double>(out);
+  }
+  const double A = -0.75;
+  auto c1 = [A](double x) { return ((A + 2) * x - (A + 3)) * x * x + 1; };
+  auto c2 = [A](double x) { return ((A * x - 5 * A) * x + 8 * A) * x - 4 * A; };
+  std::vector<at::Tensor> idx(4), w(4);
+  for (int k = 0; k < 4; ++k) {
+    idx[k] = at::empty({out}, at::kLong);
+    w[k] = at::empty({out}, at::kDouble);
+  }
+  for (int64_t o = 0; o < out; ++o) {
+    double src = align_corners ? s * o : s * (o + 0.5) - 0.5;
+    double fl = std::floor(src);
+    double t = src - fl;
+    double ws[4] = {c2(t + 1), c1(t), c1(1 - t), c2(2 - t)};
+    for (int k = 0; k < 4; ++k) {
+      int64_t i = static_cast<int64_t>(fl) - 1 + k;
+      idx[k][o] = std::min<int64_t>(std::max<int64_t>(i, 0), in - 1);
+      w[k][o] = ws[k];
+    }
+  }
+  CubicTaps taps;
+  for (int k = 0; k < 4; ++k) {
+    taps.idx.push_back(idx[k].to(c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device))));
+    taps.w.push_back(w[k].to(dt).to(c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device))));
+  }
+  return taps;
+}
+
+// The taps applied along `dim` (one of the last two): [.., in, ..] -> [.., out, ..].
+Tensor cubic_apply(const Tensor& x, int64_t dim, const CubicTaps& t) {
+  const int64_t out = t.idx[0].numel();
+  std::vector<int64_t> shape(x.dim(), 1);
+  shape[dim] = out;
+  Tensor r;
+  for (int k = 0; k < 4; ++k) {
+    Tensor term = x.index_select(dim, t.idx[k]) * t.w[k].view(shape);
+    r = k == 0 ? term : r + term;
+  }
+  return r;
+}
+
+// The transpose of cubic_apply: [.., out, ..] -> [.., in, ..].
+Tensor cubic_apply_t(const Tensor& g, int64_t dim, const CubicTaps& t, int64_t in) {
+  const int64_t out = t.idx[0].numel();
+  std::vector<int64_t> shape(g.dim(), 1);
+  shape[dim] = out;
+  std::vector<int64_t> zshape(g.sizes().begin(), g.sizes().end());
+  zshape[dim] = in;
+  Tensor r = at::zeros(zshape, g.options());
+  for (int k = 0; k < 4; ++k) r = r.index_add(dim, t.idx[k], g * t.w[k].view(shape));
+  return r;
+}
+
+Tensor k_upsample_bicubic2d(const Tensor& x, at::IntArrayRef out_size, bool align_corners, std::optional<double> sh,
+                            std::optional<double> sw) {
+  TORCH_CHECK(x.dim() == 4, "upsample_bicubic2d: expected a 4-D input (N, C, H, W), got ", x.dim(), "-D");
+  TORCH_CHECK(out_size.size() == 2 && out_size[0] > 0 && out_size[1] > 0,
+              "upsample_bicubic2d: output size should be two positive numbers, got ", out_size);
+  TORCH_CHECK(at::isFloatingType(x.scalar_type()), "upsample_bicubic2d: expected a floating-point input, got ",
+              x.scalar_type());
+  auto th = cubic_taps(x.size(2), out_size[0], align_corners, sh, dev(x), x.scalar_type());
+  auto tw = cubic_taps(x.size(3), out_size[1], align_corners, sw, dev(x), x.scalar_type());
+  return cubic_apply(cubic_apply(x, 2, th), 3, tw);
+}
+
+Tensor k_upsample_bicubic2d_bw(const Tensor& g, at::IntArrayRef out_size, at::IntArrayRef in_size,
+                               bool align_corners, std::optional<double> sh, std::optional<double> sw) {
+  TORCH_CHECK(in_size.size() == 4, "upsample_bicubic2d_backward: input_size must have 4 elements");
+  auto th = cubic_taps(in_size[2], out_size[0], align_corners, sh, dev(g), g.scalar_type());
+  auto tw = cubic_taps(in_size[3], out_size[1], align_corners, sw, dev(g), g.scalar_type());
+  return cubic_apply_t(cubic_apply_t(g, 3, tw, in_size[3]), 2, th, in_size[2]);
+}
+
 // isin: each element compared with every test element (the test sets in
 // models are small: token ids such as eos and pad).
 Tensor k_isin(const Tensor& elements, const Tensor& test, bool assume_unique, bool invert) {
@@ -1013,6 +1103,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   TPU_UNARY(m, "neg", "neg");
   TPU_UNARY(m, "abs", "abs");
   TPU_UNARY(m, "sign", "sign");
+  TPU_UNARY(m, "sgn", "sign");  // sgn is sign for the real dtypes tpu has
   TPU_UNARY(m, "exp", "exp");
   TPU_UNARY(m, "expm1", "expm1");
   TPU_UNARY(m, "log", "log");
@@ -1255,6 +1346,15 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("equal", k_equal);
   m.impl("nonzero", k_nonzero);
   m.impl("roll", k_roll);
+  m.impl("upsample_bicubic2d", k_upsample_bicubic2d);
+  m.impl("upsample_bicubic2d.out", [](const Tensor& x, at::IntArrayRef o, bool ac, std::optional<double> sh,
+                                      std::optional<double> sw, Tensor& out) -> Tensor& {
+    return into(out, k_upsample_bicubic2d(x, o, ac, sh, sw));
+  });
+  m.impl("upsample_bicubic2d_backward", k_upsample_bicubic2d_bw);
+  m.impl("upsample_bicubic2d_backward.grad_input",
+         [](const Tensor& g, at::IntArrayRef o, at::IntArrayRef i, bool ac, std::optional<double> sh,
+            std::optional<double> sw, Tensor& gi) -> Tensor& { return into(gi, k_upsample_bicubic2d_bw(g, o, i, ac, sh, sw)); });
   m.impl("unique_consecutive", k_unique_consecutive);
   m.impl("nonzero.out", [](const Tensor& x, Tensor& out) -> Tensor& { return into(out, k_nonzero(x)); });
   m.impl("histc", k_histc);

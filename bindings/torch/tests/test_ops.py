@@ -242,6 +242,28 @@ def test_roll_and_unique_consecutive(mode, no_fallback):
     close(torch.unique_consecutive(torch.empty(0).to("tpu")), torch.empty(0))
 
 
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_bicubic_upsampling_and_sgn(align_corners, mode, no_fallback):
+    # ViT's and CLIP's interpolate_pos_encoding; sgn is in L1 loss's backward.
+    img = torch.randn(2, 3, 5, 7, dtype=torch.float64)
+    for kw in ({"size": (9, 4)}, {"scale_factor": (1.5, 0.75)}):
+        x = img.clone().requires_grad_()
+        xt = img.to("tpu").requires_grad_()
+        ref = F.interpolate(x, mode="bicubic", align_corners=align_corners, **kw)
+        out = F.interpolate(xt, mode="bicubic", align_corners=align_corners, **kw)
+        close(out, ref, tol=1e-10)
+        g = torch.randn(ref.shape, dtype=torch.float64)
+        ref.backward(g)
+        out.backward(g.to("tpu"))
+        close(xt.grad, x.grad, tol=1e-10)
+    close(torch.sgn(X.to("tpu")), torch.sgn(X))
+    y = X.clone().requires_grad_()
+    yt = X.to("tpu").requires_grad_()
+    F.l1_loss(yt, Y.to("tpu")).backward()
+    F.l1_loss(y, Y).backward()
+    close(yt.grad, y.grad)
+
+
 def test_unsupported_op_with_the_fallback_off_names_the_op(no_fallback):
     with pytest.raises(NotImplementedError, match="erfinv"):
         torch.erfinv(torch.zeros(3, device="tpu"))

@@ -26,10 +26,12 @@ class Qwen3MoeModelTester(DecoderModelTester):
 
     def __init__(self, parent, **kwargs):
         # Four small experts, two per token, every layer sparse; the
-        # probabilities of the chosen experts renormalized.
+        # probabilities of the chosen experts renormalized. The expert width
+        # is a multiple of 8 so that torch.nn.functional.grouped_mm, which
+        # wants 16-byte strides, takes its fp16/bf16 weights.
         kwargs.setdefault("num_experts", 4)
         kwargs.setdefault("num_experts_per_tok", 2)
-        kwargs.setdefault("moe_intermediate_size", 12)
+        kwargs.setdefault("moe_intermediate_size", 16)
         kwargs.setdefault("decoder_sparse_step", 1)
         kwargs.setdefault("norm_topk_prob", True)
         kwargs.setdefault("router_aux_loss_coef", 0.001)

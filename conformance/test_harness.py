@@ -41,6 +41,12 @@ class FakeModelTest(unittest.TestCase):
         for i in range(3):
             with self.subTest(i=i):
                 self.assertNotEqual(i, 1)
+
+    def test_h_subtest_skips(self):
+        for i in range(2):
+            with self.subTest(i=i):
+                if i == 0:
+                    self.skipTest("this class has nothing to check")
 '''
 
 
@@ -120,6 +126,7 @@ def test_a_crash_and_a_hang_cost_one_test_each(tmp_path, monkeypatch):
         "test_e_skips": "skipped",
         "test_f_passes": "passed",
         "test_g_subtest_fails": "failed",
+        "test_h_subtest_skips": "passed",
     }
     assert [c.split("::")[-1] for c in r["crashes"]] == ["test_b_crashes", "test_d_hangs"]
     assert "process ended" in r["tests"][next(n for n in r["tests"] if n.endswith("test_b_crashes"))]["message"]

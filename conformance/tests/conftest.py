@@ -95,6 +95,11 @@ def _short(report) -> str:
 
 def pytest_runtest_logreport(report):
     nodeid = report.nodeid
+    if hasattr(report, "context") and not report.failed:
+        # A subtest (unittest's subTest) that passed or skipped: the test's
+        # own report decides, as pytest's summary does. A failed one fails
+        # the test (below).
+        return
     if report.when == "setup":
         _final.pop(nodeid, None)
     outcome = _final.get(nodeid)

@@ -289,7 +289,7 @@ def main(argv=None) -> int:
 
 
 def _run_all(args, models, configs, platforms, version, tree) -> int:
-    out = Path(args.out)
+    out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     workdir = out / "logs"
     workdir.mkdir(exist_ok=True)

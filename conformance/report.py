@@ -131,6 +131,13 @@ def to_markdown(doc: dict) -> str:
            f"{', -k ' + doc['k'] if doc.get('k') else ''}, {doc['seconds']:.0f} s.\n",
            "pass rate = passed / (passed + failed + errors). *native*: the CPU fallback off; "
            "*fallback*: on; *cpu*: the plain CPU device, the baseline.\n",
+           "The common mixins (`tests/test_modeling_common.py` and what it imports) are the sdist's. "
+           "The sdist lacks `tests/generation/test_utils.py` and `tests/exporters/test_export.py`, which "
+           "the mixins import: ours stand in their place, and they are real checks, not stubs "
+           "(`GenerationTesterMixin` runs `generate()` on the device against the CPU: greedy with and "
+           "without the KV cache, static cache, sampling, beam search, dict outputs, left padding, "
+           "`inputs_embeds`; `ExportTesterMixin` round-trips `torch.export`). Their tests are counted "
+           "with the rest. The per-model testers are ours too (conformance/tests/models/).\n",
            "## Overall\n",
            "| run | collected | passed | failed | errors | skipped | pass rate | fallback calls |",
            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]

@@ -187,6 +187,7 @@ def parse_log(path: Path) -> dict:
 def run_model(tree: Path, model: str, config: str, platform: str, args, workdir: Path) -> dict:
     test_file = "tests/" + MODELS[model]
     key = f"{platform}-{config}-{model}" if config != "cpu" else f"cpu-{model}"
+    workdir = workdir.resolve()  # pytest runs in the tree, not here
     log_path = workdir / f"{key}.jsonl"
     done_path = workdir / f"{key}.done"
     out_path = workdir / f"{key}.out"

@@ -114,9 +114,9 @@ def test_a_crash_and_a_hang_cost_one_test_each(tmp_path, monkeypatch):
     (tree / "tests" / "models" / "fake" / "test_modeling_fake.py").write_text(FAKE_TESTS)
     monkeypatch.setitem(run.MODELS, "fake", "models/fake/test_modeling_fake.py")
     args = argparse.Namespace(k=None, test_timeout=3.0, file_timeout=120.0, max_restarts=5)
-    work = tmp_path / "work"
-    work.mkdir()
-    r = run.run_model(tree, "fake", "cpu", "host", args, work)
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path)
+    r = run.run_model(tree, "fake", "cpu", "host", args, Path("work"))  # relative, as --out may be
     outcomes = {n.split("::")[-1]: t["outcome"] for n, t in r["tests"].items()}
     assert outcomes == {
         "test_a_passes": "passed",

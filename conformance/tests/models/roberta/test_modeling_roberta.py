@@ -41,18 +41,26 @@ class RobertaClasses:
     pad_token_id = 1
 
 
-class RobertaModelTester(RobertaClasses, BertLikeModelTester):
+class NoPadInputs:
+    """Inputs without pad tokens. RoBERTa numbers positions by counting
+    non-pad tokens when it is given ids, and sequentially when it is given
+    embeddings; decoding through the cache counts every cached token. A pad
+    inside random ids (one in 98 per token) would shift positions between
+    these paths, on every device: test_inputs_embeds_matches_input_ids and
+    the cache checks would fail at random."""
+
+    def prepare_config_and_inputs(self):
+        config, input_ids, *rest = super().prepare_config_and_inputs()
+        input_ids = torch.where(input_ids == self.pad_token_id, input_ids + 1, input_ids)
+        return (config, input_ids, *rest)
+
+
+class RobertaModelTester(NoPadInputs, RobertaClasses, BertLikeModelTester):
     pass
 
 
-class RobertaDecoderTester(RobertaClasses, BertLikeDecoderTester):
-    def prepare_config_and_inputs(self):
-        config, input_ids, *rest = super().prepare_config_and_inputs()
-        # Prompts without pad tokens: RoBERTa numbers positions by counting non-pad tokens, while
-        # decoding through the cache counts every cached token, so a pad inside a prompt would
-        # shift the positions of the incremental steps against a full forward pass.
-        input_ids = torch.where(input_ids == self.pad_token_id, input_ids + 1, input_ids)
-        return (config, input_ids, *rest)
+class RobertaDecoderTester(NoPadInputs, RobertaClasses, BertLikeDecoderTester):
+    pass
 
 
 class RobertaModelTest(BertLikeEncoderTest, unittest.TestCase):

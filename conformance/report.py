@@ -125,7 +125,7 @@ def _pct(x) -> str:
 
 
 def to_markdown(doc: dict) -> str:
-    out = [f"# Transformers conformance on `tpu`\n",
+    out = ["# Transformers conformance on `tpu`\n",
            f"transformers {doc['transformers']} (tests from its sdist), commit {doc['commit']}, "
            f"{doc['date']}, {'quick subset' if doc['quick'] else 'full run'}"
            f"{', -k ' + doc['k'] if doc.get('k') else ''}, {doc['seconds']:.0f} s.\n",

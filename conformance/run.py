@@ -28,7 +28,6 @@ import argparse
 import datetime as _dt
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys

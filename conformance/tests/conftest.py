@@ -21,7 +21,6 @@ import re
 import sys
 import time
 
-import pytest
 
 _LOG = os.environ.get("TPURT_CONFORMANCE_LOG")
 _TIMEOUT = float(os.environ.get("TPURT_CONFORMANCE_TEST_TIMEOUT", "0") or 0)

@@ -4,15 +4,14 @@ and any config fields of its own; the tests come from transformers'
 ModelTesterMixin (the sdist), our GenerationTesterMixin, and the checks
 below, each of which compares the test device with the CPU."""
 
-import copy
 
 import torch
 
-from transformers import set_seed
 from transformers.testing_utils import torch_device
 
 from .test_configuration_common import ConfigTester
 from .test_modeling_common import ModelTesterMixin, ids_tensor, random_attention_mask
+from .cpu_reference import pair
 from .generation.test_utils import GenerationTesterMixin
 
 
@@ -135,10 +134,7 @@ class DecoderModelTest(ModelTesterMixin, GenerationTesterMixin):
         self.config_tester.run_common_tests()
 
     def _pair(self, model_class, config):
-        set_seed(0)
-        cpu = model_class(copy.deepcopy(config)).eval()
-        dev = copy.deepcopy(cpu).to(torch_device).eval()
-        return cpu, dev
+        return pair(model_class, config)
 
     def test_model_matches_cpu(self):
         """The base model's last hidden state, masked, against the CPU's."""

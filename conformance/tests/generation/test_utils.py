@@ -25,8 +25,9 @@ import unittest
 import pytest
 import torch
 
-from transformers import set_seed
 from transformers.testing_utils import torch_device
+
+from ..cpu_reference import on, pair
 
 # Inputs `generate()` takes besides the prompt ids (per modality).
 _GENERATE_INPUTS = (
@@ -82,15 +83,11 @@ class GenerationTesterMixin:
         return kw
 
     def _pair(self, model_class, config):
-        """The same weights on the CPU and on the test device, in eval mode."""
-        set_seed(0)
-        cpu_model = model_class(copy.deepcopy(config)).eval()
-        dev_model = copy.deepcopy(cpu_model).to(torch_device).eval()
-        return cpu_model, dev_model
+        return pair(model_class, config)
 
     @staticmethod
     def _on(inputs, device):
-        return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+        return on(inputs, device)
 
     def _assert_steps_match(self, dev_out, cpu_out, prompt_len):
         """Greedy steps: logits agree while the sequences agree; a parting is a near tie."""

@@ -4,12 +4,9 @@ checks, and checks of our own that compare the device with the CPU.
 Two test classes: the encoder-decoder models (BartModel and its heads), and
 BartForCausalLM, BART's decoder alone as a decoder-only language model."""
 
-import contextlib
-import copy
 import unittest
 
 import torch
-from parameterized import parameterized
 
 from transformers import (
     BartConfig,
@@ -18,23 +15,18 @@ from transformers import (
     BartForQuestionAnswering,
     BartForSequenceClassification,
     BartModel,
-    set_seed,
 )
 from transformers.testing_utils import torch_device
 
+from ...cpu_reference import ATOL, RTOL, assert_grads_match as _assert_grads_match, pair as _pair
 from ...generation.test_utils import GenerationTesterMixin
+from ...seq2seq_cpu_checks import Seq2SeqCpuChecks
 from ...test_configuration_common import ConfigTester
 from ...test_modeling_common import (
-    TEST_EAGER_MATCHES_SDPA_INFERENCE_PARAMETERIZATION,
     ModelTesterMixin,
-    _test_eager_matches_sdpa_inference,
     ids_tensor,
     random_attention_mask,
 )
-
-ATOL = 1e-4
-RTOL = 1e-4
-
 
 class BartModelTester:
     """A tiny BART: two layers each side, learned positions.
@@ -153,39 +145,12 @@ class BartModelTester:
         return config, {k: t[k] for k in keys}
 
 
-def _pair(model_class, config):
-    """The same weights on the CPU and on the test device, in eval mode."""
-    set_seed(0)
-    cpu = model_class(copy.deepcopy(config)).eval()
-    dev = copy.deepcopy(cpu).to(torch_device).eval()
-    return cpu, dev
-
-
-def _on(inputs, device):
-    return {k: v.to(device) for k, v in inputs.items()}
-
-
-@contextlib.contextmanager
-def _only(test, *classes):
-    """Runs a common test over some of the test class's model classes."""
-    test.all_model_classes = classes
-    try:
-        yield
-    finally:
-        del test.all_model_classes
-
-
-def _assert_grads_match(test, dev, cpu):
-    for (name, p_dev), (_, p_cpu) in zip(dev.named_parameters(), cpu.named_parameters()):
-        if p_cpu.grad is None:
-            test.assertIsNone(p_dev.grad, name)
-            continue
-        test.assertIsNotNone(p_dev.grad, name)
-        torch.testing.assert_close(p_dev.grad.cpu(), p_cpu.grad, atol=ATOL, rtol=1e-3,
-                                   msg=lambda m: f"grad of {name}: {m}")
-
-
-class BartModelTest(ModelTesterMixin, GenerationTesterMixin, unittest.TestCase):
+class BartModelTest(Seq2SeqCpuChecks, ModelTesterMixin, GenerationTesterMixin, unittest.TestCase):
+    base_model_class = BartModel
+    conditional_generation_class = BartForConditionalGeneration
+    sequence_classification_class = BartForSequenceClassification
+    question_answering_class = BartForQuestionAnswering
+    no_dropout = {"dropout": 0.0}
     all_model_classes = (
         BartModel,
         BartForConditionalGeneration,
@@ -204,115 +169,6 @@ class BartModelTest(ModelTesterMixin, GenerationTesterMixin, unittest.TestCase):
 
     def test_config(self):
         self.config_tester.run_common_tests()
-
-    # --- common tests that do not apply to every BART head ----------------------
-
-    def test_inputs_embeds(self):
-        # BartForSequenceClassification raises NotImplementedError for
-        # inputs_embeds: it finds the EOS token in input_ids.
-        with _only(self, *(c for c in self.all_model_classes if c is not BartForSequenceClassification)):
-            super().test_inputs_embeds()
-
-    @parameterized.expand(TEST_EAGER_MATCHES_SDPA_INFERENCE_PARAMETERIZATION)
-    def test_eager_matches_sdpa_inference(
-        self, name, dtype, padding_side, use_attention_mask, output_attentions, enable_kernels
-    ):
-        # The common test pads the batch to 7 rows with random ids in [0, 5),
-        # which cannot hold the one EOS per row that BartForSequenceClassification
-        # reads its sentence representation from; the other classes run it.
-        with _only(self, *(c for c in self.all_model_classes if c is not BartForSequenceClassification)):
-            _test_eager_matches_sdpa_inference(
-                self, name, dtype, padding_side, use_attention_mask, output_attentions, enable_kernels
-            )
-
-    # --- ours: the device against the CPU ------------------------------------
-
-    def _tensors(self, *keys):
-        _, t = self.model_tester.prepare_config_and_inputs()
-        return self.model_tester.get_config(dropout=0.0), {k: t[k] for k in keys}
-
-    def test_model_matches_cpu(self):
-        """BartModel: the encoder's and the decoder's last hidden states, where attended."""
-        t = self.model_tester
-        config, inputs = self._tensors("input_ids", "attention_mask", "decoder_input_ids", "decoder_attention_mask")
-        cpu, dev = _pair(BartModel, config)
-        with torch.no_grad():
-            got = dev(**_on(inputs, torch_device))
-            want = cpu(**_on(inputs, "cpu"))
-        self.assertEqual(got.last_hidden_state.device.type, torch.device(torch_device).type)
-        self.assertEqual(got.last_hidden_state.shape, (t.batch_size, t.seq_length, t.hidden_size))
-        enc_keep = inputs["attention_mask"].cpu().bool()
-        dec_keep = inputs["decoder_attention_mask"].cpu().bool()
-        torch.testing.assert_close(got.encoder_last_hidden_state.cpu()[enc_keep],
-                                   want.encoder_last_hidden_state[enc_keep], atol=ATOL, rtol=RTOL)
-        torch.testing.assert_close(got.last_hidden_state.cpu()[dec_keep], want.last_hidden_state[dec_keep],
-                                   atol=ATOL, rtol=RTOL)
-
-    def test_model_with_cache_matches_cpu(self):
-        """BartModel with use_cache: the decoder run in two halves (the second reading
-        the cache of the first) gives the one-pass result, on the device as on the CPU."""
-        config, inputs = self._tensors("input_ids", "attention_mask", "decoder_input_ids")
-        cpu, dev = _pair(BartModel, config)
-        split = self.model_tester.seq_length // 2
-        for model, device in ((cpu, "cpu"), (dev, torch_device)):
-            x = _on(inputs, device)
-            with torch.no_grad():
-                full = model(**x, use_cache=False).last_hidden_state
-                first = model(input_ids=x["input_ids"], attention_mask=x["attention_mask"],
-                              decoder_input_ids=x["decoder_input_ids"][:, :split], use_cache=True)
-                second = model(encoder_outputs=(first.encoder_last_hidden_state,),
-                               attention_mask=x["attention_mask"],
-                               decoder_input_ids=x["decoder_input_ids"][:, split:],
-                               cache=first.cache, use_cache=True)
-            stitched = torch.cat([first.last_hidden_state, second.last_hidden_state], dim=1)
-            torch.testing.assert_close(stitched.cpu(), full.cpu(), atol=ATOL, rtol=RTOL,
-                                       msg=lambda m: f"on {device}: {m}")
-            if device == "cpu":
-                want = full
-            else:
-                torch.testing.assert_close(full.cpu(), want, atol=ATOL, rtol=RTOL)
-
-    def test_conditional_generation_loss_and_grads_match_cpu(self):
-        """BartForConditionalGeneration in training mode: the loss from labels (the
-        model shifts them into decoder inputs itself) and every parameter's gradient."""
-        t = self.model_tester
-        config, inputs = self._tensors("input_ids", "attention_mask", "lm_labels")
-        inputs["labels"] = inputs.pop("lm_labels")
-        cpu, dev = _pair(BartForConditionalGeneration, config)
-        cpu.train()
-        dev.train()
-        out_dev = dev(**_on(inputs, torch_device))
-        out_cpu = cpu(**_on(inputs, "cpu"))
-        self.assertEqual(out_dev.logits.shape, (t.batch_size, t.seq_length, t.vocab_size))
-        torch.testing.assert_close(out_dev.logits.cpu(), out_cpu.logits, atol=ATOL, rtol=RTOL)
-        torch.testing.assert_close(out_dev.loss.cpu(), out_cpu.loss, atol=ATOL, rtol=RTOL)
-        out_dev.loss.backward()
-        out_cpu.loss.backward()
-        _assert_grads_match(self, dev, cpu)
-
-    def test_sequence_classification_matches_cpu(self):
-        t = self.model_tester
-        config, inputs = self._tensors("input_ids", "attention_mask", "sequence_labels")
-        inputs["labels"] = inputs.pop("sequence_labels")
-        cpu, dev = _pair(BartForSequenceClassification, config)
-        with torch.no_grad():
-            got = dev(**_on(inputs, torch_device))
-            want = cpu(**_on(inputs, "cpu"))
-        self.assertEqual(got.logits.shape, (t.batch_size, t.num_labels))
-        torch.testing.assert_close(got.logits.cpu(), want.logits, atol=ATOL, rtol=RTOL)
-        torch.testing.assert_close(got.loss.cpu(), want.loss, atol=ATOL, rtol=RTOL)
-
-    def test_question_answering_matches_cpu(self):
-        t = self.model_tester
-        config, inputs = self._tensors("input_ids", "attention_mask", "start_positions", "end_positions")
-        cpu, dev = _pair(BartForQuestionAnswering, config)
-        with torch.no_grad():
-            got = dev(**_on(inputs, torch_device))
-            want = cpu(**_on(inputs, "cpu"))
-        self.assertEqual(got.start_logits.shape, (t.batch_size, t.seq_length))
-        torch.testing.assert_close(got.start_logits.cpu(), want.start_logits, atol=ATOL, rtol=RTOL)
-        torch.testing.assert_close(got.end_logits.cpu(), want.end_logits, atol=ATOL, rtol=RTOL)
-        torch.testing.assert_close(got.loss.cpu(), want.loss, atol=ATOL, rtol=RTOL)
 
 
 class BartStandaloneDecoderModelTest(ModelTesterMixin, GenerationTesterMixin, unittest.TestCase):

@@ -14,7 +14,6 @@ Whisper's own generate() runs with its defaults: no language or task tokens
 (the config is not multilingual), no timestamps, the decoder starting from
 decoder_start_token_id alone."""
 
-import copy
 import unittest
 
 import torch
@@ -24,10 +23,10 @@ from transformers import (
     WhisperForAudioClassification,
     WhisperForConditionalGeneration,
     WhisperModel,
-    set_seed,
 )
 from transformers.testing_utils import torch_device
 
+from ...cpu_reference import assert_grads_match as _assert_grads_match, on as _on, pair as _pair
 from ...generation.test_utils import GenerationTesterMixin
 from ...test_configuration_common import ConfigTester
 from ...test_modeling_common import ModelTesterMixin, floats_tensor, ids_tensor, random_attention_mask
@@ -147,28 +146,6 @@ class WhisperModelTester:
         if not self.encoder_only:
             keys += ["decoder_input_ids", "decoder_attention_mask"]
         return config, {k: t[k] for k in keys}
-
-
-def _pair(model_class, config):
-    """The same weights on the CPU and on the test device, in eval mode."""
-    set_seed(0)
-    cpu = model_class(copy.deepcopy(config)).eval()
-    dev = copy.deepcopy(cpu).to(torch_device).eval()
-    return cpu, dev
-
-
-def _on(inputs, device):
-    return {k: v.to(device) for k, v in inputs.items()}
-
-
-def _assert_grads_match(test, dev, cpu):
-    for (name, p_dev), (_, p_cpu) in zip(dev.named_parameters(), cpu.named_parameters()):
-        if p_cpu.grad is None:
-            test.assertIsNone(p_dev.grad, name)
-            continue
-        test.assertIsNotNone(p_dev.grad, name)
-        torch.testing.assert_close(p_dev.grad.cpu(), p_cpu.grad, atol=ATOL, rtol=1e-3,
-                                   msg=lambda m: f"grad of {name}: {m}")
 
 
 class WhisperModelTest(ModelTesterMixin, GenerationTesterMixin, unittest.TestCase):

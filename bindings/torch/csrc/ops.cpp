@@ -600,8 +600,8 @@ Tensor& k_arange_out(const Scalar& start, const Scalar& end, const Scalar& step,
 // x[i0, i1, ...] with index tensors: the indexed dimensions are moved to the
 // front and flattened, the indices become one linear index, and one
 // index_select (or the runtime's index_put) does the work. Boolean masks
-// become indices on the host first (their result's shape depends on the
-// data, as for torch on any device).
+// become indices through nonzero first (their result's shape depends on
+// the data, as for torch on any device).
 
 struct IndexPlan {
   std::vector<int64_t> dims;        // the indexed dimensions of self, in order
@@ -633,6 +633,8 @@ struct IndexPlan {
   }
 };
 
+Tensor k_nonzero(const Tensor& x);
+
 IndexPlan plan_index(const Tensor& self, const c10::List<std::optional<Tensor>>& indices) {
   std::vector<Tensor> per_dim;
   for (size_t i = 0; i < indices.size(); ++i) {
@@ -643,8 +645,9 @@ IndexPlan plan_index(const Tensor& self, const c10::List<std::optional<Tensor>>&
     }
     Tensor t = *o;
     if (t.scalar_type() == at::kBool || t.scalar_type() == at::kByte) {
-      // Host nonzero: one index tensor per mask dimension.
-      Tensor nz = t.cpu().to(at::kBool).nonzero();
+      // One index tensor per mask dimension, from nonzero: k_nonzero for a
+      // mask on the device, torch's own for one on the CPU.
+      Tensor nz = t.device().type() == c10::DeviceType::PrivateUse1 ? k_nonzero(t) : t.to(at::kBool).nonzero();
       for (int64_t d = 0; d < t.dim(); ++d) per_dim.push_back(nz.select(1, d).to(self.device()));
     } else {
       TORCH_CHECK_INDEX(t.scalar_type() == at::kLong || t.scalar_type() == at::kInt,

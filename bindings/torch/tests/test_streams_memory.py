@@ -33,6 +33,10 @@ def test_wait_stream_and_elapsed_time():
     s = torch.tpu.Stream()
     start, end = torch.tpu.Event(), torch.tpu.Event()
     a = torch.randn(512, 512, device="tpu")
+    # As on CUDA, a side stream is not ordered after the default stream by
+    # itself: without this wait the matmul may read `a` before randn wrote
+    # it (seen once in CI as c == 0.0, about 1 run in 300 under load).
+    s.wait_stream(torch.tpu.current_stream())
     with torch.tpu.stream(s):
         start.record()
         b = a @ a
@@ -42,6 +46,25 @@ def test_wait_stream_and_elapsed_time():
     end.synchronize()
     assert start.elapsed_time(end) >= 0.0
     torch.testing.assert_close(c.cpu(), (a.cpu() @ a.cpu()).sum(), rtol=1e-3, atol=1e-1)
+
+
+def test_wait_stream_orders_both_ways_under_repetition():
+    # Ping-pong between the default stream and a side stream, each step
+    # reading what the other just wrote; any lost wait shows up as a stale
+    # (zero or earlier) value. One worker thread runs both streams, so a
+    # missing wait reorders tasks whenever the worker's pass interleaves
+    # with the submissions.
+    main = torch.tpu.current_stream()
+    for i in range(200):
+        s = torch.tpu.Stream()
+        a = torch.full((64, 64), float(i + 1), device="tpu")
+        s.wait_stream(main)
+        with torch.tpu.stream(s):
+            b = a @ a
+            a.record_stream(s)
+        main.wait_stream(s)
+        c = (b * 2).sum()
+        assert c.item() == 2 * 64 * 64 * 64 * (i + 1) ** 2, i
 
 
 def test_memory_statistics_move_as_they_should():

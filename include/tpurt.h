@@ -137,9 +137,44 @@ typedef struct tpurt_device_properties {
   uint32_t tensor_cores;
   uint32_t sparse_cores;
   // How many entries of `coords` are used (the mesh's dimensions).
+  // In a TPU slice (`tpurt_runtime_slice_info`), the chip's place in
+  // the whole slice.
   uint32_t num_coords;
   uint32_t coords[4];
+  // The chip's index on its host (what `TPU_VISIBLE_CHIPS` lists);
+  // `index` when every chip of the host is visible. Since 0.2.
+  uint32_t host_chip;
 } tpurt_device_properties;
+
+// The TPU slice this process is part of, as the `TPU_*` variables
+// describe it (`TPU_NAME`, `TPU_ACCELERATOR_TYPE`, `TPU_TOPOLOGY`,
+// `TPU_CHIPS_PER_HOST_BOUNDS`, `TPU_HOST_BOUNDS`, `TPU_WORKER_ID`,
+// `TPU_VISIBLE_CHIPS`). Set `struct_size` before the call.
+typedef struct tpurt_slice_info {
+  size_t struct_size;
+  // 1 when the environment describes a slice; 0 when it sets none of the
+  // variables (every other field is then 0 or empty).
+  uint32_t in_slice;
+  // This host's index among the slice's hosts (`TPU_WORKER_ID`).
+  uint32_t worker_id;
+  uint32_t num_hosts;
+  // Chips on this host, visible to this process or not.
+  uint32_t host_chips;
+  // Chips this process sees (the runtime's devices).
+  uint32_t visible_chips;
+  // How many entries of `topology` are used.
+  uint32_t num_dims;
+  // The slice's mesh of chips.
+  uint32_t topology[4];
+  // Chips per host, x, y, z.
+  uint32_t chips_per_host_bounds[3];
+  // Hosts in the slice, x, y, z.
+  uint32_t host_bounds[3];
+  // `TPU_NAME`, NUL-terminated, truncated to fit; empty when unset.
+  char name[64];
+  // `TPU_ACCELERATOR_TYPE` (for example "v4-16"); empty when unset.
+  char accelerator_type[32];
+} tpurt_slice_info;
 
 typedef struct tpurt_event {
   uint64_t handle;
@@ -342,6 +377,11 @@ struct tpurt_status *tpurt_device_count(struct tpurt_runtime rt, uint32_t *out);
 struct tpurt_status *tpurt_device_get_properties(struct tpurt_runtime rt,
                                                  uint32_t device,
                                                  struct tpurt_device_properties *out);
+
+// Where this process sits in its TPU slice; `in_slice` is 0 when the
+// environment describes none.
+struct tpurt_status *tpurt_runtime_slice_info(struct tpurt_runtime rt,
+                                              struct tpurt_slice_info *out);
 
 // Wait for all work on every stream of `device`; the first failure.
 struct tpurt_status *tpurt_device_synchronize(struct tpurt_runtime rt, uint32_t device);

@@ -158,8 +158,12 @@ impl Runtime {
                     })
                     .unwrap_or(crate::platform::host::DEFAULT_CHIPS);
                 let plugin = crate::platform::xla::find_plugin()?;
+                let given = options.host_chips.is_some()
+                    || std::env::var("TPURT_HOST_CHIPS").is_ok_and(|v| !v.trim().is_empty());
+                let slice =
+                    crate::platform::slice::SliceLayout::from_env(given.then_some(devices))?;
                 Runtime::with_platform_and_cache(
-                    crate::platform::xla::XlaPlatform::load(&plugin, devices)?,
+                    crate::platform::xla::XlaPlatform::load_in_slice(&plugin, devices, slice)?,
                     options.cache.clone().unwrap_or_else(CacheConfig::from_env),
                 )
             }
@@ -207,6 +211,12 @@ impl Runtime {
 
     pub fn platform(&self) -> &Arc<dyn Platform> {
         &self.platform
+    }
+
+    /// The TPU slice this process is part of, when the environment
+    /// describes one (the `TPU_*` variables; see [`crate::platform::slice`]).
+    pub fn slice(&self) -> Option<&crate::platform::slice::SliceLayout> {
+        self.platform.slice()
     }
 
     pub fn device_count(&self) -> usize {

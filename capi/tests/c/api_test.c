@@ -1,6 +1,7 @@
 /* Exercises the whole tpurt C ABI through include/tpurt.h, bad inputs
  * included. Built and run by capi/tests/c_api.rs; exits non-zero on the
  * first failed check and prints what failed. */
+#define _POSIX_C_SOURCE 200809L /* setenv, unsetenv */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,6 +87,7 @@ static void test_version_and_runtime(void) {
   CHECK(p.tensor_cores == 1 && p.sparse_cores == 1);
   CHECK(p.num_coords == 2 && p.coords[0] == 1 && p.coords[1] == 1);
   CHECK(strstr(p.name, "emulated TPU") != NULL);
+  CHECK(p.host_chip == 3);
   ERR(tpurt_device_get_properties(rt, 4, &p), TPURT_CODE_NOT_FOUND, "device 4");
   ERR(tpurt_device_get_properties(rt, 0, NULL), TPURT_CODE_INVALID_ARGUMENT, "NULL");
   /* An older caller with a shorter struct: only its part is written. */
@@ -513,8 +515,60 @@ static void test_ops_modes_graphs_and_cache(void) {
   OK(tpurt_runtime_destroy(rt));
 }
 
+/* A process that is one host of a TPU slice (the TPU_* variables TPU VMs,
+   GKE and Ray set) sees its visible chips, with slice coordinates. */
+static void test_slice_from_environment(void) {
+  tpurt_runtime rt = make_runtime(0, 64u << 20);
+  tpurt_slice_info si;
+  memset(&si, 0xff, sizeof si);
+  si.struct_size = sizeof si;
+  OK(tpurt_runtime_slice_info(rt, &si));
+  CHECK(si.in_slice == 0 && si.visible_chips == 0 && si.name[0] == 0);
+  ERR(tpurt_runtime_slice_info(rt, NULL), TPURT_CODE_INVALID_ARGUMENT, "NULL");
+  OK(tpurt_runtime_destroy(rt));
+
+  setenv("TPU_NAME", "slice-c", 1);
+  setenv("TPU_ACCELERATOR_TYPE", "v4-16", 1);
+  setenv("TPU_TOPOLOGY", "2x2x2", 1);
+  setenv("TPU_WORKER_ID", "1", 1);
+  setenv("TPU_VISIBLE_CHIPS", "2,3", 1);
+  rt = make_runtime(0, 64u << 20);
+  uint32_t n = 0;
+  OK(tpurt_device_count(rt, &n));
+  CHECK(n == 2);
+  memset(&si, 0, sizeof si);
+  si.struct_size = sizeof si;
+  OK(tpurt_runtime_slice_info(rt, &si));
+  CHECK(si.in_slice == 1 && si.worker_id == 1 && si.num_hosts == 2);
+  CHECK(si.host_chips == 4 && si.visible_chips == 2 && si.num_dims == 3);
+  CHECK(si.host_bounds[2] == 2 && si.chips_per_host_bounds[0] == 2);
+  CHECK(strcmp(si.name, "slice-c") == 0 && strcmp(si.accelerator_type, "v4-16") == 0);
+  tpurt_device_properties p;
+  memset(&p, 0, sizeof p);
+  p.struct_size = sizeof p;
+  OK(tpurt_device_get_properties(rt, 1, &p));
+  CHECK(p.host_chip == 3 && p.num_coords == 3);
+  CHECK(p.coords[0] == 1 && p.coords[1] == 1 && p.coords[2] == 1);
+  OK(tpurt_runtime_destroy(rt));
+
+  /* A bad value is an error naming the variable, not a crash. */
+  setenv("TPU_VISIBLE_CHIPS", "2,9", 1);
+  tpurt_runtime_options o;
+  memset(&o, 0, sizeof o);
+  o.struct_size = sizeof o;
+  o.platform = "host";
+  o.compile_cache_dir = "off";
+  ERR(tpurt_runtime_create(&o, &rt), TPURT_CODE_INVALID_ARGUMENT, "TPU_VISIBLE_CHIPS");
+  unsetenv("TPU_NAME");
+  unsetenv("TPU_ACCELERATOR_TYPE");
+  unsetenv("TPU_TOPOLOGY");
+  unsetenv("TPU_WORKER_ID");
+  unsetenv("TPU_VISIBLE_CHIPS");
+}
+
 int main(void) {
   test_version_and_runtime();
+  test_slice_from_environment();
   test_buffers_and_copies();
   test_streams_and_events();
   test_memory_api();

@@ -3,6 +3,7 @@
 //! (pools, streams, ops) is written once, in the runtime.
 
 pub mod host;
+pub mod slice;
 #[cfg(feature = "xla")]
 pub mod xla;
 
@@ -35,7 +36,11 @@ pub struct DeviceInfo {
     pub tensor_cores: u32,
     pub sparse_cores: u32,
     /// Coordinates in the mesh; as many entries as the mesh has dimensions.
+    /// In a slice ([`slice::SliceLayout`]), in the whole slice's mesh.
     pub coords: Vec<u32>,
+    /// The chip's index on its host (what `TPU_VISIBLE_CHIPS` lists); the
+    /// same as `index` when every chip of the host is visible.
+    pub host_chip: u32,
 }
 
 /// A contiguous range of device memory handed out by a platform. Dropping
@@ -79,6 +84,11 @@ pub trait Platform: Send + Sync + std::fmt::Debug {
     /// The mesh shape, for example [2, 2].
     fn topology(&self) -> &[u32];
     fn devices(&self) -> &[DeviceInfo];
+    /// The TPU slice this process is part of, when the environment
+    /// describes one (`TPU_*` variables; see [`slice`]).
+    fn slice(&self) -> Option<&slice::SliceLayout> {
+        None
+    }
     /// A fresh segment of exactly `bytes` on chip `chip`. The pool decides
     /// sizes and enforces capacity; the platform may still fail.
     fn allocate_segment(&self, chip: usize, bytes: u64) -> Result<Segment>;

@@ -18,6 +18,7 @@ pub use memory::HostSegment;
 
 use std::sync::Arc;
 
+use super::slice::SliceLayout;
 use super::{DeviceInfo, Executable, Platform, Segment};
 use crate::error::{Error, Result};
 use crate::ir::Graph;
@@ -31,6 +32,9 @@ pub struct HostConfig {
     pub chips: u32,
     pub topology: Vec<u32>,
     pub hbm_bytes: u64,
+    /// The slice the `TPU_*` variables describe: then `chips` are the
+    /// visible ones and `topology` is the slice's.
+    pub slice: Option<SliceLayout>,
 }
 
 impl Default for HostConfig {
@@ -39,6 +43,7 @@ impl Default for HostConfig {
             chips: DEFAULT_CHIPS,
             topology: vec![2, 2],
             hbm_bytes: DEFAULT_HBM_BYTES,
+            slice: None,
         }
     }
 }
@@ -75,6 +80,7 @@ impl HostConfig {
                 None => DEFAULT_HBM_BYTES,
             },
         };
+        let given = chips.is_some() || topology.is_some();
         let (chips, topology) = match (chips, topology) {
             (None, None) => (DEFAULT_CHIPS, vec![2, 2]),
             (Some(c), None) => (c, default_topology(c)),
@@ -90,6 +96,14 @@ impl HostConfig {
                 (c, t)
             }
         };
+        // A TPU slice in the environment (TPU_VISIBLE_CHIPS, TPU_TOPOLOGY,
+        // ...): the emulated host is one host of it, with `chips` chips
+        // when they were given, and this process sees the visible ones.
+        let slice = SliceLayout::from_env(given.then_some(chips))?;
+        let (chips, topology) = match &slice {
+            Some(s) => (s.chips.len() as u32, s.topology.clone()),
+            None => (chips, topology),
+        };
         if chips == 0 || chips > 1024 {
             return Err(Error::invalid(format!(
                 "the host platform takes 1 to 1024 chips, not {chips}"
@@ -104,6 +118,7 @@ impl HostConfig {
             chips,
             topology,
             hbm_bytes,
+            slice,
         })
     }
 
@@ -181,14 +196,21 @@ pub struct HostPlatform {
 impl HostPlatform {
     pub fn new(config: HostConfig) -> Arc<Self> {
         let devices = (0..config.chips as usize)
-            .map(|index| DeviceInfo {
-                index,
-                name: "tpurt emulated TPU (host)".to_string(),
-                kind: "host-tpu".to_string(),
-                hbm_capacity: config.hbm_bytes,
-                tensor_cores: 1,
-                sparse_cores: 1,
-                coords: mesh_coords(index as u32, &config.topology),
+            .map(|index| {
+                let (coords, host_chip) = match &config.slice {
+                    Some(s) => (s.chips[index].coords.clone(), s.chips[index].host_chip),
+                    None => (mesh_coords(index as u32, &config.topology), index as u32),
+                };
+                DeviceInfo {
+                    index,
+                    name: "tpurt emulated TPU (host)".to_string(),
+                    kind: "host-tpu".to_string(),
+                    hbm_capacity: config.hbm_bytes,
+                    tensor_cores: 1,
+                    sparse_cores: 1,
+                    coords,
+                    host_chip,
+                }
             })
             .collect();
         Arc::new(HostPlatform { config, devices })
@@ -226,6 +248,10 @@ impl Platform for HostPlatform {
 
     fn devices(&self) -> &[DeviceInfo] {
         &self.devices
+    }
+
+    fn slice(&self) -> Option<&SliceLayout> {
+        self.config.slice.as_ref()
     }
 
     fn allocate_segment(&self, chip: usize, bytes: u64) -> Result<Segment> {
@@ -287,6 +313,47 @@ mod tests {
         let coords: Vec<_> = p.devices().iter().map(|d| d.coords.clone()).collect();
         assert_eq!(coords, vec![vec![0, 0], vec![1, 0], vec![0, 1], vec![1, 1]]);
         assert_eq!(p.devices()[3].hbm_capacity, DEFAULT_HBM_BYTES);
+    }
+
+    #[test]
+    fn a_slice_host_shows_its_visible_chips_with_slice_coordinates() {
+        let vars = [
+            ("TPU_ACCELERATOR_TYPE", "v4-16"),
+            ("TPU_TOPOLOGY", "2x2x2"),
+            ("TPU_WORKER_ID", "1"),
+            ("TPU_VISIBLE_CHIPS", "1,2"),
+        ];
+        let slice = SliceLayout::from_vars(
+            |k| {
+                vars.iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            },
+            None,
+        )
+        .unwrap()
+        .unwrap();
+        let p = HostPlatform::new(HostConfig {
+            chips: slice.chips.len() as u32,
+            topology: slice.topology.clone(),
+            hbm_bytes: 1 << 30,
+            slice: Some(slice),
+        });
+        assert_eq!(p.topology(), &[2, 2, 2]);
+        let d = p.devices();
+        assert_eq!(d.len(), 2);
+        assert_eq!(
+            (d[0].index, d[0].host_chip, d[0].coords.clone()),
+            (0, 1, vec![1, 0, 1])
+        );
+        assert_eq!(
+            (d[1].index, d[1].host_chip, d[1].coords.clone()),
+            (1, 2, vec![0, 1, 1])
+        );
+        assert_eq!(p.slice().unwrap().worker_id, 1);
+        // Each visible chip is a device with its own HBM.
+        assert!(p.allocate_segment(1, 4096).is_ok());
+        assert!(p.allocate_segment(2, 4096).is_err());
     }
 
     #[test]

@@ -30,6 +30,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::host::HostSegment;
+use super::slice::SliceLayout;
 use super::{DeviceInfo, Executable, Platform, Segment};
 use crate::error::{Error, Result};
 use crate::ir::Graph;
@@ -105,6 +106,7 @@ pub struct XlaPlatform {
     version: (i32, i32),
     topology: Vec<u32>,
     devices: Vec<DeviceInfo>,
+    slice: Option<SliceLayout>,
 }
 
 // SAFETY: a PJRT client is thread-safe by the PJRT C API's contract; the
@@ -136,8 +138,28 @@ impl XlaPlatform {
     /// Load `plugin` and create a client with `devices` CPU devices (the
     /// CPU plugin's option; other plugins ignore it).
     pub fn load(plugin: &Path, devices: u32) -> Result<Arc<XlaPlatform>> {
-        let shown = plugin.display().to_string();
+        Self::load_in_slice(plugin, devices, None)
+    }
+
+    /// As [`XlaPlatform::load`], as one host of a TPU slice: the XLA CPU
+    /// plugin, standing in for a TPU host, gets one device per visible
+    /// chip, with the slice's coordinates. libtpu reads the `TPU_*`
+    /// variables itself and other plugins are not TPUs, so for them
+    /// `slice` is ignored.
+    pub fn load_in_slice(
+        plugin: &Path,
+        devices: u32,
+        slice: Option<SliceLayout>,
+    ) -> Result<Arc<XlaPlatform>> {
         let is_libtpu = plugin.to_string_lossy().contains("libtpu");
+        let is_cpu = plugin
+            .file_name()
+            .is_some_and(|f| f.to_string_lossy().contains("cpu"));
+        // Only the CPU plugin takes a device count, so only it can stand in
+        // for a host's chips; a GPU is not part of a TPU slice.
+        let slice = slice.filter(|_| is_cpu);
+        let devices = slice.as_ref().map_or(devices, |s| s.chips.len() as u32);
+        let shown = plugin.display().to_string();
         if is_libtpu && std::env::var_os("TPU_SKIP_MDS_QUERY").is_none() && !tpu_device_present() {
             // libtpu would wait minutes for a cloud metadata server here.
             return Err(Error::Unavailable(format!(
@@ -191,6 +213,7 @@ impl XlaPlatform {
             version,
             topology: Vec::new(),
             devices: Vec::new(),
+            slice: None,
         };
         let mut init = args!(PJRT_Plugin_Initialize_Args {});
         platform.call(
@@ -203,9 +226,6 @@ impl XlaPlatform {
         )?;
         // Only the CPU plugin takes a device count; others reject options
         // they do not know (libtpu: "Unexpected option name").
-        let is_cpu = plugin
-            .file_name()
-            .is_some_and(|f| f.to_string_lossy().contains("cpu"));
         let option_name = CString::new("cpu_device_count").unwrap_or_default();
         let mut option = sys::PJRT_NamedValue {
             struct_size: std::mem::size_of::<sys::PJRT_NamedValue>(),
@@ -282,8 +302,23 @@ impl XlaPlatform {
                 tensor_cores: 1,
                 sparse_cores: 0,
                 coords: vec![index as u32],
+                host_chip: index as u32,
             })
             .collect();
+        if let Some(layout) = &slice {
+            if layout.chips.len() != n {
+                return Err(Error::Unavailable(format!(
+                    "PJRT plugin {shown} made {n} devices but the slice shows this process {} chips",
+                    layout.chips.len()
+                )));
+            }
+            for (d, c) in platform.devices.iter_mut().zip(&layout.chips) {
+                d.coords = c.coords.clone();
+                d.host_chip = c.host_chip;
+            }
+            platform.topology = layout.topology.clone();
+        }
+        platform.slice = slice;
         Ok(Arc::new_cyclic(|me| {
             platform.me = me.clone();
             platform
@@ -435,6 +470,10 @@ impl Platform for XlaPlatform {
 
     fn devices(&self) -> &[DeviceInfo] {
         &self.devices
+    }
+
+    fn slice(&self) -> Option<&SliceLayout> {
+        self.slice.as_ref()
     }
 
     fn allocate_segment(&self, chip: usize, bytes: u64) -> Result<Segment> {
@@ -837,6 +876,34 @@ mod tests {
         assert!(p
             .compile(&crate::ir::GraphBuilder::new().build(&[]).unwrap())
             .is_err());
+    }
+
+    #[test]
+    fn the_cpu_plugin_stands_in_for_one_host_of_a_slice() {
+        let plugin = find_plugin().unwrap();
+        let vars = [
+            ("TPU_ACCELERATOR_TYPE", "v5litepod-8"),
+            ("TPU_TOPOLOGY", "2x4"),
+            ("TPU_CHIPS_PER_HOST_BOUNDS", "2,2,1"),
+            ("TPU_HOST_BOUNDS", "1,2,1"),
+            ("TPU_WORKER_ID", "1"),
+            ("TPU_VISIBLE_CHIPS", "0,3"),
+        ];
+        let slice = SliceLayout::from_vars(
+            |k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string()),
+            None,
+        )
+        .unwrap();
+        // The device count asked for is replaced by the visible chips.
+        let p = XlaPlatform::load_in_slice(&plugin, 4, slice).unwrap();
+        assert_eq!(p.topology(), &[2, 4]);
+        let d: Vec<_> = p
+            .devices()
+            .iter()
+            .map(|d| (d.host_chip, d.coords.clone()))
+            .collect();
+        assert_eq!(d, vec![(0, vec![0, 2]), (3, vec![1, 3])]);
+        assert_eq!(p.slice().unwrap().num_hosts(), 2);
     }
 
     #[test]

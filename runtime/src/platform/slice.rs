@@ -191,18 +191,22 @@ impl SliceLayout {
             }
         };
         let num_hosts: u32 = hb.iter().product();
-        if worker_id >= num_hosts {
+        // The mesh this process is part of: the bounds describe it. When
+        // they cover fewer chips than TPU_TOPOLOGY (a sub-host allocation),
+        // the process is a slice of its own, and TPU_WORKER_ID (still the
+        // host's number in the whole slice) places nothing.
+        let mesh = [hb[0] * cphb[0], hb[1] * cphb[1], hb[2] * cphb[2]];
+        let mesh_chips: u32 = mesh.iter().product();
+        let own_slice = topology
+            .as_ref()
+            .is_some_and(|t| t.iter().product::<u32>() != mesh_chips);
+        if worker_id >= num_hosts && num_hosts > 1 && !own_slice {
             return Err(Error::invalid(format!(
                 "TPU_WORKER_ID={worker_id} but the slice has {num_hosts} hosts \
                  (TPU_HOST_BOUNDS {})",
                 join(&hb, ",")
             )));
         }
-        // The mesh this process is part of: the bounds describe it. When
-        // they cover fewer chips than TPU_TOPOLOGY (a sub-host allocation),
-        // the process is a slice of its own.
-        let mesh = [hb[0] * cphb[0], hb[1] * cphb[1], hb[2] * cphb[2]];
-        let mesh_chips: u32 = mesh.iter().product();
         let topology = match topology {
             Some(t) if t.iter().product::<u32>() == mesh_chips && pad3(&t) == mesh => t,
             Some(t) if t.iter().product::<u32>() == mesh_chips => {
@@ -255,7 +259,11 @@ impl SliceLayout {
         // the host's numbering; a sub-host slice (bounds set to exactly the
         // visible chips) numbers its chips in the order listed.
         let sub_host = visible.len() as u32 == per_host && per_host < host_chips;
-        let host_origin = mesh_coords(worker_id, &hb);
+        let host_origin = if worker_id < num_hosts && !own_slice {
+            mesh_coords(worker_id, &hb)
+        } else {
+            [0; 3]
+        };
         let chips = visible
             .iter()
             .enumerate()
@@ -514,6 +522,29 @@ mod tests {
         assert_eq!(l.host_chips, 4);
         assert_eq!(coords(&l), vec![vec![0, 0], vec![0, 1]]);
         assert_eq!(l.chips[1].host_chip, 3);
+    }
+
+    #[test]
+    fn a_ray_sub_host_allocation_on_a_later_host_keeps_its_worker_id() {
+        // One chip of host 1 of a two-host slice: Ray sets single-host
+        // bounds while TPU_WORKER_ID stays the host's number.
+        let l = layout(
+            &[
+                ("TPU_ACCELERATOR_TYPE", "v4-16"),
+                ("TPU_TOPOLOGY", "2x2x2"),
+                ("TPU_WORKER_ID", "1"),
+                ("TPU_VISIBLE_CHIPS", "2"),
+                ("TPU_CHIPS_PER_HOST_BOUNDS", "1,1,1"),
+                ("TPU_HOST_BOUNDS", "1,1,1"),
+            ],
+            None,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!((l.worker_id, l.num_hosts(), l.host_chips), (1, 1, 4));
+        assert_eq!(l.chips.len(), 1);
+        assert_eq!(l.chips[0].host_chip, 2);
+        assert_eq!(l.chips[0].coords, vec![0, 0]);
     }
 
     #[test]

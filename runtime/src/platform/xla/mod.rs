@@ -890,7 +890,11 @@ mod tests {
             ("TPU_VISIBLE_CHIPS", "0,3"),
         ];
         let slice = SliceLayout::from_vars(
-            |k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string()),
+            |k| {
+                vars.iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            },
             None,
         )
         .unwrap();

@@ -121,7 +121,12 @@ def _label(run: dict) -> str:
 
 
 def _pct(x) -> str:
-    return "-" if x is None else f"{100 * x:.1f}%"
+    """One decimal, or two where one would round a rate below 100% up to it."""
+    if x is None:
+        return "-"
+    if x < 1 and round(100 * x, 1) >= 100.0:
+        return f"{100 * x:.2f}%"
+    return f"{100 * x:.1f}%"
 
 
 def to_markdown(doc: dict) -> str:

@@ -236,9 +236,14 @@ def run_model(tree: Path, model: str, config: str, platform: str, args, workdir:
 
 
 def git_commit() -> str:
+    """The commit under test, "+dirty" when the tree has uncommitted changes
+    outside conformance/report/ (taken when the run starts)."""
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                               text=True, check=True).stdout.strip()
+        status = subprocess.run(["git", "status", "--porcelain", "--", ".", ":!conformance/report"], cwd=ROOT,
+                                capture_output=True, text=True, check=True).stdout.strip()
+        return head + ("+dirty" if status else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
@@ -299,6 +304,7 @@ def _run_all(args, models, configs, platforms, version, tree) -> int:
         for platform in (platforms if config != "cpu" else ["-"]):
             runs.append((config, platform))
     started = time.time()
+    commit = git_commit()
     results = []
     for config, platform in runs:
         label = "cpu (baseline)" if config == "cpu" else f"{platform} / {config}"
@@ -320,7 +326,7 @@ def _run_all(args, models, configs, platforms, version, tree) -> int:
 
     meta = {
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "commit": git_commit(),
+        "commit": commit,
         "transformers": version,
         "quick": args.quick,
         "k": args.k,

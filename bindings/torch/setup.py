@@ -65,6 +65,9 @@ setup(
         )
     ],
     cmdclass={"build_ext": Build},
-    entry_points={"torch.backends": ["tpu = tpurt:_autoload"]},
+    entry_points={
+        "torch.backends": ["tpu = tpurt:_autoload"],
+        "torch.distributed.backends": ["tpurt = tpurt.distributed:register"],
+    },
     python_requires=">=3.10",
 )

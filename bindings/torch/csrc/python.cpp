@@ -66,6 +66,26 @@ py::dict device_properties(int device) {
   d["tensor_cores"] = p.tensor_cores;
   d["sparse_cores"] = p.sparse_cores;
   d["coords"] = std::vector<uint32_t>(p.coords, p.coords + std::min<uint32_t>(p.num_coords, 4));
+  d["host_chip"] = p.host_chip;
+  return d;
+}
+
+// The TPU slice this process is part of (the TPU_* variables), or None.
+py::object slice_info() {
+  tpurt_slice_info s{};
+  s.struct_size = sizeof(s);
+  check(tpurt_runtime_slice_info(runtime(), &s), "slice_info");
+  if (s.in_slice == 0) return py::none();
+  py::dict d;
+  d["name"] = s.name[0] != 0 ? py::object(py::str(s.name)) : py::none();
+  d["accelerator_type"] = s.accelerator_type[0] != 0 ? py::object(py::str(s.accelerator_type)) : py::none();
+  d["topology"] = std::vector<uint32_t>(s.topology, s.topology + std::min<uint32_t>(s.num_dims, 4));
+  d["chips_per_host_bounds"] = std::vector<uint32_t>(s.chips_per_host_bounds, s.chips_per_host_bounds + 3);
+  d["host_bounds"] = std::vector<uint32_t>(s.host_bounds, s.host_bounds + 3);
+  d["worker_id"] = s.worker_id;
+  d["num_hosts"] = s.num_hosts;
+  d["host_chips"] = s.host_chips;
+  d["visible_chips"] = s.visible_chips;
   return d;
 }
 
@@ -120,6 +140,7 @@ PYBIND11_MODULE(_C, m) {
     check(tpurt_device_synchronize(runtime(), static_cast<uint32_t>(d)), "synchronize");
   });
   m.def("device_properties", &device_properties);
+  m.def("slice_info", &slice_info);
 
   // Streams: (stream_id, device_index, device_type) triples, as torch.Stream takes.
   m.def("current_stream", [](int d) { return stream_tuple(current_stream(d)); });

@@ -62,3 +62,14 @@ def _register_compiler() -> None:
 
 
 _register_compiler()
+
+
+def _register_distributed() -> None:
+    # The "tpurt" torch.distributed backend for device tpu (also found by
+    # torch through the torch.distributed.backends entry point).
+    from . import distributed
+
+    distributed.register()
+
+
+_register_distributed()

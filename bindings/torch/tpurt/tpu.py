@@ -94,7 +94,8 @@ class _DeviceProperties:
     def __repr__(self) -> str:
         return (
             f"_TpuDeviceProperties(name={self.name!r}, kind={self.kind!r}, "
-            f"total_memory={self.total_memory // (1 << 20)}MB, coords={self.coords})"
+            f"total_memory={self.total_memory // (1 << 20)}MB, coords={self.coords}, "
+            f"host_chip={self.host_chip})"
         )
 
 
@@ -109,6 +110,19 @@ def platform() -> str:
 
 def topology() -> list[int]:
     return list(_C.topology())
+
+
+def slice_info() -> dict | None:
+    """Where this process sits in its TPU slice, as the ``TPU_*`` variables
+    describe it (``TPU_ACCELERATOR_TYPE``, ``TPU_TOPOLOGY``,
+    ``TPU_CHIPS_PER_HOST_BOUNDS``, ``TPU_HOST_BOUNDS``, ``TPU_WORKER_ID``,
+    ``TPU_VISIBLE_CHIPS``, ``TPU_NAME``): a dict with ``name``,
+    ``accelerator_type``, ``topology``, ``chips_per_host_bounds``,
+    ``host_bounds``, ``worker_id``, ``num_hosts``, ``host_chips`` and
+    ``visible_chips``; None outside a slice. Each device's
+    ``get_device_properties(i).coords`` is its place in the slice and
+    ``.host_chip`` its index on the host."""
+    return _C.slice_info()
 
 
 def synchronize(device: _DeviceLike = None) -> None:

@@ -171,6 +171,10 @@ def to_markdown(doc: dict) -> str:
             out.append("| op | calls |\n| --- | ---: |")
             for op, n in run["fallback_histogram"].items():
                 out.append(f"| `{op}` | {n} |")
+        elif run["config"] == "fallback":
+            out.append(f"\n## Ops on the CPU fallback ({_label(run)})\n")
+            out.append("None: with the fallback on, no test called it (every op the tests reached ran on a "
+                       "tpu kernel).")
         if run["missing_kernels"]:
             out.append(f"\n## Ops without a tpu kernel that failed tests ({_label(run)})\n")
             out.append("| op | tests |\n| --- | ---: |")

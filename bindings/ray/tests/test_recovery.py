@@ -120,3 +120,17 @@ def test_a_lost_node_is_replaced_and_the_whole_slice_restarts(emulated, referenc
         assert s.host_info[0]["node_id"] != old, "host 0 now runs on the replacement node"
     assert out["recoveries"] == 1
     _assert_same_parameters(out, reference)
+
+
+def test_a_new_driver_resumes_from_the_checkpoint_directory(emulated, reference, tmp_path):
+    # The first driver stops after 3 steps (as if it died); a second one,
+    # on a fresh slice, finds the checkpoint and finishes the run.
+    d = str(tmp_path / "ckpt")
+    with TpuSlice("2x2x2", "v4") as s:
+        first = s.train(_setup, _step, _save, steps=3, checkpoint_every=3, checkpoint_dir=d)
+    assert first["checkpoint"]["step"] == 3
+    with TpuSlice("2x2x2", "v4") as s:
+        out = _train(s, checkpoint_every=2, checkpoint_dir=d)
+        assert [e["step"] for e in s.events if e["event"] == "resumed from disk"] == [3]
+    assert out["checkpoint"]["step"] == STEPS
+    _assert_same_parameters(out, reference)

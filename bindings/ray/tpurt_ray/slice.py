@@ -354,6 +354,7 @@ class TpuSlice:
         collectives: bool = True,
         step_timeout_s: Optional[float] = None,
         on_step: Optional[Callable[[int, List[Any]], None]] = None,
+        checkpoint_dir: Optional[str] = None,
     ) -> Dict[str, Any]:
         """A fault-tolerant loop over the slice.
 
@@ -364,15 +365,23 @@ class TpuSlice:
         if given, runs here after step ``i`` completed. When a host
         fails, the slice is recovered with ``policy``, every host is set up
         again from the last checkpoint, and the steps after it run again:
-        each step's effect lands in the result exactly once. Returns the
+        each step's effect lands in the result exactly once. With
+        ``checkpoint_dir``, each checkpoint is also written there (whole or
+        not at all), and a later call with the same directory resumes from
+        the last one, so the loop survives the driver too. Returns the
         last step's results, the final checkpoint and what happened."""
         if steps < 0 or checkpoint_every < 1:
             raise ValueError("steps must be >= 0 and checkpoint_every >= 1")
         if collectives and not self._collectives:
             self.init_collectives()
         checkpoint: Dict[str, Any] = {"step": 0, "state": None}
+        if checkpoint_dir is not None:
+            found = _load_checkpoint(checkpoint_dir)
+            if found is not None:
+                checkpoint = found
+                self._event("resumed from disk", step=checkpoint["step"], dir=checkpoint_dir)
         recoveries, replayed, last = 0, 0, None
-        i = 0
+        i = checkpoint["step"]
         needs_setup = True
         while i < steps or needs_setup:
             try:
@@ -384,6 +393,8 @@ class TpuSlice:
                 i += 1
                 if i % checkpoint_every == 0 or i == steps:
                     checkpoint = {"step": i, "state": self.run(save)[0]}
+                    if checkpoint_dir is not None:
+                        _store_checkpoint(checkpoint_dir, checkpoint)
                     self._event("checkpoint", step=i)
                 if on_step is not None:
                     on_step(i, last)
@@ -417,3 +428,39 @@ class TpuSlice:
 
     def __exit__(self, *exc) -> None:
         self.shutdown()
+
+
+_CHECKPOINT = "tpurt-ray-checkpoint.pt"
+
+
+def _store_checkpoint(directory: str, checkpoint: Dict[str, Any]) -> None:
+    """Write then rename: a reader sees the previous checkpoint or this one."""
+    import os
+
+    import torch
+
+    os.makedirs(directory, exist_ok=True)
+    final = os.path.join(directory, _CHECKPOINT)
+    tmp = f"{final}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as f:
+        torch.save(checkpoint, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, final)
+
+
+def _load_checkpoint(directory: str) -> Optional[Dict[str, Any]]:
+    import os
+
+    import torch
+
+    path = os.path.join(directory, _CHECKPOINT)
+    if not os.path.exists(path):
+        return None
+    try:
+        ckpt = torch.load(path, weights_only=False)
+    except Exception as e:
+        raise SliceError(f"checkpoint {path} cannot be read: {e}") from e
+    if not isinstance(ckpt, dict) or "step" not in ckpt or "state" not in ckpt:
+        raise SliceError(f"checkpoint {path} is not a tpurt_ray checkpoint (no 'step' and 'state')")
+    return ckpt

@@ -322,6 +322,35 @@ Tensor k_embedding_dense_bw(const Tensor& g, const Tensor& idx, int64_t num_weig
   return call1("embedding_backward", {g, idx},
                Attrs().i("num_weights", num_weights).i("padding_idx", padding_idx).b("scale_grad_by_freq", scale));
 }
+// embedding_bag: the runtime's op returns (output, offset2bag, bag_size,
+// max_indices) as aten's _embedding_bag does; its backward ops take them.
+std::tuple<Tensor, Tensor, Tensor, Tensor> k_embedding_bag(const Tensor& w, const Tensor& idx, const Tensor& offsets,
+                                                           bool scale, int64_t mode, bool sparse, const OptTensor& psw,
+                                                           bool include_last_offset, int64_t padding_idx) {
+  std::vector<Tensor> ins{w, idx};
+  if (idx.dim() == 1) ins.push_back(offsets);
+  if (psw.has_value() && psw->defined()) ins.push_back(*psw);
+  auto r = call("embedding_bag", ins,
+                Attrs().i("mode", mode).b("include_last_offset", include_last_offset).i("padding_idx", padding_idx));
+  return {r[0], r[1], r[2], r[3]};
+}
+Tensor k_embedding_bag_bw(const Tensor& g, const Tensor& idx, const Tensor& offsets, const Tensor& offset2bag,
+                          const Tensor& bag_size, const Tensor& max_indices, int64_t num_weights, bool scale,
+                          int64_t mode, bool sparse, const OptTensor& psw, int64_t padding_idx) {
+  TORCH_CHECK(!sparse,
+              "tpu: embedding_bag with sparse=True (a sparse COO gradient) is not supported on tpu; "
+              "use sparse=False, whose dense gradient tpu computes");
+  std::vector<Tensor> ins{g, idx, offset2bag, bag_size, max_indices};
+  if (psw.has_value() && psw->defined()) ins.push_back(*psw);
+  return call1("embedding_bag_backward", ins,
+               Attrs().i("num_weights", num_weights).i("mode", mode).i("padding_idx", padding_idx)
+                   .b("scale_grad_by_freq", scale));
+}
+Tensor k_embedding_bag_psw_bw(const Tensor& g, const Tensor& w, const Tensor& idx, const Tensor& offsets,
+                              const Tensor& offset2bag, int64_t mode, int64_t padding_idx) {
+  return call1("embedding_bag_per_sample_weights_backward", {g, w, idx, offset2bag},
+               Attrs().i("mode", mode).i("padding_idx", padding_idx));
+}
 std::tuple<Tensor, Tensor> k_nll_loss_fwd(const Tensor& x, const Tensor& t, const OptTensor& w, int64_t red,
                                         int64_t ignore) {
   std::vector<Tensor> ins{x, t};
@@ -1330,6 +1359,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("threshold_backward", k_threshold_bw);
   m.impl("embedding", k_embedding);
   m.impl("embedding_dense_backward", k_embedding_dense_bw);
+  m.impl("_embedding_bag", k_embedding_bag);
+  m.impl("_embedding_bag_forward_only", k_embedding_bag);
+  m.impl("_embedding_bag_backward", k_embedding_bag_bw);
+  m.impl("_embedding_bag_per_sample_weights_backward", k_embedding_bag_psw_bw);
   m.impl("nll_loss_forward", k_nll_loss_fwd);
   m.impl("nll_loss_backward", k_nll_loss_bw);
   m.impl("mse_loss", k_mse_loss);

@@ -1,5 +1,5 @@
 //! Sorting and indexed ops for training: sort, topk (sort, then the first
-//! k), embedding_bag and index_put.
+//! k), embedding_bag with its backward ops, and index_put.
 
 use super::attrs::{Attr, Attrs};
 use super::emit::{wrap_dim, Emitter};
@@ -311,6 +311,191 @@ fn embedding_bag(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueI
     Ok(vec![e.convert(out, dt)?, bag_of, bag_size, max_indices])
 }
 
+/// The bag of each index, as `[M]` i64, checked against `m` indices.
+fn bag_index(e: &mut Emitter, v: ValueId, m: u64, what: &str) -> Result<ValueId> {
+    let v = int_index(e, v, what)?;
+    if e.ty(v).numel() != m {
+        return Err(Error::invalid(format!(
+            "{what} must have one entry per index ({m}), got {}",
+            e.ty(v)
+        )));
+    }
+    e.reshape(v, &[m])
+}
+
+/// embedding_bag_backward(grad [B, D], indices, offset2bag [M], bag_size
+/// [B], max_indices, per_sample_weights?; num_weights, mode=mean,
+/// padding_idx=none, scale_grad_by_freq=false) -> grad_weight [W, D].
+///
+/// The dense gradient of embedding_bag's output with respect to its
+/// weight; offset2bag, bag_size and max_indices are embedding_bag's own
+/// outputs. Sum and mean send each bag's gradient to the rows of its
+/// indices (mean divided by the bag's size, sum scaled by the per-sample
+/// weights); max sends it, column by column, to the row that held the
+/// maximum (empty bags, -1, to none). Padding indices get nothing;
+/// scale_grad_by_freq divides by how often each index occurs.
+fn embedding_bag_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let g = x[0];
+    let gt = super::support::need_float(e, g, "grad")?;
+    let gd = e.dims(g);
+    if gd.len() != 2 {
+        return Err(Error::invalid(format!(
+            "grad must be [bags, dim], got {gd:?}"
+        )));
+    }
+    let (bags, d) = (gd[0], gd[1]);
+    let w = u64::try_from(a.int("num_weights")?)
+        .map_err(|_| Error::invalid("num_weights must be >= 0"))?;
+    let mode = bag_mode(a)?;
+    let idx = int_index(e, x[1], "indices")?;
+    let m = e.ty(idx).numel();
+    let idx = e.reshape(idx, &[m])?;
+    let bag_of = bag_index(e, x[2], m, "offset2bag")?;
+    let bag_size = int_index(e, x[3], "bag_size")?;
+    if e.dims(bag_size) != [bags] {
+        return Err(Error::invalid(format!(
+            "bag_size must be [{bags}] (one per bag), got {}",
+            e.ty(bag_size)
+        )));
+    }
+    let cd = compute_dtype(gt)?;
+    let g = e.convert(g, cd)?;
+    let valid = match a.int_opt("padding_idx")? {
+        Some(p) if p >= 0 => {
+            let pv = e.scalar(DType::I64, p as f64)?;
+            e.compare(CompareOp::Ne, idx, pv)?
+        }
+        _ => e.full(DType::Bool, &[m], 1.0)?,
+    };
+    let out = match mode {
+        BagMode::Sum | BagMode::Mean => {
+            let mut rows = e.op(Prim::Take { axis: 0 }, &[g, bag_of])?;
+            if mode == BagMode::Mean {
+                let n = e.op(Prim::Take { axis: 0 }, &[bag_size, bag_of])?;
+                let one = e.scalar(DType::I64, 1.0)?;
+                let n = e.max(n, one)?;
+                let n = e.convert(n, cd)?;
+                let n = per_row(e, n, d)?;
+                rows = e.div(rows, n)?;
+            }
+            if let Some(&psw) = x.get(5) {
+                if mode != BagMode::Sum {
+                    return Err(Error::invalid(
+                        "per_sample_weights is only supported for mode='sum'",
+                    ));
+                }
+                if e.ty(psw).numel() != m || !e.dtype(psw).is_float() {
+                    return Err(Error::invalid(format!(
+                        "per_sample_weights must be a float tensor with one weight per index \
+                         ({m}), got {}",
+                        e.ty(psw)
+                    )));
+                }
+                let p = e.convert(psw, cd)?;
+                let p = e.reshape(p, &[m])?;
+                let p = per_row(e, p, d)?;
+                rows = e.mul(rows, p)?;
+            }
+            if a.bool_or("scale_grad_by_freq", false)? {
+                let ones = e.convert(valid, cd)?;
+                let zeros = e.full(cd, &[w], 0.0)?;
+                let counts = scatter(e, zeros, idx, ones, ScatterCombiner::Add)?;
+                let c = e.op(Prim::Take { axis: 0 }, &[counts, idx])?;
+                let one = e.scalar(cd, 1.0)?;
+                let c = e.max(c, one)?;
+                let c = per_row(e, c, d)?;
+                rows = e.div(rows, c)?;
+            }
+            let keep = per_row(e, valid, d)?;
+            let zero = e.scalar(cd, 0.0)?;
+            let rows = e.select(keep, rows, zero)?;
+            let base = e.full(cd, &[w, d], 0.0)?;
+            let at = per_row(e, idx, d)?;
+            scatter(e, base, at, rows, ScatterCombiner::Add)?
+        }
+        BagMode::Max => {
+            let mi = int_index(e, x[4], "max_indices")?;
+            if e.dims(mi) != [bags, d] {
+                return Err(Error::invalid(format!(
+                    "max_indices must be [{bags}, {d}] for mode max, got {}",
+                    e.ty(mi)
+                )));
+            }
+            // Flat position row * d + column; -1 (an empty bag) goes to a
+            // slot past the end, dropped after.
+            let col = iota(e, &[bags, d], 1)?;
+            let dv = e.scalar(DType::I64, d as f64)?;
+            let flat = e.mul(mi, dv)?;
+            let flat = e.add(flat, col)?;
+            let zero_i = e.scalar(DType::I64, 0.0)?;
+            let hit = e.compare(CompareOp::Ge, mi, zero_i)?;
+            let past = e.scalar(DType::I64, (w * d) as f64)?;
+            let flat = e.select(hit, flat, past)?;
+            let flat = e.reshape(flat, &[bags * d])?;
+            let gv = e.reshape(g, &[bags * d])?;
+            let base = e.full(cd, &[w * d + 1], 0.0)?;
+            let s = scatter(e, base, flat, gv, ScatterCombiner::Add)?;
+            let s = e.op(
+                Prim::Slice {
+                    start: vec![0],
+                    limit: vec![w * d],
+                    stride: vec![1],
+                },
+                &[s],
+            )?;
+            e.reshape(s, &[w, d])?
+        }
+    };
+    Ok(vec![e.convert(out, gt)?])
+}
+
+/// embedding_bag_per_sample_weights_backward(grad [B, D], weight [W, D],
+/// indices, offset2bag [M]; mode=sum, padding_idx=none) -> [M]: the
+/// gradient of each per-sample weight, the dot product of its bag's
+/// gradient with its weight row (0 for padding indices).
+fn embedding_bag_psw_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let (g, weight) = (x[0], x[1]);
+    let gt = super::support::need_float(e, g, "grad")?;
+    if bag_mode(a)? != BagMode::Sum {
+        return Err(Error::invalid(
+            "per_sample_weights is only supported for mode='sum'",
+        ));
+    }
+    let (gd, wd) = (e.dims(g), e.dims(weight));
+    if gd.len() != 2 || wd.len() != 2 || gd[1] != wd[1] {
+        return Err(Error::invalid(format!(
+            "grad [bags, dim] and weight [rows, dim] must share dim, got {gd:?} and {wd:?}"
+        )));
+    }
+    let idx = int_index(e, x[2], "indices")?;
+    let m = e.ty(idx).numel();
+    let idx = e.reshape(idx, &[m])?;
+    let bag_of = bag_index(e, x[3], m, "offset2bag")?;
+    let cd = compute_dtype(gt)?;
+    let g = e.convert(g, cd)?;
+    let weight = e.convert(weight, cd)?;
+    let gr = e.op(Prim::Take { axis: 0 }, &[g, bag_of])?;
+    let wr = e.op(Prim::Take { axis: 0 }, &[weight, idx])?;
+    let prod = e.mul(gr, wr)?;
+    let dot = e.op(
+        Prim::Reduce {
+            op: ReduceOp::Sum,
+            dimensions: vec![1],
+        },
+        &[prod],
+    )?;
+    let dot = match a.int_opt("padding_idx")? {
+        Some(p) if p >= 0 => {
+            let pv = e.scalar(DType::I64, p as f64)?;
+            let keep = e.compare(CompareOp::Ne, idx, pv)?;
+            let zero = e.scalar(cd, 0.0)?;
+            e.select(keep, dot, zero)?
+        }
+        _ => dot,
+    };
+    Ok(vec![e.convert(dot, gt)?])
+}
+
 /// index_put(x, indices, values; accumulate=false): x with
 /// x[indices[j]] = values[j] (or += with accumulate) along the first dim.
 /// Integer indices of any shape (negative ones count from the end) take
@@ -414,5 +599,15 @@ pub(super) const OPS: &[OpDef] = &[
     def!("sort", Arity::Exactly(1), sort),
     def!("topk", Arity::Exactly(1), topk),
     def!("embedding_bag", Arity::Between(2, 4), embedding_bag),
+    def!(
+        "embedding_bag_backward",
+        Arity::Between(5, 6),
+        embedding_bag_backward
+    ),
+    def!(
+        "embedding_bag_per_sample_weights_backward",
+        Arity::Exactly(4),
+        embedding_bag_psw_backward
+    ),
     def!("index_put", Arity::Exactly(3), index_put),
 ];

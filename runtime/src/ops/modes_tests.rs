@@ -1706,6 +1706,54 @@ fn index_cases() -> Vec<Case> {
             &[("mode", i(1))],
         ),
         c(
+            "embedding_bag_backward",
+            vec![
+                f32s(&[4, 3], 1011),
+                indices.clone(),
+                i64s(&[7], &[0, 0, 2, 2, 2, 3, 3]),
+                i64s(&[4], &[2, 0, 3, 2]),
+                i64s(&[0], &[]),
+            ],
+            &[bag("mean"), ("num_weights", i(5)), ("padding_idx", i(3))],
+        ),
+        c(
+            "embedding_bag_backward",
+            vec![
+                f32s(&[4, 3], 1012),
+                indices.clone(),
+                i64s(&[7], &[0, 0, 2, 2, 2, 3, 3]),
+                i64s(&[4], &[2, 0, 3, 2]),
+                i64s(&[0], &[]),
+                f32s(&[7], 1013),
+            ],
+            &[
+                bag("sum"),
+                ("num_weights", i(5)),
+                ("scale_grad_by_freq", b(true)),
+            ],
+        ),
+        c(
+            "embedding_bag_backward",
+            vec![
+                f32s(&[4, 3], 1014),
+                indices.clone(),
+                i64s(&[7], &[0, 0, 2, 2, 2, 3, 3]),
+                i64s(&[4], &[2, 0, 3, 2]),
+                i64s(&[4, 3], &[0, 2, 0, -1, -1, -1, 1, 3, 3, 1, 0, 1]),
+            ],
+            &[bag("max"), ("num_weights", i(5))],
+        ),
+        c(
+            "embedding_bag_per_sample_weights_backward",
+            vec![
+                f32s(&[4, 3], 1015),
+                weight.clone(),
+                indices.clone(),
+                i64s(&[7], &[0, 0, 2, 2, 2, 3, 3]),
+            ],
+            &[bag("sum"), ("padding_idx", i(1))],
+        ),
+        c(
             "index_put",
             vec![
                 f32s(&[4, 2], 1006),
@@ -1911,6 +1959,27 @@ fn zero_rows_cases() -> Vec<Case> {
             "embedding_bag",
             vec![f32s(&[5, 3], 1329), i64s(&[0], &[]), i64s(&[2], &[0, 0])],
             &[("mode", s("max"))],
+        ),
+        c(
+            "embedding_bag_backward",
+            vec![
+                f32s(&[0, 3], 1340),
+                i64s(&[0], &[]),
+                i64s(&[0], &[]),
+                i64s(&[0], &[]),
+                i64s(&[0], &[]),
+            ],
+            &[("mode", s("sum")), ("num_weights", i(5))],
+        ),
+        c(
+            "embedding_bag_per_sample_weights_backward",
+            vec![
+                f32s(&[0, 3], 1341),
+                f32s(&[5, 3], 1342),
+                i64s(&[0], &[]),
+                i64s(&[0], &[]),
+            ],
+            &[("mode", s("sum"))],
         ),
         c(
             "adamw_step",

@@ -601,6 +601,12 @@ pub fn lower(graph: &Graph) -> Result<String> {
                 // x[..axis] ++ index dims ++ x[axis+1..]: one gather whose
                 // batch dims are the index's, each index a scalar into `axis`.
                 let xt = graph.value_type(n.inputs[0]);
+                if graph.value_type(out).numel() == 0 {
+                    // Nothing to read (XLA rejects a slice of 1 along an
+                    // empty axis, as for gather).
+                    zeros(&mut w, &o, xt.dtype, &ot);
+                    continue;
+                }
                 let k = graph.value_type(n.inputs[1]).rank();
                 let r = xt.rank();
                 let offset: Vec<usize> = (0..*axis).chain(axis + k..k + r - 1).collect();

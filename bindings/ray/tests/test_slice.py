@@ -41,6 +41,9 @@ def test_a_slice_places_one_actor_per_host_with_its_chips(emulated):
         coords = [tuple(c) for i in infos for c in i["coords"]]
         assert sorted(coords) == sorted(itertools.product(range(2), range(2), range(2)))
         for i in infos:
+            # The runtime's coordinates (Rust, from the TPU_* variables)
+            # agree with the slice shape's (Python, from Ray's tables).
+            assert i["coords"] == i["slice_coords"]
             assert i["host_chips"] == [0, 1, 2, 3]
             assert i["topology"] == [2, 2, 2] and i["accelerator_type"] == "v4-16"
             assert {tuple(c)[2] for c in i["coords"]} == {i["worker_id"]}, "a host is one z-plane"
@@ -121,3 +124,27 @@ def test_part_of_a_host_sees_exactly_its_chips(emulated):
 def test_a_slice_nobody_has_is_a_clear_error(emulated):
     with pytest.raises(SliceError, match="v4-32"):
         TpuSlice("2x2x4", "v4", ready_timeout_s=3)
+
+
+def test_one_actor_per_chip_knows_its_place_in_the_slice(emulated):
+    with TpuSlice("2x2x2", "v4", per_chip=True) as s:
+        infos = s.host_info
+    assert len(infos) == 8
+    assert all(i["coords"] == [[0, 0]] for i in infos), "each sees itself as a 1-chip slice"
+    coords = sorted(tuple(i["slice_coords"][0]) for i in infos)
+    assert coords == sorted(itertools.product(range(2), range(2), range(2)))
+
+
+def test_a_slice_on_the_xla_platform(cluster):
+    # The same slice with the runtime on XLA (the XLA CPU plugin standing in
+    # for each host's chips): the TPU_* variables hold there too.
+    add_slice(cluster, "2x4", "v5litepod", name="slice-x", chips_per_host=4, env={"TPURT_PLATFORM": "xla"})
+    with TpuSlice("2x4", "v5litepod", chips_per_host=4) as s:
+        assert s.name == "slice-x"
+        infos = s.host_info
+        assert [i["platform"] for i in infos] == ["xla", "xla"]
+        assert all(i["coords"] == i["slice_coords"] for i in infos)
+        assert sorted(tuple(c) for i in infos for c in i["coords"]) == sorted(
+            itertools.product(range(2), range(4))
+        )
+        assert s.health().healthy

@@ -28,3 +28,10 @@ def test_bad_shapes_are_named():
         slice_shape("2x1", "v6e", chips_per_host=2)
     with pytest.raises(ValueError, match="worker_id 2"):
         slice_shape("2x2x2", "v4").host_env(2, "a")
+
+
+def test_chip_coordinates_count_hosts_and_chips_x_fastest():
+    s = slice_shape("2x2x2", "v4")
+    assert [s.chip_coords(1, c) for c in range(4)] == [[0, 0, 1], [1, 0, 1], [0, 1, 1], [1, 1, 1]]
+    s = slice_shape("2x4", "v6e", chips_per_host=4)
+    assert [s.chip_coords(1, c) for c in range(4)] == [[0, 2], [1, 2], [0, 3], [1, 3]]

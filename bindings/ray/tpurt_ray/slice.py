@@ -177,6 +177,10 @@ class TpuSlice:
             fail(f"the slice's actors landed on hosts of different slices: {sorted(names)}")
         self.name = names.pop()
         for a, b, info, key in zip(actors, bundles, infos, got):
+            # Where each chip sits in the whole slice. (An actor holding
+            # part of a host sees itself as a slice of its own, as Ray's
+            # sub-host variables say, so its runtime cannot tell.)
+            info["slice_coords"] = [self.shape.chip_coords(info["worker_id"], c) for c in info["host_chips"]]
             self._by_key[key] = (a, b, info)
         world = len(self._keys)
         ray.get([self._by_key[k][0].set_rank.remote(r, world) for r, k in enumerate(self._keys)])

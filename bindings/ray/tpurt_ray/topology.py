@@ -52,6 +52,23 @@ class SliceShape:
     def num_hosts(self) -> int:
         return self.host_bounds[0] * self.host_bounds[1] * self.host_bounds[2]
 
+    def chip_coords(self, worker_id: int, host_chip: int) -> List[int]:
+        """Coordinates in the slice of chip `host_chip` of host `worker_id`
+        (hosts and chips each counted x fastest, as TPU runtimes count and
+        as the tpurt runtime reports them)."""
+
+        def mesh(i: int, dims) -> List[int]:
+            out = []
+            for d in dims:
+                out.append(i % d)
+                i //= d
+            return out
+
+        h = mesh(worker_id, self.host_bounds)
+        c = mesh(host_chip, self.chips_per_host_bounds)
+        xyz = [h[k] * self.chips_per_host_bounds[k] + c[k] for k in range(3)]
+        return xyz[: len(self.topology.split("x"))]
+
     def host_env(self, worker_id: int, name: str) -> Dict[str, str]:
         """The ``TPU_*`` variables of host `worker_id` of the slice `name`."""
         if not 0 <= worker_id < self.num_hosts:

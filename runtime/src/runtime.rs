@@ -149,19 +149,14 @@ impl Runtime {
             #[cfg(feature = "xla")]
             "xla" => {
                 // The CPU plugin's device count: as many as the host platform's chips.
-                let devices = options
-                    .host_chips
-                    .or_else(|| {
-                        std::env::var("TPURT_HOST_CHIPS")
-                            .ok()
-                            .and_then(|v| v.trim().parse().ok())
-                    })
-                    .unwrap_or(crate::platform::host::DEFAULT_CHIPS);
+                let asked = options.host_chips.or_else(|| {
+                    std::env::var("TPURT_HOST_CHIPS")
+                        .ok()
+                        .and_then(|v| v.trim().parse().ok())
+                });
+                let devices = asked.unwrap_or(crate::platform::host::DEFAULT_CHIPS);
                 let plugin = crate::platform::xla::find_plugin()?;
-                let given = options.host_chips.is_some()
-                    || std::env::var("TPURT_HOST_CHIPS").is_ok_and(|v| !v.trim().is_empty());
-                let slice =
-                    crate::platform::slice::SliceLayout::from_env(given.then_some(devices))?;
+                let slice = crate::platform::slice::SliceLayout::from_env(asked)?;
                 Runtime::with_platform_and_cache(
                     crate::platform::xla::XlaPlatform::load_in_slice(&plugin, devices, slice)?,
                     options.cache.clone().unwrap_or_else(CacheConfig::from_env),

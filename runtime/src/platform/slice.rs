@@ -20,6 +20,7 @@
 //! coordinates in the whole slice. When none of the variables is set there
 //! is no slice layout and nothing changes.
 
+use super::host::{self, mesh_coords};
 use crate::error::{Error, Result};
 
 /// The variables this module reads, in the order they are documented.
@@ -84,6 +85,22 @@ impl SliceLayout {
         )
     }
 
+    /// As [`SliceLayout::from_env`], from (name, value) pairs (tests).
+    #[cfg(test)]
+    pub(crate) fn from_pairs(
+        vars: &[(&str, &str)],
+        host_chips: Option<u32>,
+    ) -> Result<Option<SliceLayout>> {
+        Self::from_vars(
+            |k| {
+                vars.iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            },
+            host_chips,
+        )
+    }
+
     /// As [`SliceLayout::from_env`], reading variables through `get`.
     pub fn from_vars(
         get: impl Fn(&str) -> Option<String>,
@@ -127,7 +144,7 @@ impl SliceLayout {
             }
             None => accel
                 .as_ref()
-                .map(|a| default_topology(a.chips, a.two_cores)),
+                .map(|a| default_topology(a.chips, !a.one_core)),
         };
         let cphb = cphb_var
             .as_deref()
@@ -161,9 +178,7 @@ impl SliceLayout {
         let slice_chips = topology.as_ref().map(|t| t.iter().product::<u32>());
         let cphb = match (cphb, slice_chips) {
             (Some(b), _) => b,
-            (None, Some(n)) => {
-                per_host_default(n, accel.as_ref().is_some_and(|a| a.eight_per_host))
-            }
+            (None, Some(n)) => per_host_default(n, accel.as_ref().is_some_and(|a| a.one_core)),
             // Only TPU_VISIBLE_CHIPS, TPU_WORKER_ID or bounds: one host,
             // laid out as the platform's chips are (2x2 for 4).
             (None, None) => pad3(&default_topology(host_chips.unwrap_or(4), false)),
@@ -262,7 +277,7 @@ impl SliceLayout {
         let host_origin = if worker_id < num_hosts && !own_slice {
             mesh_coords(worker_id, &hb)
         } else {
-            [0; 3]
+            vec![0; 3]
         };
         let chips = visible
             .iter()
@@ -295,15 +310,16 @@ impl SliceLayout {
 struct Accelerator {
     text: String,
     chips: u32,
-    two_cores: bool,
-    eight_per_host: bool,
+    /// v5e and v6e: one TensorCore per chip (the size counts chips), and up
+    /// to 8 chips on a single host. The others: two TensorCores, 4 per host.
+    one_core: bool,
 }
 
 impl Accelerator {
     /// Chips on one host of this generation: a single-host v5e or v6e has
     /// up to 8, every other host 4 (or the whole slice, when smaller).
     fn chips_per_host(&self) -> u32 {
-        if self.eight_per_host && self.chips <= 8 {
+        if self.one_core && self.chips <= 8 {
             self.chips
         } else {
             self.chips.min(4)
@@ -341,8 +357,7 @@ fn parse_accelerator_type(text: &str) -> Result<Accelerator> {
     Ok(Accelerator {
         text: text.to_string(),
         chips,
-        two_cores: !one_core,
-        eight_per_host: one_core,
+        one_core,
     })
 }
 
@@ -405,22 +420,7 @@ fn default_topology(chips: u32, three_d: bool) -> Vec<u32> {
     if three_d && chips >= 4 && chips.is_multiple_of(4) {
         return vec![2, 2, chips / 4];
     }
-    let mut a = (chips as f64).sqrt() as u32;
-    while a > 1 && !chips.is_multiple_of(a) {
-        a -= 1;
-    }
-    let a = a.max(1);
-    vec![a, chips / a]
-}
-
-/// Coordinates of `index` in a mesh, x fastest.
-fn mesh_coords(mut index: u32, dims: &[u32; 3]) -> [u32; 3] {
-    let mut out = [0; 3];
-    for d in 0..3 {
-        out[d] = index % dims[d];
-        index /= dims[d];
-    }
-    out
+    host::default_topology(chips)
 }
 
 fn join(v: &[u32], sep: &str) -> String {
@@ -430,14 +430,9 @@ fn join(v: &[u32], sep: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
 
     fn layout(vars: &[(&str, &str)], host_chips: Option<u32>) -> Result<Option<SliceLayout>> {
-        let map: HashMap<String, String> = vars
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        SliceLayout::from_vars(|k| map.get(k).cloned(), host_chips)
+        SliceLayout::from_pairs(vars, host_chips)
     }
 
     fn coords(l: &SliceLayout) -> Vec<Vec<u32>> {

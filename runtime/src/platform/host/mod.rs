@@ -150,7 +150,7 @@ pub fn format_topology(dims: &[u32]) -> String {
 }
 
 /// The most square two-dimensional mesh for `chips` chips: 8 -> 2x4.
-fn default_topology(chips: u32) -> Vec<u32> {
+pub(crate) fn default_topology(chips: u32) -> Vec<u32> {
     let mut a = (chips as f64).sqrt() as u32;
     while a > 1 && !chips.is_multiple_of(a) {
         a -= 1;
@@ -223,7 +223,7 @@ impl HostPlatform {
 
 /// Row-major coordinates of chip `index` in the mesh, first dimension fastest
 /// (as TPU topologies count chips: x, then y, then z).
-fn mesh_coords(mut index: u32, dims: &[u32]) -> Vec<u32> {
+pub(crate) fn mesh_coords(mut index: u32, dims: &[u32]) -> Vec<u32> {
     dims.iter()
         .map(|&d| {
             let c = index % d;
@@ -323,16 +323,7 @@ mod tests {
             ("TPU_WORKER_ID", "1"),
             ("TPU_VISIBLE_CHIPS", "1,2"),
         ];
-        let slice = SliceLayout::from_vars(
-            |k| {
-                vars.iter()
-                    .find(|(n, _)| *n == k)
-                    .map(|(_, v)| v.to_string())
-            },
-            None,
-        )
-        .unwrap()
-        .unwrap();
+        let slice = SliceLayout::from_pairs(&vars, None).unwrap().unwrap();
         let p = HostPlatform::new(HostConfig {
             chips: slice.chips.len() as u32,
             topology: slice.topology.clone(),

@@ -889,15 +889,7 @@ mod tests {
             ("TPU_WORKER_ID", "1"),
             ("TPU_VISIBLE_CHIPS", "0,3"),
         ];
-        let slice = SliceLayout::from_vars(
-            |k| {
-                vars.iter()
-                    .find(|(n, _)| *n == k)
-                    .map(|(_, v)| v.to_string())
-            },
-            None,
-        )
-        .unwrap();
+        let slice = SliceLayout::from_pairs(&vars, None).unwrap();
         // The device count asked for is replaced by the visible chips.
         let p = XlaPlatform::load_in_slice(&plugin, 4, slice).unwrap();
         assert_eq!(p.topology(), &[2, 4]);

@@ -23,7 +23,7 @@ ratio = peer / ours; above 1 means ours is faster).
 
 from __future__ import annotations
 
-import json
+import functools
 import os
 import statistics
 import sys
@@ -35,14 +35,15 @@ os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 
 import ray  # noqa: E402
 import ray.cloudpickle  # noqa: E402
+import rows  # noqa: E402
+from rows import chosen  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
-def row(name: str, ours: float, peer: float, peer_name: str, unit: str) -> None:
-    print(json.dumps({"name": name, "ours": round(ours, 4), "peer": round(peer, 4),
-                      "peer_name": peer_name, "unit": unit, "ratio": round(peer / ours, 3)}), flush=True)
+# Seconds and microseconds here: four decimals.
+row = functools.partial(rows.row, digits=4)
 
 
 def slice_startup(rounds: int = 3) -> None:
@@ -201,22 +202,17 @@ BENCHES = {
 
 
 def main() -> None:
-    args = sys.argv[1:]
-    if "--list" in args:
-        print("\n".join(BENCHES))
+    names = chosen(BENCHES, sys.argv[1:])
+    if names is None:
         return
-    for a in args:
-        if a not in BENCHES:
-            raise SystemExit(f"unknown benchmark {a!r}; known: {', '.join(BENCHES)}")
     from tpurt_ray.emulate import add_slice
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     ray.init(address=cluster.address, log_to_driver=False)
     try:
         add_slice(cluster, "2x2x2", "v4")
-        for name, fn in BENCHES.items():
-            if not args or name in args:
-                fn()
+        for name in names:
+            BENCHES[name]()
     finally:
         ray.shutdown()
         cluster.shutdown()

@@ -18,13 +18,9 @@ from pathlib import Path
 import torch
 
 import tpurt  # noqa: F401
+from rows import chosen, row
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def row(name: str, ours: float, peer: float, peer_name: str, unit: str) -> None:
-    print(json.dumps({"name": name, "ours": round(ours, 3), "peer": round(peer, 3),
-                      "peer_name": peer_name, "unit": unit, "ratio": round(peer / ours, 3)}), flush=True)
 
 
 def interleaved(a, b, rounds: int) -> tuple[float, float]:
@@ -126,16 +122,8 @@ BENCHES = {
 
 
 def main() -> None:
-    args = sys.argv[1:]
-    if "--list" in args:
-        print("\n".join(BENCHES))
-        return
-    for a in args:
-        if a not in BENCHES:
-            raise SystemExit(f"unknown benchmark {a!r}; known: {', '.join(BENCHES)}")
-    for name, fn in BENCHES.items():
-        if not args or name in args:
-            fn()
+    for name in chosen(BENCHES, sys.argv[1:]) or []:
+        BENCHES[name]()
 
 
 if __name__ == "__main__":

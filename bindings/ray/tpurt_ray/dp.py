@@ -14,7 +14,8 @@ it in ``setup``, call :meth:`SliceDataParallel.step` in ``step``, and
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional
+import copy
+from typing import Any, Callable, Dict, Optional
 
 
 def _to(obj: Any, device) -> Any:
@@ -49,11 +50,9 @@ class SliceDataParallel:
         base = make_model()
         if checkpoint is not None:
             base.load_state_dict(checkpoint["model"])
-        self.replicas = [_clone_to(base, dev) for dev in ctx.devices]
+        self.replicas = [copy.deepcopy(base).to(dev) for dev in ctx.devices]
         self.optimizers = [make_optimizer(r.parameters()) for r in self.replicas]
         if checkpoint is not None:
-            import copy
-
             for opt in self.optimizers:
                 # A copy each: load_state_dict keeps CPU tensors (AdamW's
                 # step count) as they are, and replicas sharing one would
@@ -114,13 +113,3 @@ class SliceDataParallel:
                 if not bool((a == b.detach().cpu()).all()):
                     return False
         return True
-
-
-def _clone_to(model, device):
-    import copy
-
-    return copy.deepcopy(model).to(device)
-
-
-def parameters_cpu(model) -> List[Any]:
-    return [p.detach().cpu().clone() for p in model.parameters()]

@@ -6,7 +6,7 @@ import dataclasses
 import os
 import socket
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List
 
 
 @dataclasses.dataclass
@@ -169,7 +169,8 @@ class SliceHost:
         os._exit(code)
 
 
-def remote_host_class(options: Optional[Dict[str, Any]] = None):
+def remote_host_class():
+    """SliceHost as a Ray actor class (Ray is imported only where it is used)."""
     import ray
 
-    return ray.remote(**(options or {}))(SliceHost) if options else ray.remote(SliceHost)
+    return ray.remote(SliceHost)

@@ -45,3 +45,21 @@ def assert_grads_match(test, dev, cpu, atol=ATOL, rtol=1e-3):
         test.assertIsNotNone(p_dev.grad, name)
         torch.testing.assert_close(p_dev.grad.cpu(), p_cpu.grad, atol=atol, rtol=rtol,
                                    msg=lambda m: f"grad of {name}: {m}")
+
+
+def assert_training_matches(test, model_class, config, inputs, logits_shape=None):
+    """One training-mode forward and backward of `model_class` from the same
+    weights on the device and on the CPU: the logits (which must have
+    `logits_shape`, when given), the loss, and every parameter's gradient."""
+    cpu, dev = pair(model_class, config)
+    cpu.train()
+    dev.train()
+    out_dev = dev(**on(inputs, torch_device))
+    out_cpu = cpu(**on(inputs, "cpu"))
+    if logits_shape is not None:
+        test.assertEqual(out_dev.logits.shape, logits_shape)
+        torch.testing.assert_close(out_dev.logits.cpu(), out_cpu.logits, atol=ATOL, rtol=RTOL)
+    torch.testing.assert_close(out_dev.loss.cpu(), out_cpu.loss, atol=ATOL, rtol=RTOL)
+    out_dev.loss.backward()
+    out_cpu.loss.backward()
+    assert_grads_match(test, dev, cpu)

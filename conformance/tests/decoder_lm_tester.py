@@ -11,7 +11,7 @@ from transformers.testing_utils import torch_device
 
 from .test_configuration_common import ConfigTester
 from .test_modeling_common import ModelTesterMixin, ids_tensor, random_attention_mask
-from .cpu_reference import pair
+from .cpu_reference import assert_training_matches, pair
 from .generation.test_utils import GenerationTesterMixin
 
 
@@ -153,21 +153,8 @@ class DecoderModelTest(ModelTesterMixin, GenerationTesterMixin):
         """Loss and every parameter's gradient after one backward, against the CPU."""
         t = self.model_tester
         config, input_ids, mask, _, _ = t.prepare_config_and_inputs()
-        cpu, dev = self._pair(t.causal_lm_class, config)
-        cpu.train()
-        dev.train()
-        out_dev = dev(input_ids=input_ids.to(torch_device), attention_mask=mask.to(torch_device),
-                      labels=input_ids.to(torch_device))
-        out_cpu = cpu(input_ids=input_ids.cpu(), attention_mask=mask.cpu(), labels=input_ids.cpu())
-        torch.testing.assert_close(out_dev.loss.cpu(), out_cpu.loss, atol=1e-4, rtol=1e-4)
-        out_dev.loss.backward()
-        out_cpu.loss.backward()
-        for (name, p_dev), (_, p_cpu) in zip(dev.named_parameters(), cpu.named_parameters()):
-            if p_cpu.grad is None:
-                self.assertIsNone(p_dev.grad, name)
-                continue
-            torch.testing.assert_close(p_dev.grad.cpu(), p_cpu.grad, atol=1e-4, rtol=1e-3,
-                                       msg=lambda m: f"grad of {name}: {m}")
+        assert_training_matches(self, t.causal_lm_class, config,
+                                {"input_ids": input_ids, "attention_mask": mask, "labels": input_ids})
 
     def test_sequence_classification_matches_cpu(self):
         t = self.model_tester

@@ -18,7 +18,7 @@ from transformers import (
 )
 from transformers.testing_utils import torch_device
 
-from ...cpu_reference import ATOL, RTOL, assert_grads_match as _assert_grads_match, pair as _pair
+from ...cpu_reference import ATOL, RTOL, assert_training_matches, pair as _pair
 from ...generation.test_utils import GenerationTesterMixin
 from ...seq2seq_cpu_checks import Seq2SeqCpuChecks
 from ...test_configuration_common import ConfigTester
@@ -216,13 +216,5 @@ class BartStandaloneDecoderModelTest(ModelTesterMixin, GenerationTesterMixin, un
         tokens, given here) and every parameter's gradient after one backward."""
         config, ids, mask = self._tensors()
         labels = torch.cat([ids[:, 1:], torch.full_like(ids[:, :1], -100)], dim=1)
-        cpu, dev = _pair(BartForCausalLM, config)
-        cpu.train()
-        dev.train()
-        out_dev = dev(input_ids=ids.to(torch_device), attention_mask=mask.to(torch_device),
-                      labels=labels.to(torch_device))
-        out_cpu = cpu(input_ids=ids.cpu(), attention_mask=mask.cpu(), labels=labels.cpu())
-        torch.testing.assert_close(out_dev.loss.cpu(), out_cpu.loss, atol=ATOL, rtol=RTOL)
-        out_dev.loss.backward()
-        out_cpu.loss.backward()
-        _assert_grads_match(self, dev, cpu)
+        assert_training_matches(self, BartForCausalLM, config,
+                                {"input_ids": ids, "attention_mask": mask, "labels": labels})

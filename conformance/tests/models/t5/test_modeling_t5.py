@@ -21,7 +21,7 @@ from transformers import (
 )
 from transformers.testing_utils import torch_device
 
-from ...cpu_reference import ATOL, RTOL, assert_grads_match as _assert_grads_match, on as _on, only as _only, pair as _pair
+from ...cpu_reference import ATOL, RTOL, assert_training_matches, on as _on, only as _only, pair as _pair
 from ...generation.test_utils import GenerationTesterMixin
 from ...seq2seq_cpu_checks import Seq2SeqCpuChecks
 from ...test_configuration_common import ConfigTester
@@ -245,14 +245,5 @@ class T5EncoderOnlyModelTest(ModelTesterMixin, unittest.TestCase):
         config = t.get_config(dropout_rate=0.0)
         inputs = {"input_ids": tensors["input_ids"], "attention_mask": tensors["attention_mask"],
                   "labels": tensors["token_labels"]}
-        cpu, dev = _pair(T5ForTokenClassification, config)
-        cpu.train()
-        dev.train()
-        out_dev = dev(**_on(inputs, torch_device))
-        out_cpu = cpu(**_on(inputs, "cpu"))
-        self.assertEqual(out_dev.logits.shape, (t.batch_size, t.seq_length, t.num_labels))
-        torch.testing.assert_close(out_dev.logits.cpu(), out_cpu.logits, atol=ATOL, rtol=RTOL)
-        torch.testing.assert_close(out_dev.loss.cpu(), out_cpu.loss, atol=ATOL, rtol=RTOL)
-        out_dev.loss.backward()
-        out_cpu.loss.backward()
-        _assert_grads_match(self, dev, cpu)
+        assert_training_matches(self, T5ForTokenClassification, config, inputs,
+                                (t.batch_size, t.seq_length, t.num_labels))

@@ -26,13 +26,11 @@ from transformers import (
 )
 from transformers.testing_utils import torch_device
 
-from ...cpu_reference import assert_grads_match as _assert_grads_match, on as _on, pair as _pair
+from ...cpu_reference import ATOL, RTOL, assert_training_matches, on as _on, pair as _pair
 from ...generation.test_utils import GenerationTesterMixin
+from ...seq2seq_cpu_checks import EncoderDecoderCpuChecks
 from ...test_configuration_common import ConfigTester
 from ...test_modeling_common import ModelTesterMixin, floats_tensor, ids_tensor, random_attention_mask
-
-ATOL = 1e-4
-RTOL = 1e-4
 
 
 class WhisperModelTester:
@@ -148,8 +146,14 @@ class WhisperModelTester:
         return config, {k: t[k] for k in keys}
 
 
-class WhisperModelTest(ModelTesterMixin, GenerationTesterMixin, unittest.TestCase):
+class WhisperModelTest(EncoderDecoderCpuChecks, ModelTesterMixin, GenerationTesterMixin, unittest.TestCase):
     all_model_classes = (WhisperModel, WhisperForConditionalGeneration)
+    # The cached decoding and the LM head's training step (EncoderDecoderCpuChecks),
+    # with a spectrogram for the encoder.
+    base_model_class = WhisperModel
+    conditional_generation_class = WhisperForConditionalGeneration
+    no_dropout = {"dropout": 0.0}
+    encoder_inputs = ("input_features",)
     is_encoder_decoder = True
     test_pruning = False
     # The common resize test writes new token ids into inputs["input_ids"];
@@ -175,10 +179,6 @@ class WhisperModelTest(ModelTesterMixin, GenerationTesterMixin, unittest.TestCas
 
     # --- ours: the device against the CPU ------------------------------------
 
-    def _tensors(self, *keys):
-        _, t = self.model_tester.prepare_config_and_inputs()
-        return self.model_tester.get_config(dropout=0.0), {k: t[k] for k in keys}
-
     def test_model_matches_cpu(self):
         """WhisperModel: the encoder's output and the decoder's, where attended."""
         t = self.model_tester
@@ -196,49 +196,6 @@ class WhisperModelTest(ModelTesterMixin, GenerationTesterMixin, unittest.TestCas
         keep = inputs["decoder_attention_mask"].cpu().bool()
         torch.testing.assert_close(got.last_hidden_state.cpu()[keep], want.last_hidden_state[keep],
                                    atol=ATOL, rtol=RTOL)
-
-    def test_model_with_cache_matches_cpu(self):
-        """WhisperModel with use_cache: the decoder run in two halves (the second
-        reading the cache of the first) gives the one-pass result, on the device as
-        on the CPU."""
-        config, inputs = self._tensors("input_features", "decoder_input_ids")
-        cpu, dev = _pair(WhisperModel, config)
-        split = self.model_tester.seq_length // 2
-        for model, device in ((cpu, "cpu"), (dev, torch_device)):
-            x = _on(inputs, device)
-            with torch.no_grad():
-                full = model(**x, use_cache=False).last_hidden_state
-                first = model(input_features=x["input_features"],
-                              decoder_input_ids=x["decoder_input_ids"][:, :split], use_cache=True)
-                second = model(encoder_outputs=(first.encoder_last_hidden_state,),
-                               decoder_input_ids=x["decoder_input_ids"][:, split:],
-                               cache=first.cache, use_cache=True)
-            stitched = torch.cat([first.last_hidden_state, second.last_hidden_state], dim=1)
-            torch.testing.assert_close(stitched.cpu(), full.cpu(), atol=ATOL, rtol=RTOL,
-                                       msg=lambda m: f"on {device}: {m}")
-            if device == "cpu":
-                want = full
-            else:
-                torch.testing.assert_close(full.cpu(), want, atol=ATOL, rtol=RTOL)
-
-    def test_conditional_generation_loss_and_grads_match_cpu(self):
-        """WhisperForConditionalGeneration in training mode: the loss from labels
-        (the model shifts them into decoder inputs itself) and every parameter's
-        gradient, the convolutional front end's included."""
-        t = self.model_tester
-        config, inputs = self._tensors("input_features", "lm_labels")
-        inputs["labels"] = inputs.pop("lm_labels")
-        cpu, dev = _pair(WhisperForConditionalGeneration, config)
-        cpu.train()
-        dev.train()
-        out_dev = dev(**_on(inputs, torch_device))
-        out_cpu = cpu(**_on(inputs, "cpu"))
-        self.assertEqual(out_dev.logits.shape, (t.batch_size, t.seq_length, t.vocab_size))
-        torch.testing.assert_close(out_dev.logits.cpu(), out_cpu.logits, atol=ATOL, rtol=RTOL)
-        torch.testing.assert_close(out_dev.loss.cpu(), out_cpu.loss, atol=ATOL, rtol=RTOL)
-        out_dev.loss.backward()
-        out_cpu.loss.backward()
-        _assert_grads_match(self, dev, cpu)
 
 
 class WhisperEncoderOnlyModelTest(ModelTesterMixin, unittest.TestCase):
@@ -268,17 +225,7 @@ class WhisperEncoderOnlyModelTest(ModelTesterMixin, unittest.TestCase):
         t = self.model_tester
         _, tensors = t.prepare_config_and_inputs()
         inputs = {"input_features": tensors["input_features"], "labels": tensors["sequence_labels"]}
-        cpu, dev = _pair(WhisperForAudioClassification, config)
-        cpu.train()
-        dev.train()
-        out_dev = dev(**_on(inputs, torch_device))
-        out_cpu = cpu(**_on(inputs, "cpu"))
-        self.assertEqual(out_dev.logits.shape, (t.batch_size, t.num_labels))
-        torch.testing.assert_close(out_dev.logits.cpu(), out_cpu.logits, atol=ATOL, rtol=RTOL)
-        torch.testing.assert_close(out_dev.loss.cpu(), out_cpu.loss, atol=ATOL, rtol=RTOL)
-        out_dev.loss.backward()
-        out_cpu.loss.backward()
-        _assert_grads_match(self, dev, cpu)
+        assert_training_matches(self, WhisperForAudioClassification, config, inputs, (t.batch_size, t.num_labels))
 
     def test_audio_classification_loss_and_grads_match_cpu(self):
         self._check_classifier(self.model_tester.get_config(dropout=0.0))

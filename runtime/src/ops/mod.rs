@@ -25,6 +25,9 @@ pub mod promote;
 mod random;
 mod reduction;
 mod shape;
+mod sparse;
+#[cfg(test)]
+mod sparse_tests;
 mod support;
 #[cfg(test)]
 mod tests;
@@ -99,6 +102,7 @@ fn registry() -> &'static Registry {
             conv::OPS,
             index::OPS,
             optim::OPS,
+            sparse::OPS,
         ] {
             defs.extend(group.iter());
         }

@@ -2333,6 +2333,123 @@ fn one_tensor_as_two_inputs_agrees_in_all_modes() {
     }
 }
 
+/// The SparseCore ops on a CSR of 9 entries (the last 2 padding, one
+/// embedding id out of range, rows 1 and 4 repeated) over a [6, 3] table
+/// and a batch of 4; and an empty CSR.
+fn sparse_cases() -> Vec<Case> {
+    use DType::*;
+    let rp = idx(I32, &[2], &[4, 7]);
+    let ids = idx(I32, &[9], &[4, 1, 0, 1, 4, 9, 4, 2, 3]);
+    let samples = idx(I32, &[9], &[0, 0, 1, 2, 3, 3, 2, 1, 0]);
+    let gains = f32s(&[9], 1900);
+    let table = f32s(&[6, 3], 1901);
+    let grad = f32s(&[4, 3], 1902);
+    let acc = range(F32, &[6, 3], 1903, 0.0, 1.0);
+    let row_acc = range(F32, &[6], 1904, 0.0, 1.0);
+    let vel = range(F32, &[6, 3], 1905, 0.0, 0.5);
+    let lr = scalar(F32, 0.05);
+    let csr = vec![rp.clone(), ids.clone(), samples.clone(), gains.clone()];
+    let with = |more: &[&HostTensor]| {
+        let mut v = csr.clone();
+        v.extend(more.iter().map(|t| (*t).clone()));
+        v
+    };
+    let empty = vec![
+        idx(I32, &[1], &[0]),
+        idx(I32, &[0], &[]),
+        idx(I32, &[0], &[]),
+        h(F32, &[0], &[]),
+    ];
+    let empty_with = |more: &[HostTensor]| {
+        let mut v = empty.clone();
+        v.extend(more.iter().cloned());
+        v
+    };
+    vec![
+        c(
+            "sparse_dense_matmul",
+            with(&[&table]),
+            &[("batch_size", i(4))],
+        ),
+        c(
+            "sparse_dense_matmul",
+            with(&[&rnd(BF16, &[6, 3], 1906)]),
+            &[("batch_size", i(5))],
+        ),
+        c(
+            "sparse_dense_matmul_grad",
+            with(&[&grad]),
+            &[("num_rows", i(6))],
+        ),
+        c(
+            "sparse_dense_matmul_grad_with_sgd",
+            with(&[&table, &grad, &lr]),
+            &[],
+        ),
+        c(
+            "sparse_dense_matmul_grad_with_adagrad",
+            with(&[&table, &acc, &grad, &lr]),
+            &[("eps", f(1e-8))],
+        ),
+        c(
+            "sparse_dense_matmul_grad_with_rowwise_adagrad",
+            with(&[&table, &row_acc, &grad, &lr]),
+            &[],
+        ),
+        c(
+            "sparse_dense_matmul_grad_with_adam",
+            with(&[&table, &f32s(&[6, 3], 1907), &vel, &grad, &lr]),
+            &[("beta1", f(0.8)), ("beta2", f(0.95)), ("eps", f(1e-6))],
+        ),
+        c(
+            "sparse_csr_check",
+            csr.clone(),
+            &[("num_rows", i(6)), ("batch_size", i(4))],
+        ),
+        c(
+            "sparse_dense_matmul",
+            empty_with(std::slice::from_ref(&table)),
+            &[("batch_size", i(2))],
+        ),
+        c(
+            "sparse_dense_matmul_grad",
+            empty_with(std::slice::from_ref(&grad)),
+            &[("num_rows", i(6))],
+        ),
+        c(
+            "sparse_dense_matmul_grad_with_sgd",
+            empty_with(&[table.clone(), grad.clone(), lr.clone()]),
+            &[],
+        ),
+        c(
+            "sparse_dense_matmul_grad_with_adagrad",
+            empty_with(&[table.clone(), acc.clone(), grad.clone(), lr.clone()]),
+            &[],
+        ),
+        c(
+            "sparse_dense_matmul_grad_with_rowwise_adagrad",
+            empty_with(&[table.clone(), row_acc.clone(), grad.clone(), lr.clone()]),
+            &[],
+        ),
+        c(
+            "sparse_dense_matmul_grad_with_adam",
+            empty_with(&[
+                table.clone(),
+                vel.clone(),
+                vel.clone(),
+                grad.clone(),
+                lr.clone(),
+            ]),
+            &[],
+        ),
+        c(
+            "sparse_csr_check",
+            empty.clone(),
+            &[("num_rows", i(6)), ("batch_size", i(4))],
+        ),
+    ]
+}
+
 fn all_cases() -> Vec<Case> {
     [
         pointwise_cases(),
@@ -2347,6 +2464,7 @@ fn all_cases() -> Vec<Case> {
         conv_cases(),
         index_cases(),
         optim_cases(),
+        sparse_cases(),
         zero_rows_cases(),
         zero_size_cases(),
         large_cases(),

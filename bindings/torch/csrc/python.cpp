@@ -4,6 +4,10 @@
 #include <torch/csrc/Generator.h>
 #include <torch/extension.h>
 
+#include <mutex>
+#include <string>
+#include <unordered_set>
+
 #include "common.h"
 #include "fallback.h"
 #include "generator.h"
@@ -113,6 +117,48 @@ std::vector<uint32_t> topology() {
   return std::vector<uint32_t>(dims, dims + std::min<size_t>(n, 8));
 }
 
+// Names of ops and attributes called from Python, kept for the life of the
+// process: the op-id cache and Attrs hold their addresses.
+const char* intern(const std::string& s) {
+  static std::mutex mu;
+  static std::unordered_set<std::string> names;
+  std::lock_guard<std::mutex> g(mu);
+  return names.insert(s).first->c_str();
+}
+
+// A runtime op by name on tpu tensors, with attributes from a dict of
+// bool, int, float, str or a list of ints or of floats.
+std::vector<at::Tensor> call_op(const std::string& name, const std::vector<at::Tensor>& inputs,
+                                const py::dict& attrs) {
+  Attrs a;
+  for (const auto& kv : attrs) {
+    const char* k = intern(py::str(kv.first).cast<std::string>());
+    py::handle v = kv.second;
+    if (py::isinstance<py::bool_>(v)) {
+      a.b(k, v.cast<bool>());
+    } else if (py::isinstance<py::int_>(v)) {
+      a.i(k, v.cast<int64_t>());
+    } else if (py::isinstance<py::float_>(v)) {
+      a.f(k, v.cast<double>());
+    } else if (py::isinstance<py::str>(v)) {
+      a.str(k, v.cast<std::string>());
+    } else if (py::isinstance<py::list>(v) || py::isinstance<py::tuple>(v)) {
+      auto seq = v.cast<py::sequence>();
+      bool all_int = true;
+      for (auto item : seq) all_int = all_int && py::isinstance<py::int_>(item);
+      if (all_int) {
+        a.ints(k, seq.cast<std::vector<int64_t>>());
+      } else {
+        a.floats(k, seq.cast<std::vector<double>>());
+      }
+    } else {
+      throw py::type_error("tpu op " + name + ": attribute " + k + " has unsupported type " +
+                           py::str(v.get_type()).cast<std::string>());
+    }
+  }
+  return call(intern(name), inputs, a);
+}
+
 py::tuple stream_tuple(const c10::Stream& s) {
   return py::make_tuple(s.id(), static_cast<int>(s.device_index()), static_cast<int>(s.device_type()));
 }
@@ -124,6 +170,8 @@ PYBIND11_MODULE(_C, m) {
   using namespace tpurt_torch;
   m.doc() = "tpurt: the tpu device for PyTorch, over the tpurt C ABI";
   m.def("_register", [] { register_device(); });
+  m.def("call_op", &call_op, py::arg("name"), py::arg("inputs"), py::arg("attrs") = py::dict(),
+        "Run a runtime op by name on tpu tensors; returns its outputs.");
   m.def("abi_version", [] { return tpurt_abi_version(); });
   m.def("version", [] { return std::string(tpurt_version_string()); });
   m.def("is_initialized", [] { return runtime_initialized(); });

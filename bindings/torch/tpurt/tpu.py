@@ -434,3 +434,8 @@ def set_fused_attention(enabled: bool) -> None:
 
 def fused_attention_enabled() -> bool:
     return _C.fused_attention_enabled()
+
+
+# --- ops ------------------------------------------------------------------------------
+
+from . import ops  # noqa: E402  (torch.tpu.ops: the SparseCore embedding ops)

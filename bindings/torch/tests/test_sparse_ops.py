@@ -1,0 +1,192 @@
+"""torch.tpu.ops: the SparseCore embedding ops against CPU loops, in every
+eager mode; their stream order (they run on the SparseCore queue); input
+checks that name the input and position; and _C.call_op's errors."""
+
+import pytest
+import torch
+
+from tpurt import _C
+
+TPU = torch.device("tpu")
+
+
+def _csr(seed=0, n=40, pad=8, rows=20, batch=6):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, rows, (n + pad,), generator=g, dtype=torch.int32)
+    samples = torch.randint(0, batch, (n + pad,), generator=g, dtype=torch.int32)
+    gains = torch.rand(n + pad, generator=g)
+    rp = torch.tensor([n // 2, n], dtype=torch.int32)
+    return rp, ids, samples, gains
+
+
+def _forward_ref(rp, ids, samples, gains, table, batch):
+    out = torch.zeros(batch, table.shape[1], dtype=torch.float64)
+    for i in range(int(rp[-1])):
+        out[samples[i]] += gains[i].double() * table[ids[i]].double()
+    return out
+
+
+def _row_grads(rp, ids, samples, gains, grad, rows):
+    g = torch.zeros(rows, grad.shape[1], dtype=torch.float64)
+    for i in range(int(rp[-1])):
+        g[ids[i]] += gains[i].double() * grad[samples[i]].double()
+    touched = torch.zeros(rows, dtype=torch.bool)
+    touched[ids[: int(rp[-1])].long()] = True
+    return g, touched
+
+
+def _dev(*ts):
+    return [t.to(TPU) for t in ts]
+
+
+def test_forward_and_gradient_match_loops(mode, no_fallback):
+    rp, ids, samples, gains = _csr()
+    table = torch.randn(20, 5)
+    out = torch.tpu.ops.sparse_dense_matmul(*_dev(rp, ids, samples, gains, table), 6)
+    torch.testing.assert_close(out.cpu().double(), _forward_ref(rp, ids, samples, gains, table, 6), rtol=1e-5, atol=1e-5)
+    grad = torch.randn(6, 5)
+    rows, values = torch.tpu.ops.sparse_dense_matmul_grad(*_dev(rp, ids, samples, gains, grad), 20)
+    g, touched = _row_grads(rp, ids, samples, gains, grad, 20)
+    want_rows = touched.nonzero().reshape(-1)
+    k = want_rows.numel()
+    assert rows[:k].cpu().tolist() == want_rows.tolist()
+    assert (rows[k:].cpu() == -1).all()
+    torch.testing.assert_close(values[:k].cpu().double(), g[want_rows], rtol=1e-5, atol=1e-5)
+    assert (values[k:].cpu() == 0).all()
+
+
+def test_fused_optimizers_match_loops(mode, no_fallback):
+    rp, ids, samples, gains = _csr(1)
+    table, grad = torch.randn(20, 4), torch.randn(6, 4)
+    g, touched = _row_grads(rp, ids, samples, gains, grad, 20)
+    lr, eps = 0.1, 1e-6
+    t64 = table.double()
+    csr = _dev(rp, ids, samples, gains)
+
+    new = torch.tpu.ops.sparse_dense_matmul_grad_with_sgd(*csr, table.to(TPU), grad.to(TPU), torch.tensor(lr))
+    torch.testing.assert_close(new.cpu().double(), t64 - lr * g, rtol=1e-5, atol=1e-5)
+
+    acc = torch.rand(20, 4)
+    new, nacc = torch.tpu.ops.sparse_dense_matmul_grad_with_adagrad(
+        *csr, table.to(TPU), acc.to(TPU), grad.to(TPU), lr, eps
+    )
+    a = acc.double() + g * g
+    w = torch.where(touched[:, None], t64 - lr * g / (a.sqrt() + eps), t64)
+    torch.testing.assert_close(new.cpu().double(), w, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(nacc.cpu().double(), a, rtol=1e-5, atol=1e-5)
+
+    racc = torch.rand(20, 1)
+    new, nacc = torch.tpu.ops.sparse_dense_matmul_grad_with_rowwise_adagrad(
+        *csr, table.to(TPU), racc.to(TPU), grad.to(TPU), lr, eps
+    )
+    a = racc.double() + torch.where(touched[:, None], (g * g).mean(1, keepdim=True), 0.0)
+    w = torch.where(touched[:, None], t64 - lr * g / (a.sqrt() + eps), t64)
+    assert nacc.shape == (20, 1)
+    torch.testing.assert_close(new.cpu().double(), w, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(nacc.cpu().double(), a, rtol=1e-5, atol=1e-5)
+
+    m, v = torch.randn(20, 4), torch.rand(20, 4)
+    new, nm, nv = torch.tpu.ops.sparse_dense_matmul_grad_with_adam(
+        *csr, table.to(TPU), m.to(TPU), v.to(TPU), grad.to(TPU), lr, 0.8, 0.9, eps
+    )
+    t = touched[:, None]
+    m2 = torch.where(t, 0.8 * m.double() + 0.2 * g, m.double())
+    v2 = torch.where(t, 0.9 * v.double() + 0.1 * g * g, v.double())
+    w = torch.where(t, t64 - lr * m2 / (v2.sqrt() + eps), t64)
+    for got, want in ((new, w), (nm, m2), (nv, v2)):
+        torch.testing.assert_close(got.cpu().double(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_ops_run_on_the_sparse_queue_in_stream_order(no_fallback):
+    """Each op is ordered after the current stream's queued work and before
+    what follows on it: a table written just before and read just after."""
+    rp, ids, samples, gains = _dev(*_csr(2))
+    for step in range(20):
+        table = torch.zeros(20, 3, device=TPU)
+        table.fill_(float(step + 1))  # queued on the current stream
+        out = torch.tpu.ops.sparse_dense_matmul(rp, ids, samples, gains, table, 6)
+        new = torch.tpu.ops.sparse_dense_matmul_grad_with_sgd(
+            rp, ids, samples, gains, table, torch.ones(6, 3, device=TPU), 0.0
+        )
+        new.add_(1.0)  # queued after the op, on the current stream
+        ref = _forward_ref(*_csr(2), torch.full((20, 3), float(step + 1)), 6)
+        torch.testing.assert_close(out.cpu().double(), ref, rtol=1e-5, atol=1e-5)
+        assert (new.cpu() == step + 2).all()
+    # On a SparseCore stream, the op runs there directly.
+    sc = torch.tpu.Stream(core="sparse")
+    sc.wait_stream(torch.tpu.current_stream())
+    with torch.tpu.stream(sc):
+        table = torch.ones(20, 3, device=TPU)
+        out = torch.tpu.ops.sparse_dense_matmul(rp, ids, samples, gains, table, 6)
+    torch.tpu.current_stream().wait_stream(sc)
+    torch.testing.assert_close(out.cpu().double(), _forward_ref(*_csr(2), torch.ones(20, 3), 6), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "field,pos,value,match",
+    [
+        ("ids", 3, 20, r"embedding_ids: embedding id 20 at position 3 is outside the table's 20 rows"),
+        ("ids", 7, -2, r"embedding_ids: embedding id -2 at position 7"),
+        ("samples", 5, 6, r"sample_ids: sample id 6 at position 5 is outside the batch of 6"),
+        ("gains", 2, float("nan"), r"gains: the gain at position 2 is not finite"),
+        ("rp", 1, 10, r"row_pointers: row pointer 10 at position 1 decreases"),
+    ],
+)
+def test_bad_entries_are_errors_naming_input_and_position(mode, field, pos, value, match):
+    rp, ids, samples, gains = _csr(3)
+    t = {"ids": ids, "samples": samples, "gains": gains, "rp": rp}[field]
+    t[pos] = value
+    table = torch.randn(20, 3, device=TPU)
+    with pytest.raises(ValueError, match=match):
+        torch.tpu.ops.sparse_dense_matmul(*_dev(rp, ids, samples, gains), table, 6)
+    with pytest.raises(ValueError, match=match):
+        torch.tpu.ops.sparse_dense_matmul_grad_with_sgd(
+            *_dev(rp, ids, samples, gains), table, torch.ones(6, 3, device=TPU), 0.1
+        )
+    # A bad entry in the padding is not an error.
+    rp, ids, samples, gains = _csr(3)
+    ids[-1] = 10_000
+    torch.tpu.ops.sparse_dense_matmul(*_dev(rp, ids, samples, gains), table, 6).cpu()
+
+
+def test_unchecked_bad_entries_take_no_part_and_a_changed_input_is_rechecked():
+    rp, ids, samples, gains = _csr(4)
+    table = torch.randn(20, 3)
+    dev = _dev(rp, ids, samples, gains)
+    torch.tpu.ops.sparse_dense_matmul(*dev, table.to(TPU), 6)
+    # The same tensors written in place: checked again, not taken from the cache.
+    dev[1][0] = 99
+    with pytest.raises(ValueError, match="embedding id 99 at position 0"):
+        torch.tpu.ops.sparse_dense_matmul(*dev, table.to(TPU), 6)
+    torch.tpu.ops.set_validate_inputs(False)
+    try:
+        out = torch.tpu.ops.sparse_dense_matmul(*dev, table.to(TPU), 6).cpu()
+        new = torch.tpu.ops.sparse_dense_matmul_grad_with_sgd(*dev, table.to(TPU), torch.ones(6, 3, device=TPU), 1.0)
+    finally:
+        torch.tpu.ops.set_validate_inputs(True)
+    live = torch.ones(ids.numel(), dtype=torch.bool)
+    live[0] = False
+    ref = _forward_ref(rp, ids, samples, gains * live, table, 6)  # entry 0 dropped (its id reads row 0 * 0)
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
+    assert new.shape == (20, 3) and torch.isfinite(new.cpu()).all()
+
+
+def test_activation_unstack_inverts_the_stacked_layout():
+    f, b, d = 3, 4, 8
+    per = torch.randn(f, b, d)
+    stacked = per.reshape(f * b, d).to(TPU)  # one SparseCore: feature-major
+    outs = torch.tpu.ops.sparse_dense_matmul_activation_unstack(stacked, [b] * f, [8, 5, 3])
+    for i, dim in enumerate([8, 5, 3]):
+        torch.testing.assert_close(outs[i].cpu(), per[i, :, :dim])
+    with pytest.raises(ValueError, match="share a batch size"):
+        torch.tpu.ops.sparse_dense_matmul_activation_unstack(stacked, [4, 4, 2], [8, 8, 8])
+
+
+def test_call_op_errors_name_the_op_and_the_attribute():
+    x = torch.ones(2, device=TPU)
+    with pytest.raises(RuntimeError, match="no_such_op"):
+        _C.call_op("no_such_op", [x], {})
+    with pytest.raises(TypeError, match="attribute batch_size has unsupported type"):
+        _C.call_op("sparse_dense_matmul", [x], {"batch_size": object()})
+    (y,) = _C.call_op("add", [x, x], {})
+    assert y.cpu().tolist() == [2.0, 2.0]

@@ -1,0 +1,390 @@
+"""torch.tpu.ops: TorchTPU's SparseCore embedding ops, on the runtime's
+``sparse_dense_matmul*`` ops.
+
+The sparse input is a matrix of samples by table rows in four tensors
+(what TorchRec's SparseCore input preprocessing makes):
+
+- ``row_pointers`` [P] int: the end of each partition's entries (one
+  partition per SparseCore), non-decreasing; entries at or past
+  ``row_pointers[-1]`` are padding;
+- ``embedding_ids`` [N] int: the table row of each entry;
+- ``sample_ids`` [N] int: the output row (sample) of each entry;
+- ``gains`` [N] float: each entry's weight (1 for sum pooling, 1/len for
+  mean, or a per-sample weight).
+
+``sparse_dense_matmul`` computes ``out[sample_ids[i]] += gains[i] *
+table[embedding_ids[i]]``; the ``sparse_dense_matmul_grad_with_*`` ops sum
+the gradient per touched row and apply the optimizer to those rows only,
+returning the new table (and optimizer state), as TorchTPU's do.
+
+Each op runs on the device's SparseCore queue: ordered after the work
+already queued on the current stream and before what is queued on it
+next, so a caller sees stream order as usual, while TensorCore work on
+other streams overlaps with it. (Called on a SparseCore stream, it runs
+there directly.)
+
+Inputs are checked on the device before the op runs (one read back per
+distinct set of sparse inputs; a backward reuses its forward's check): an
+id outside the table or the batch, row pointers that decrease or run past
+the entries, or a gain that is not finite raise ValueError naming the op,
+the input, the position and the value. The op itself never reads or writes
+out of bounds, even unchecked (``set_validate_inputs(False)``): bad entries
+take no part.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from . import _C
+
+__all__ = [
+    "sparse_dense_matmul",
+    "sparse_dense_matmul_grad",
+    "sparse_dense_matmul_grad_with_sgd",
+    "sparse_dense_matmul_grad_with_adagrad",
+    "sparse_dense_matmul_grad_with_rowwise_adagrad",
+    "sparse_dense_matmul_grad_with_adam",
+    "sparse_dense_matmul_activation_unstack",
+    "set_validate_inputs",
+    "validate_inputs_enabled",
+]
+
+_validate = True
+_lock = threading.Lock()
+# Sparse inputs already checked, most recent last (a forward's, then its
+# backward's): the key (address, version and size of the four tensors, and
+# the bounds) and the tensors themselves, held so that no other tensor can
+# take their memory, and so their key, while they are listed.
+_checked: List[Tuple[tuple, tuple]] = []
+_CHECKED_KEEP = 8
+_sparse_streams: Dict[int, torch.Stream] = {}
+
+
+def set_validate_inputs(enabled: bool) -> None:
+    """Check sparse inputs before each op (the default). Off, a bad entry
+    is left out silently instead of raising; nothing is read back."""
+    global _validate
+    _validate = bool(enabled)
+
+
+def validate_inputs_enabled() -> bool:
+    return _validate
+
+
+def _tensor(op: str, name: str, t, device: Optional[torch.device] = None) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"torch.tpu.ops.{op}: {name} must be a tensor, got {type(t).__name__}")
+    if device is not None and t.device != device:
+        raise ValueError(f"torch.tpu.ops.{op}: {name} is on {t.device}, the embedding table on {device}")
+    return t
+
+
+_KINDS = {
+    1: ("row_pointers", "row pointer {value} at position {pos} decreases or runs past the {n} entries"),
+    2: ("embedding_ids", "embedding id {value} at position {pos} is outside the table's {rows} rows"),
+    3: ("sample_ids", "sample id {value} at position {pos} is outside the batch of {batch}"),
+    4: ("gains", "the gain at position {pos} is not finite"),
+}
+
+
+def _check(op: str, csr: Sequence[torch.Tensor], rows: int, batch: int) -> None:
+    if not _validate:
+        return
+    key = tuple((t.data_ptr(), t._version, tuple(t.shape), t.dtype) for t in csr) + (rows, batch)
+    with _lock:
+        if any(k == key for k, _ in _checked):
+            return
+    (res,) = _C.call_op("sparse_csr_check", list(csr), {"num_rows": int(rows), "batch_size": int(batch)})
+    kind, pos, value = res.tolist()
+    if kind != 0:
+        name, msg = _KINDS[kind]
+        raise ValueError(
+            f"torch.tpu.ops.{op}: {name}: "
+            + msg.format(value=value, pos=pos, n=csr[1].numel(), rows=rows, batch=batch)
+        )
+    with _lock:
+        _checked.append((key, tuple(csr)))
+        del _checked[:-_CHECKED_KEEP]
+
+
+def _sparse_stream(device_index: int) -> torch.Stream:
+    s = _sparse_streams.get(device_index)
+    if s is None:
+        s = torch.tpu.Stream(device_index, core="sparse")
+        _sparse_streams[device_index] = s
+    return s
+
+
+def _run(op: str, inputs: List[torch.Tensor], attrs: dict) -> List[torch.Tensor]:
+    """The op on the SparseCore queue of the table's device, in the current
+    stream's order."""
+    dev = inputs[4].device
+    if dev.type != "tpu":
+        raise ValueError(f"torch.tpu.ops.{op}: the embedding table must be on a tpu device, got {dev}")
+    cur = torch.tpu.current_stream(dev)
+    if cur.core == "sparse":
+        return _C.call_op(op, inputs, attrs)
+    sc = _sparse_stream(dev.index or 0)
+    sc.wait_stream(cur)
+    with torch.tpu.stream(sc):
+        outs = _C.call_op(op, inputs, attrs)
+    for t in inputs:
+        if t.device.type == "tpu":
+            t.record_stream(sc)
+    cur.wait_stream(sc)
+    for o in outs:
+        o.record_stream(cur)
+    return outs
+
+
+def _csr(op: str, row_pointers, embedding_ids, sample_ids, gains, table: torch.Tensor):
+    dev = table.device
+    return [
+        _tensor(op, "row_pointers", row_pointers, dev),
+        _tensor(op, "embedding_ids", embedding_ids, dev),
+        _tensor(op, "sample_ids", sample_ids, dev),
+        _tensor(op, "gains", gains, dev),
+    ]
+
+
+def _lr(op: str, learning_rate, device: torch.device) -> torch.Tensor:
+    if isinstance(learning_rate, torch.Tensor):
+        lr = learning_rate.detach()
+        if lr.numel() != 1:
+            raise ValueError(f"torch.tpu.ops.{op}: learning_rate must have one element, got {tuple(lr.shape)}")
+        return lr.reshape(()).to(device=device, dtype=torch.float32)
+    return torch.tensor(float(learning_rate), dtype=torch.float32, device=device)
+
+
+def sparse_dense_matmul(
+    row_pointers: torch.Tensor,
+    embedding_ids: torch.Tensor,
+    sample_ids: torch.Tensor,
+    gains: torch.Tensor,
+    embedding_table: torch.Tensor,
+    batch_size: int,
+    max_ids_per_partition: int = 256,
+    max_unique_ids_per_partition: int = 256,
+) -> torch.Tensor:
+    """The pooled activations [batch_size, dim]: the sparse matrix times
+    the table. (The capacity arguments are TorchTPU's; the preprocessing
+    applies them, so they are accepted and not needed here.)"""
+    op = "sparse_dense_matmul"
+    table = _tensor(op, "embedding_table", embedding_table)
+    csr = _csr(op, row_pointers, embedding_ids, sample_ids, gains, table)
+    if table.dim() != 2:
+        raise ValueError(f"torch.tpu.ops.{op}: embedding_table must be 2-D, got {tuple(table.shape)}")
+    _check(op, csr, table.shape[0], batch_size)
+    (out,) = _run(op, csr + [table.detach()], {"batch_size": int(batch_size)})
+    return out
+
+
+def sparse_dense_matmul_grad(
+    row_pointers: torch.Tensor,
+    embedding_ids: torch.Tensor,
+    sample_ids: torch.Tensor,
+    gains: torch.Tensor,
+    grad_output: torch.Tensor,
+    num_rows: int,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The table's row-sparse gradient, coalesced: (rows [N] int64, values
+    [N, dim]); the first k rows are the distinct rows touched, ascending,
+    and the rest -1 with zero values."""
+    op = "sparse_dense_matmul_grad"
+    g = _tensor(op, "grad_output", grad_output)
+    dev = g.device
+    csr = [
+        _tensor(op, n, t, dev)
+        for n, t in zip(
+            ("row_pointers", "embedding_ids", "sample_ids", "gains"),
+            (row_pointers, embedding_ids, sample_ids, gains),
+        )
+    ]
+    if g.dim() != 2:
+        raise ValueError(f"torch.tpu.ops.{op}: grad_output must be 2-D, got {tuple(g.shape)}")
+    _check(op, csr, num_rows, g.shape[0])
+    rows, values = _run(op, csr + [g], {"num_rows": int(num_rows)})
+    return rows, values
+
+
+def _fused(
+    op: str,
+    csr_in,
+    table: torch.Tensor,
+    states: List[Tuple[str, torch.Tensor]],
+    grad: torch.Tensor,
+    learning_rate,
+    attrs: dict,
+) -> List[torch.Tensor]:
+    table = _tensor(op, "embedding_table", table)
+    csr = _csr(op, *csr_in, table)
+    grad = _tensor(op, "grad", grad, table.device)
+    sts = [_tensor(op, n, s, table.device).detach() for n, s in states]
+    if table.dim() != 2 or grad.dim() != 2:
+        raise ValueError(
+            f"torch.tpu.ops.{op}: embedding_table and the activation gradient must be 2-D, "
+            f"got {tuple(table.shape)} and {tuple(grad.shape)}"
+        )
+    _check(op, csr, table.shape[0], grad.shape[0])
+    lr = _lr(op, learning_rate, table.device)
+    return _run(op, csr + [table.detach()] + sts + [grad.detach(), lr], attrs)
+
+
+def sparse_dense_matmul_grad_with_sgd(
+    row_pointers,
+    embedding_ids,
+    sample_ids,
+    gains,
+    embedding_table,
+    grad,
+    learning_rate,
+    device_batch_size: Optional[int] = None,
+    max_ids_per_partition: int = 256,
+    max_unique_ids_per_partition: int = 256,
+    computation_name: str = "sgd",
+) -> torch.Tensor:
+    """The table after SGD on the rows looked up: w -= lr * g."""
+    (out,) = _fused(
+        "sparse_dense_matmul_grad_with_sgd",
+        (row_pointers, embedding_ids, sample_ids, gains),
+        embedding_table,
+        [],
+        grad,
+        learning_rate,
+        {},
+    )
+    return out
+
+
+def sparse_dense_matmul_grad_with_adagrad(
+    row_pointers,
+    embedding_ids,
+    sample_ids,
+    gains,
+    embedding_table,
+    accumulator,
+    grad,
+    learning_rate,
+    epsilon: float = 1e-10,
+    device_batch_size: Optional[int] = None,
+    max_ids_per_partition: int = 256,
+    max_unique_ids_per_partition: int = 256,
+    computation_name: str = "adagrad",
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(table, accumulator) after Adagrad on the rows looked up:
+    a += g^2; w -= lr * g / (sqrt(a) + epsilon)."""
+    t, a = _fused(
+        "sparse_dense_matmul_grad_with_adagrad",
+        (row_pointers, embedding_ids, sample_ids, gains),
+        embedding_table,
+        [("accumulator", accumulator)],
+        grad,
+        learning_rate,
+        {"eps": float(epsilon)},
+    )
+    return t, a
+
+
+def sparse_dense_matmul_grad_with_rowwise_adagrad(
+    row_pointers,
+    embedding_ids,
+    sample_ids,
+    gains,
+    embedding_table,
+    accumulator,
+    grad,
+    learning_rate,
+    epsilon: float = 1e-10,
+    device_batch_size: Optional[int] = None,
+    max_ids_per_partition: int = 256,
+    max_unique_ids_per_partition: int = 256,
+    computation_name: str = "rowwise_adagrad",
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(table, accumulator [rows] or [rows, 1]) after row-wise Adagrad (one
+    accumulator per row, as fbgemm's): a += mean(g^2); w -= lr * g /
+    (sqrt(a) + epsilon)."""
+    t, a = _fused(
+        "sparse_dense_matmul_grad_with_rowwise_adagrad",
+        (row_pointers, embedding_ids, sample_ids, gains),
+        embedding_table,
+        [("accumulator", accumulator)],
+        grad,
+        learning_rate,
+        {"eps": float(epsilon)},
+    )
+    return t, a
+
+
+def sparse_dense_matmul_grad_with_adam(
+    row_pointers,
+    embedding_ids,
+    sample_ids,
+    gains,
+    embedding_table,
+    momentum,
+    velocity,
+    grad,
+    learning_rate,
+    beta1: float = 0.9,
+    beta2: float = 0.999,
+    epsilon: float = 1e-10,
+    device_batch_size: Optional[int] = None,
+    max_ids_per_partition: int = 256,
+    max_unique_ids_per_partition: int = 256,
+    computation_name: str = "adam",
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(table, momentum, velocity) after Adam on the rows looked up (lazy:
+    other rows keep their moments; no bias correction, as the op takes no
+    step count): m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
+    w -= lr * m / (sqrt(v) + epsilon)."""
+    t, m, v = _fused(
+        "sparse_dense_matmul_grad_with_adam",
+        (row_pointers, embedding_ids, sample_ids, gains),
+        embedding_table,
+        [("momentum", momentum), ("velocity", velocity)],
+        grad,
+        learning_rate,
+        {"beta1": float(beta1), "beta2": float(beta2), "eps": float(epsilon)},
+    )
+    return t, m, v
+
+
+def sparse_dense_matmul_activation_unstack(
+    activations: torch.Tensor,
+    per_feature_batch_sizes: Sequence[int],
+    per_feature_dims: Sequence[int],
+) -> List[torch.Tensor]:
+    """Each feature's [batch, dim] out of a stacked table's activations.
+
+    The activations of F features with batch B are laid out by SparseCore
+    (the layout TorchRec's preprocessing makes): [sparse_cores, F,
+    B / sparse_cores, D] with sparse_cores the device's count
+    (`get_device_properties().sparse_cores`, or 1 on a device with none,
+    whose sparse queue stands in for one)."""
+    op = "sparse_dense_matmul_activation_unstack"
+    sizes = list(per_feature_batch_sizes)
+    dims = list(per_feature_dims)
+    if len(sizes) != len(dims) or not sizes:
+        raise ValueError(
+            f"torch.tpu.ops.{op}: one batch size and one dim per feature, got {len(sizes)} and {len(dims)}"
+        )
+    if len(set(sizes)) != 1:
+        raise ValueError(f"torch.tpu.ops.{op}: features of one stacked table share a batch size, got {sizes}")
+    f, b = len(sizes), sizes[0]
+    nsc = 1
+    if activations.device.type == "tpu":
+        nsc = max(1, torch.tpu.get_device_properties(activations.device).sparse_cores)
+    if activations.dim() != 2 or activations.shape[0] != f * b or b % nsc:
+        raise ValueError(
+            f"torch.tpu.ops.{op}: activations must be [{f} features x batch {b}, dim] with the batch "
+            f"divisible by the {nsc} SparseCores, got {tuple(activations.shape)}"
+        )
+    d = activations.shape[1]
+    if max(dims) > d:
+        raise ValueError(f"torch.tpu.ops.{op}: a feature dim in {dims} exceeds the activations' {d}")
+    x = activations.reshape(nsc, f, b // nsc, d).transpose(0, 1).reshape(f, b, d)
+    return [x[i, :, : dims[i]] for i in range(f)]

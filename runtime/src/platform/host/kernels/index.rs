@@ -251,6 +251,129 @@ fn scatter_into<T: Combine>(dst: &mut [T], targets: &[usize], updates: &[T], op:
     }
 }
 
+/// The target row of each update row of a scatter along axis 0 whose
+/// index covers whole rows of `x` and is the same across each row (a row
+/// index broadcast over the row, as embedding backward, index_add and the
+/// sparse ops build it); None when the index is not of that form. Checks
+/// each row's index as the element path would.
+fn row_positions(
+    x: &HostTensor,
+    index: &HostTensor,
+    axis: usize,
+) -> Result<Option<(Vec<usize>, usize)>> {
+    let (idims, xdims) = (index.dims(), x.dims());
+    if axis != 0 || idims.len() < 2 || idims[1..] != xdims[1..] {
+        return Ok(None);
+    }
+    let row = idims[1..].iter().product::<u64>() as usize;
+    if row < 2 {
+        return Ok(None);
+    }
+    fn uniform<T: Copy + PartialEq + Into<i64>>(v: &[T], row: usize) -> Option<Vec<i64>> {
+        v.chunks_exact(row)
+            .map(|r| r.iter().all(|&e| e == r[0]).then(|| r[0].into()))
+            .collect()
+    }
+    let firsts = match Indices::new(index)? {
+        Indices::I32(v) => uniform(v, row),
+        Indices::I64(v) => uniform(v, row),
+    };
+    let Some(firsts) = firsts else {
+        return Ok(None);
+    };
+    let bound = xdims[0];
+    firsts
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            if v < 0 || v as u64 >= bound {
+                return Err(Error::invalid(format!(
+                    "index {v} at position {:?} is out of range: axis {axis} has size {bound}, \
+                     so indices must lie in 0..{bound}",
+                    unravel(i * row, idims)
+                )));
+            }
+            Ok(v as usize)
+        })
+        .collect::<Result<Vec<_>>>()
+        .map(|p| Some((p, row)))
+}
+
+/// Combine each update row into its target row, with `f` (the combiner,
+/// fixed, so each row's loop is a plain vector loop).
+fn scatter_rows_with<T: Copy>(
+    dst: &mut [T],
+    positions: &[usize],
+    updates: &[T],
+    row: usize,
+    f: impl Fn(T, T) -> T,
+) {
+    for (&p, u) in positions.iter().zip(updates.chunks_exact(row)) {
+        for (a, &b) in dst[p * row..(p + 1) * row].iter_mut().zip(u) {
+            *a = f(*a, b);
+        }
+    }
+}
+
+fn scatter_rows_into<T: Combine>(
+    dst: &mut [T],
+    positions: &[usize],
+    updates: &[T],
+    row: usize,
+    op: ScatterCombiner,
+) {
+    match op {
+        ScatterCombiner::Replace => {
+            for (&p, u) in positions.iter().zip(updates.chunks_exact(row)) {
+                dst[p * row..(p + 1) * row].copy_from_slice(u);
+            }
+        }
+        ScatterCombiner::Add => scatter_rows_with(dst, positions, updates, row, |a, b| {
+            a.combine(b, ScatterCombiner::Add)
+        }),
+        ScatterCombiner::Mul => scatter_rows_with(dst, positions, updates, row, |a, b| {
+            a.combine(b, ScatterCombiner::Mul)
+        }),
+        ScatterCombiner::Max => scatter_rows_with(dst, positions, updates, row, |a, b| {
+            a.combine(b, ScatterCombiner::Max)
+        }),
+        ScatterCombiner::Min => scatter_rows_with(dst, positions, updates, row, |a, b| {
+            a.combine(b, ScatterCombiner::Min)
+        }),
+    }
+}
+
+/// The row path of `scatter`, for the dtypes it combines in place.
+fn scatter_rows(
+    result: &mut HostTensor,
+    positions: &[usize],
+    updates: &HostTensor,
+    row: usize,
+    combiner: ScatterCombiner,
+) -> bool {
+    macro_rules! rows {
+        ($t:ty) => {
+            scatter_rows_into(
+                result.as_slice_mut::<$t>(),
+                positions,
+                updates.as_slice::<$t>(),
+                row,
+                combiner,
+            )
+        };
+    }
+    match result.dtype() {
+        DType::U8 => rows!(u8),
+        DType::I8 => rows!(i8),
+        DType::I32 => rows!(i32),
+        DType::I64 => rows!(i64),
+        DType::F32 => rows!(f32),
+        DType::F64 => rows!(f64),
+        _ => return false,
+    }
+    true
+}
+
 pub fn scatter(
     x: &HostTensor,
     index: &HostTensor,
@@ -264,6 +387,12 @@ pub fn scatter(
             "updates {} must have the dims of index {} and the dtype of x {}",
             updates.ty, index.ty, x.ty
         )));
+    }
+    if let Some((positions, row)) = row_positions(x, index, axis)? {
+        let mut result = x.clone();
+        if scatter_rows(&mut result, &positions, updates, row, combiner) {
+            return Ok(result);
+        }
     }
     let positions = Indices::new(index)?.checked(index.dims(), x.dims()[axis], axis)?;
     let axis_stride = signed_strides(x.dims())[axis] as usize;
@@ -502,6 +631,80 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// An index that repeats one row of `x` across each update row (the
+    /// row path), with duplicate rows: the same results as the reference,
+    /// in every dtype and combiner, including a zero-row index; a bad row
+    /// index names its position.
+    #[test]
+    fn scatter_of_whole_rows_matches_reference() {
+        let rows_of = |dtype: DType, picks: &[i64], width: &[u64]| {
+            let row = width.iter().product::<u64>() as usize;
+            let v: Vec<f64> = picks
+                .iter()
+                .flat_map(|&p| std::iter::repeat_n(p as f64, row))
+                .collect();
+            let mut dims = vec![picks.len() as u64];
+            dims.extend_from_slice(width);
+            HostTensor::from_f64(dtype, &dims, &v).unwrap()
+        };
+        let ops = [
+            ScatterCombiner::Replace,
+            ScatterCombiner::Add,
+            ScatterCombiner::Mul,
+            ScatterCombiner::Max,
+            ScatterCombiner::Min,
+        ];
+        let cases: &[(&[i64], &[u64])] =
+            &[(&[2, 0, 2, 4, 2], &[3]), (&[1, 1, 0], &[2, 3]), (&[], &[3])];
+        for dtype in [
+            DType::U8,
+            DType::I32,
+            DType::I64,
+            DType::BF16,
+            DType::F32,
+            DType::F64,
+        ] {
+            for op in ops {
+                for (seed, &(picks, width)) in cases.iter().enumerate() {
+                    let small = |dims: &[u64], s: u64| {
+                        let n = dims.iter().product::<u64>() as usize;
+                        let v: Vec<f64> = values(dtype, n, s).iter().map(|v| v % 3.0).collect();
+                        HostTensor::from_f64(dtype, dims, &v).unwrap()
+                    };
+                    let mut xd = vec![5u64];
+                    xd.extend_from_slice(width);
+                    let x = small(&xd, seed as u64);
+                    for idt in [DType::I32, DType::I64] {
+                        let index = rows_of(idt, picks, width);
+                        let updates = small(index.dims(), seed as u64 + 7);
+                        let out = eval(
+                            &Prim::Scatter {
+                                axis: 0,
+                                combiner: op,
+                            },
+                            &[&x, &index, &updates],
+                        )
+                        .unwrap();
+                        let expected = scatter_reference(&x, &index, &updates, 0, op);
+                        assert_eq!(out[0].to_f64_vec(), expected, "{dtype} {op:?} {picks:?}");
+                    }
+                }
+            }
+        }
+        let x = HostTensor::from_f64(DType::F32, &[3, 2], &[0.0; 6]).unwrap();
+        let index = rows_of(DType::I64, &[0, 3], &[2]);
+        let updates = HostTensor::from_f64(DType::F32, &[2, 2], &[1.0; 4]).unwrap();
+        let e = eval(
+            &Prim::Scatter {
+                axis: 0,
+                combiner: ScatterCombiner::Add,
+            },
+            &[&x, &index, &updates],
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("index 3 at position [1, 0]"), "{e}");
     }
 
     #[test]

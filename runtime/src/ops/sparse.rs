@@ -22,8 +22,8 @@
 //! row's gradient is the sum of its entries'; the optimizers update the
 //! touched rows only (untouched rows and their state are unchanged, as in
 //! fbgemm's and TorchTPU's fused updates). The work is O(N log N + N D) in
-//! the number of entries N, plus the copy of the table that a functional
-//! update makes.
+//! the number of entries N, plus the copy of the table (and state) that a
+//! functional update makes.
 
 use super::attrs::Attrs;
 use super::emit::Emitter;
@@ -414,29 +414,29 @@ fn fused_update(e: &mut Emitter, x: &[ValueId], a: &Attrs, u: Update) -> Result<
     let grad = x[5 + k];
     let (_, rg, v, d, cd) = grad_inputs(e, x, table, grad)?;
     let lr = lr_input(e, x[6 + k], cd)?;
-    // Each sorted entry updates its row from the row's summed gradient;
-    // duplicates compute the same values, and dead entries write to a
-    // scratch row past the table, dropped at the end.
-    let g = take_rows(e, rg.sums, rg.seg)?;
-    let idx = rg.rows;
-    let ext = |e: &mut Emitter, t: ValueId| -> Result<ValueId> {
-        let w = e.dims(t)[1];
-        let pad = e.full(e.dtype(t), &[1, w], 0.0)?;
-        e.op(Prim::Concatenate { dimension: 0 }, &[t, pad])
+    // Each sorted entry updates its row from the row's summed gradient, and
+    // duplicates compute the same values, so their writes agree. Dead
+    // entries (sorted last) stand in for the last live one: its row, its
+    // segment, so the same values again; with no live entry at all they
+    // write row 0's old values back.
+    let vv = e.scalar(DType::I64, v as f64)?;
+    let real = e.compare(CompareOp::Lt, rg.rows, vv)?;
+    let none = e.scalar(DType::I64, -1.0)?;
+    let last_of = |e: &mut Emitter, vals: ValueId| -> Result<ValueId> {
+        let live = e.select(real, vals, none)?;
+        e.reduce(ReduceOp::Max, live, &[0], false)
     };
-    let drop = |e: &mut Emitter, t: ValueId| -> Result<ValueId> {
-        let w = e.dims(t)[1];
-        e.op(
-            Prim::Slice {
-                start: vec![0, 0],
-                limit: vec![v, w],
-                stride: vec![1, 1],
-            },
-            &[t],
-        )
-    };
+    let last_row = last_of(e, rg.rows)?;
+    let last_seg = last_of(e, rg.seg)?;
+    let zero_i = e.scalar(DType::I64, 0.0)?;
+    let any = e.compare(CompareOp::Ge, last_row, zero_i)?;
+    let last_row = e.select(any, last_row, zero_i)?;
+    let last_seg = e.select(any, last_seg, zero_i)?;
+    let idx = e.select(real, rg.rows, last_row)?;
+    let seg = e.select(real, rg.seg, last_seg)?;
+    let g = take_rows(e, rg.sums, seg)?;
+    let keep = |e: &mut Emitter, new: ValueId, old: ValueId| e.select(any, new, old);
     let w_all = e.convert(table, cd)?;
-    let w_all = ext(e, w_all)?;
     let w = take_rows(e, w_all, idx)?;
     let eps = a.float_or("eps", 1e-10)?;
     let (new_w, new_states): (ValueId, Vec<ValueId>) = match u {
@@ -447,8 +447,7 @@ fn fused_update(e: &mut Emitter, x: &[ValueId], a: &Attrs, u: Update) -> Result<
         Update::Adagrad | Update::RowwiseAdagrad => {
             let rowwise = u == Update::RowwiseAdagrad;
             let acc_all = state_of(e, x[5], v, d, rowwise, cd, "accumulator")?;
-            let acc_all = ext(e, acc_all)?;
-            let acc = take_rows(e, acc_all, idx)?;
+            let acc0 = take_rows(e, acc_all, idx)?;
             let g2 = e.mul(g, g)?;
             let g2 = if rowwise {
                 let s = e.reduce(ReduceOp::Sum, g2, &[1], true)?;
@@ -456,27 +455,26 @@ fn fused_update(e: &mut Emitter, x: &[ValueId], a: &Attrs, u: Update) -> Result<
             } else {
                 g2
             };
-            let acc = e.add(acc, g2)?;
+            let acc = e.add(acc0, g2)?;
             let den = e.unary(UnaryOp::Sqrt, acc)?;
             let den = e.binary_scalar(BinaryOp::Add, den, eps)?;
             let step = e.mul(g, lr)?;
             let step = e.div(step, den)?;
+            let acc = keep(e, acc, acc0)?;
             let new_acc = scatter_rows(e, acc_all, idx, acc, ScatterCombiner::Replace)?;
-            (e.sub(w, step)?, vec![drop(e, new_acc)?])
+            (e.sub(w, step)?, vec![new_acc])
         }
         Update::Adam => {
             let b1 = a.float_or("beta1", 0.9)?;
             let b2 = a.float_or("beta2", 0.999)?;
             let m_all = state_of(e, x[5], v, d, false, cd, "momentum")?;
             let v_all = state_of(e, x[6], v, d, false, cd, "velocity")?;
-            let m_all = ext(e, m_all)?;
-            let v_all = ext(e, v_all)?;
-            let m = take_rows(e, m_all, idx)?;
-            let vel = take_rows(e, v_all, idx)?;
-            let m = e.binary_scalar(BinaryOp::Mul, m, b1)?;
+            let m0 = take_rows(e, m_all, idx)?;
+            let vel0 = take_rows(e, v_all, idx)?;
+            let m = e.binary_scalar(BinaryOp::Mul, m0, b1)?;
             let gm = e.binary_scalar(BinaryOp::Mul, g, 1.0 - b1)?;
             let m = e.add(m, gm)?;
-            let vel = e.binary_scalar(BinaryOp::Mul, vel, b2)?;
+            let vel = e.binary_scalar(BinaryOp::Mul, vel0, b2)?;
             let g2 = e.mul(g, g)?;
             let g2 = e.binary_scalar(BinaryOp::Mul, g2, 1.0 - b2)?;
             let vel = e.add(vel, g2)?;
@@ -484,13 +482,16 @@ fn fused_update(e: &mut Emitter, x: &[ValueId], a: &Attrs, u: Update) -> Result<
             let den = e.binary_scalar(BinaryOp::Add, den, eps)?;
             let step = e.mul(m, lr)?;
             let step = e.div(step, den)?;
+            let m = keep(e, m, m0)?;
+            let vel = keep(e, vel, vel0)?;
             let new_m = scatter_rows(e, m_all, idx, m, ScatterCombiner::Replace)?;
             let new_v = scatter_rows(e, v_all, idx, vel, ScatterCombiner::Replace)?;
-            (e.sub(w, step)?, vec![drop(e, new_m)?, drop(e, new_v)?])
+            (e.sub(w, step)?, vec![new_m, new_v])
         }
     };
+    let new_w = keep(e, new_w, w)?;
     let new_table = scatter_rows(e, w_all, idx, new_w, ScatterCombiner::Replace)?;
-    let mut outs = vec![drop(e, new_table)?];
+    let mut outs = vec![new_table];
     outs.extend(new_states);
     // Each output in its input's dtype and shape.
     let mut res = Vec::with_capacity(outs.len());

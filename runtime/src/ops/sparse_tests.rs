@@ -309,3 +309,49 @@ fn shape_and_dtype_errors_name_the_input() {
     let e = run("sparse_dense_matmul_grad_with_sgd", &ins, &[]).unwrap_err();
     assert!(e.to_string().contains("learning_rate"), "{e}");
 }
+
+/// With every entry padding (or out of range), no row moves, nor any
+/// optimizer state (Adam's moments would decay if a dead entry updated one).
+#[test]
+fn no_live_entry_leaves_table_and_state_unchanged() {
+    let (v, d) = (4usize, 2usize);
+    let table = vals(v * d, 11);
+    let m = vals(v * d, 12);
+    let vel: Vec<f64> = vals(v * d, 13).iter().map(|x| x.abs()).collect();
+    let vd = [v as u64, d as u64];
+    for rp in [0i64, 3] {
+        // rp 0: all padding; rp 3: three entries whose ids are past the table.
+        let ins = |extra: Vec<HostTensor>| {
+            let mut ins = vec![
+                ints(DType::I32, &[rp]),
+                ints(DType::I32, &[7, 9, 8, 0]),
+                ints(DType::I32, &[0, 1, 1, 0]),
+                f32s(&[4], &[1.0, 1.0, 1.0, 1.0]),
+                f32s(&vd, &table),
+            ];
+            ins.extend(extra);
+            ins.push(f32s(&[2, d as u64], &vals(2 * d, 14)));
+            ins.push(f32s(&[], &[0.5]));
+            ins
+        };
+        let out = run("sparse_dense_matmul_grad_with_sgd", &ins(vec![]), &[]).unwrap();
+        close(&out[0], &table, 1e-7, "sgd");
+        let out = run(
+            "sparse_dense_matmul_grad_with_adagrad",
+            &ins(vec![f32s(&vd, &vel)]),
+            &[],
+        )
+        .unwrap();
+        close(&out[0], &table, 1e-7, "adagrad table");
+        close(&out[1], &vel, 1e-7, "adagrad accumulator");
+        let out = run(
+            "sparse_dense_matmul_grad_with_adam",
+            &ins(vec![f32s(&vd, &m), f32s(&vd, &vel)]),
+            &[],
+        )
+        .unwrap();
+        close(&out[0], &table, 1e-7, "adam table");
+        close(&out[1], &m, 1e-7, "adam momentum");
+        close(&out[2], &vel, 1e-7, "adam velocity");
+    }
+}

@@ -152,3 +152,23 @@ def test_bad_input_is_a_clear_error():
         torch.zeros(2, device="tpu:9")
     with pytest.raises(RuntimeError):
         torch.ones(2, 3, device="tpu") @ torch.ones(4, 5, device="tpu")
+
+
+def test_an_out_of_range_index_is_an_error_on_every_platform():
+    """torch refuses an index past the dimension; so does tpu, on the host
+    platform and on xla (where XLA alone would clamp it), when the stream
+    is next synchronized; the stream is then reset and works again."""
+    x = torch.arange(4.0, device="tpu")
+    s = torch.tpu.Stream()
+    s.wait_stream(torch.tpu.current_stream())
+    with torch.tpu.stream(s):
+        bad = torch.tensor([1, 5], device="tpu")
+        y = x.index_select(0, bad)
+    with pytest.raises(RuntimeError, match=r"take: index 5 at position \[1\] is out of range: axis 0 has size 4"):
+        s.synchronize()
+    s.reset()
+    with torch.tpu.stream(s):
+        ok = x.index_select(0, torch.tensor([3, 0], device="tpu"))
+    s.synchronize()
+    assert ok.cpu().tolist() == [3.0, 0.0]
+    del y

@@ -2605,3 +2605,88 @@ fn cases_on_the_xla_platform_match_the_reference() {
     );
     assert_eq!(ran, cases.len());
 }
+
+/// Out-of-range indices are an error naming the primitive, the index and
+/// its position, on the host platform in every mode and on xla (where XLA
+/// itself would clamp a gather and drop a scatter update); nothing is
+/// written.
+#[test]
+fn out_of_range_indices_are_errors_on_every_platform() {
+    use DType::*;
+    let x = f32s(&[4, 3], 2100);
+    let cases = vec![
+        (
+            c(
+                "index_select",
+                vec![x.clone(), idx(I64, &[2], &[1, 4])],
+                &[("dim", i(0))],
+            ),
+            "take: index 4 at position [1] is out of range: axis 0 has size 4",
+        ),
+        (
+            c(
+                "gather",
+                vec![x.clone(), idx(I64, &[1, 2], &[0, 3])],
+                &[("dim", i(1))],
+            ),
+            "gather: index 3 at position [0, 1] is out of range: axis 1 has size 3",
+        ),
+        (
+            c(
+                "scatter_add",
+                vec![
+                    x.clone(),
+                    idx(I64, &[1, 3], &[0, 7, 1]),
+                    f32s(&[1, 3], 2101),
+                ],
+                &[("dim", i(0))],
+            ),
+            "scatter: index 7 at position [0, 1] is out of range: axis 0 has size 4",
+        ),
+        (
+            c(
+                "embedding",
+                vec![x.clone(), idx(I32, &[3], &[2, -1, 0])],
+                &[],
+            ),
+            "take: index -1 at position [1] is out of range: axis 0 has size 4",
+        ),
+    ];
+    let mut runtimes = vec![(runtime(), MODES.to_vec())];
+    #[cfg(feature = "xla")]
+    runtimes.push((
+        Runtime::new(&RuntimeOptions {
+            platform: Some("xla".into()),
+            host_chips: Some(1),
+            host_topology: None,
+            host_hbm_bytes: Some(256 << 20),
+            cache: Some(CacheConfig::memory_only(256)),
+        })
+        .unwrap(),
+        vec![EagerMode::DeferNever],
+    ));
+    for (r, modes) in &runtimes {
+        for mode in modes {
+            for (case, want) in &cases {
+                let st = r
+                    .create_stream(0, crate::platform::CoreKind::TensorCore, 0)
+                    .unwrap();
+                let inputs: Vec<DeviceTensor> = case
+                    .inputs
+                    .iter()
+                    .map(|t| upload(r, &st, t, false).unwrap())
+                    .collect();
+                let id = lookup(case.op).unwrap();
+                let e = run_in_mode(r, &st, *mode, id, &inputs, &case.attrs)
+                    .err()
+                    .unwrap_or_else(|| panic!("{} in {mode:?}: no error", case.op));
+                assert!(
+                    e.to_string().contains(want),
+                    "{} in {mode:?} on {}: {e}",
+                    case.op,
+                    r.platform().name()
+                );
+            }
+        }
+    }
+}

@@ -1,6 +1,14 @@
 //! Lowering of the primitive IR to StableHLO text (MLIR), which every PJRT
 //! plugin compiles. One function, `main`, whose parameters and results are
-//! the graph's. Every primitive lowers.
+//! the graph's, followed by one i64[2] result per index check (below).
+//! Every primitive lowers.
+//!
+//! XLA clamps an out-of-range gather index and drops an out-of-range
+//! scatter update, where the host platform's kernels (and torch) refuse
+//! them. So each take, gather and scatter also computes, in the program,
+//! the first position of its index operand that lies outside the indexed
+//! axis, and that index: the executable turns a hit into the host kernels'
+//! error, before any output is written.
 
 use std::fmt::Write;
 
@@ -9,6 +17,111 @@ use crate::ir::{
     BinaryOp, CompareOp, DType, Graph, Prim, ReduceOp, RngDistribution, ScatterCombiner,
     TensorType, UnaryOp, ValueId,
 };
+
+/// One indexed primitive's check: its index operand must lie in
+/// 0..bound. Its extra result holds (first bad flat position, its index),
+/// or (numel of the index, 0) when every index is in range.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct IndexCheck {
+    pub prim: String,
+    pub axis: usize,
+    pub bound: u64,
+    pub index_dims: Vec<u64>,
+}
+
+impl IndexCheck {
+    /// The error for a check's result, worded as the host kernels word it;
+    /// None when every index was in range.
+    pub fn error(&self, found: [i64; 2]) -> Option<Error> {
+        let n: u64 = self.index_dims.iter().product();
+        let [pos, v] = found;
+        if pos < 0 || pos as u64 >= n {
+            return None;
+        }
+        let mut flat = pos as u64;
+        let mut at = vec![0u64; self.index_dims.len()];
+        for (i, &d) in self.index_dims.iter().enumerate().rev() {
+            if d > 0 {
+                at[i] = flat % d;
+                flat /= d;
+            }
+        }
+        let (axis, bound) = (self.axis, self.bound);
+        Some(Error::invalid(format!(
+            "{}: index {v} at position {at:?} is out of range: axis {axis} has size {bound}, \
+             so indices must lie in 0..{bound}",
+            self.prim
+        )))
+    }
+}
+
+/// Emit the check of `index` (of type `index_ty`, dims `idims`) against
+/// 0..bound as `{o}_chk`, an i64[2]: (first bad flat position or numel,
+/// the index there or 0).
+fn index_check(
+    w: &mut impl FnMut(String),
+    o: &str,
+    index: &str,
+    index_ty: &str,
+    idims: &[u64],
+    bound: u64,
+) -> String {
+    let n: u64 = idims.iter().product();
+    let it = ty(&TensorType::new(DType::I64, idims));
+    let ft = ty(&TensorType::new(DType::I64, &[n]));
+    let bt = ty(&TensorType::new(DType::Bool, &[n]));
+    let st = ty(&TensorType::scalar(DType::I64));
+    let one = ty(&TensorType::new(DType::I64, &[1]));
+    let c = format!("{o}_chk");
+    w(format!(
+        "{c}_i = stablehlo.convert {index} : ({index_ty}) -> {it}"
+    ));
+    w(format!("{c}_f = stablehlo.reshape {c}_i : ({it}) -> {ft}"));
+    w(format!("{c}_zero = stablehlo.constant dense<0> : {ft}"));
+    w(format!(
+        "{c}_bound = stablehlo.constant dense<{bound}> : {ft}"
+    ));
+    w(format!(
+        "{c}_lo = stablehlo.compare LT, {c}_f, {c}_zero, SIGNED : ({ft}, {ft}) -> {bt}"
+    ));
+    w(format!(
+        "{c}_hi = stablehlo.compare GE, {c}_f, {c}_bound, SIGNED : ({ft}, {ft}) -> {bt}"
+    ));
+    w(format!("{c}_bad = stablehlo.or {c}_lo, {c}_hi : {bt}"));
+    w(format!("{c}_pos = stablehlo.iota dim = 0 : {ft}"));
+    w(format!("{c}_n = stablehlo.constant dense<{n}> : {ft}"));
+    w(format!(
+        "{c}_cand = stablehlo.select {c}_bad, {c}_pos, {c}_n : ({bt}, {ft}, {ft}) -> {ft}"
+    ));
+    w(format!("{c}_init = stablehlo.constant dense<{n}> : {st}"));
+    w(format!(
+        "{c}_first = \"stablehlo.reduce\"({c}_cand, {c}_init) ({{\n      ^bb0(%a: {st}, %b: {st}):\n        %r = stablehlo.minimum %a, %b : {st}\n        stablehlo.return %r : {st}\n    }}) {{dimensions = array<i64: 0>}} : ({ft}, {st}) -> {st}"
+    ));
+    w(format!(
+        "{c}_firstb = stablehlo.broadcast_in_dim {c}_first, dims = [] : ({st}) -> {ft}"
+    ));
+    w(format!(
+        "{c}_at = stablehlo.compare EQ, {c}_pos, {c}_firstb, SIGNED : ({ft}, {ft}) -> {bt}"
+    ));
+    w(format!(
+        "{c}_vals = stablehlo.select {c}_at, {c}_f, {c}_zero : ({bt}, {ft}, {ft}) -> {ft}"
+    ));
+    w(format!("{c}_vinit = stablehlo.constant dense<0> : {st}"));
+    w(format!(
+        "{c}_val = \"stablehlo.reduce\"({c}_vals, {c}_vinit) ({{\n      ^bb0(%a: {st}, %b: {st}):\n        %r = stablehlo.add %a, %b : {st}\n        stablehlo.return %r : {st}\n    }}) {{dimensions = array<i64: 0>}} : ({ft}, {st}) -> {st}"
+    ));
+    w(format!(
+        "{c}_first1 = stablehlo.reshape {c}_first : ({st}) -> {one}"
+    ));
+    w(format!(
+        "{c}_val1 = stablehlo.reshape {c}_val : ({st}) -> {one}"
+    ));
+    w(format!(
+        "{c} = \"stablehlo.concatenate\"({c}_first1, {c}_val1) {{dimension = 0 : i64}} : ({one}, {one}) -> {}",
+        ty(&TensorType::new(DType::I64, &[2]))
+    ));
+    c
+}
 
 fn elem(d: DType) -> &'static str {
     match d {
@@ -486,7 +599,15 @@ fn philox(
 
 /// The module text for `graph`.
 pub fn lower(graph: &Graph) -> Result<String> {
+    lower_with_checks(graph).map(|(text, _)| text)
+}
+
+/// The module text for `graph`, and its index checks in the order of the
+/// extra results.
+pub fn lower_with_checks(graph: &Graph) -> Result<(String, Vec<IndexCheck>)> {
     let name = |v: ValueId| format!("%v{}", v.0);
+    let mut checks: Vec<IndexCheck> = Vec::new();
+    let mut check_outs: Vec<String> = Vec::new();
     let t = |v: ValueId| ty(graph.value_type(v));
     let mut body = String::new();
     let mut w = |s: String| {
@@ -502,6 +623,32 @@ pub fn lower(graph: &Graph) -> Result<String> {
         let ot = t(out);
         let ins: Vec<String> = n.inputs.iter().map(|v| name(*v)).collect();
         let its: Vec<String> = n.inputs.iter().map(|v| t(*v)).collect();
+        // Index operands XLA would clamp or drop: checked (module docs).
+        let indexed = match &n.prim {
+            Prim::Take { axis } => Some(("take", *axis)),
+            Prim::Gather { axis } => Some(("gather", *axis)),
+            Prim::Scatter { axis, .. } => Some(("scatter", *axis)),
+            _ => None,
+        };
+        if let Some((prim, axis)) = indexed {
+            let idims = graph.value_type(n.inputs[1]).dims.clone();
+            let bound = graph
+                .value_type(n.inputs[0])
+                .dims
+                .get(axis)
+                .copied()
+                .unwrap_or(0);
+            if idims.iter().product::<u64>() > 0 {
+                let c = index_check(&mut w, &o, &ins[1], &its[1], &idims, bound);
+                check_outs.push(c);
+                checks.push(IndexCheck {
+                    prim: prim.into(),
+                    axis,
+                    bound,
+                    index_dims: idims,
+                });
+            }
+        }
         match &n.prim {
             Prim::Constant { dtype, dims, bytes } => {
                 w(format!("{o} = stablehlo.constant dense<{}> : {ot}", constant_literal(*dtype, dims, bytes)));
@@ -857,8 +1004,12 @@ pub fn lower(graph: &Graph) -> Result<String> {
         .iter()
         .map(|p| format!("{}: {}", name(*p), t(*p)))
         .collect();
-    let outs: Vec<String> = graph.outputs().iter().map(|v| name(*v)).collect();
-    let out_types: Vec<String> = graph.outputs().iter().map(|v| t(*v)).collect();
+    let mut outs: Vec<String> = graph.outputs().iter().map(|v| name(*v)).collect();
+    let mut out_types: Vec<String> = graph.outputs().iter().map(|v| t(*v)).collect();
+    for c in check_outs {
+        outs.push(c);
+        out_types.push(ty(&TensorType::new(DType::I64, &[2])));
+    }
     let mut m = String::new();
     let _ = writeln!(m, "module @tpurt {{");
     let _ = writeln!(
@@ -879,7 +1030,7 @@ pub fn lower(graph: &Graph) -> Result<String> {
     // An empty dense i64 array is spelled `array<i64>` in MLIR; the emitters
     // above write `array<i64: {list}>`, which an empty list (a reduction of
     // a 0-d tensor over no dimensions, say) would leave unparsable.
-    Ok(m.replace("array<i64: >", "array<i64>"))
+    Ok((m.replace("array<i64: >", "array<i64>"), checks))
 }
 
 #[cfg(test)]

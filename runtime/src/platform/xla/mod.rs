@@ -487,7 +487,7 @@ impl Platform for XlaPlatform {
     }
 
     fn compile(&self, graph: &Graph) -> Result<Arc<dyn Executable>> {
-        let text = lower::lower(graph)?;
+        let (text, checks) = lower::lower_with_checks(graph)?;
         let me = self
             .me
             .upgrade()
@@ -528,11 +528,12 @@ impl Platform for XlaPlatform {
             exe: args.executable,
             params: graph.param_types(),
             outputs: graph.output_types(),
+            checks,
         }))
     }
 
     fn load_executable(&self, bytes: &[u8]) -> Result<Arc<dyn Executable>> {
-        let (params, outputs, blob) = split_serialized(bytes)?;
+        let (params, outputs, checks, blob) = split_serialized(bytes)?;
         let me = self
             .me
             .upgrade()
@@ -556,22 +557,27 @@ impl Platform for XlaPlatform {
             exe: args.loaded_executable,
             params,
             outputs,
+            checks,
         }))
     }
 }
 
 /// Our framing of a PJRT blob: magic, then the JSON of the parameter and
-/// result types (length-prefixed), then the plugin's bytes.
-const SERIALIZED_MAGIC: &[u8] = b"TPURT-XLA-EXE-1\n";
+/// result types and the index checks (length-prefixed), then the plugin's
+/// bytes. (Version 1 had no checks: such a file is refused, and the cache
+/// rebuilds it.)
+const SERIALIZED_MAGIC: &[u8] = b"TPURT-XLA-EXE-2\n";
 
 type Types = Vec<crate::ir::TensorType>;
+type Checks = Vec<lower::IndexCheck>;
 
 fn join_serialized(
     params: &[crate::ir::TensorType],
     outputs: &[crate::ir::TensorType],
+    checks: &[lower::IndexCheck],
     blob: &[u8],
 ) -> Vec<u8> {
-    let types = serde_json::to_vec(&(params, outputs)).unwrap_or_default();
+    let types = serde_json::to_vec(&(params, outputs, checks)).unwrap_or_default();
     let mut out = Vec::with_capacity(SERIALIZED_MAGIC.len() + 8 + types.len() + blob.len());
     out.extend_from_slice(SERIALIZED_MAGIC);
     out.extend_from_slice(&(types.len() as u64).to_le_bytes());
@@ -580,7 +586,7 @@ fn join_serialized(
     out
 }
 
-fn split_serialized(bytes: &[u8]) -> Result<(Types, Types, &[u8])> {
+fn split_serialized(bytes: &[u8]) -> Result<(Types, Types, Checks, &[u8])> {
     let bad = |what: &str| Error::invalid(format!("not a serialized xla executable: {what}"));
     let rest = bytes
         .strip_prefix(SERIALIZED_MAGIC)
@@ -593,12 +599,12 @@ fn split_serialized(bytes: &[u8]) -> Result<(Types, Types, &[u8])> {
     if n > rest.len() {
         return Err(bad("truncated types"));
     }
-    let (params, outputs): (Types, Types) =
+    let (params, outputs, checks): (Types, Types, Checks) =
         serde_json::from_slice(&rest[..n]).map_err(|e| bad(&format!("types: {e}")))?;
     if rest.len() == n {
         return Err(bad("no program"));
     }
-    Ok((params, outputs, &rest[n..]))
+    Ok((params, outputs, checks, &rest[n..]))
 }
 
 /// A program compiled by a PJRT plugin.
@@ -607,6 +613,8 @@ struct XlaExecutable {
     exe: *mut sys::PJRT_LoadedExecutable,
     params: Vec<crate::ir::TensorType>,
     outputs: Vec<crate::ir::TensorType>,
+    /// The index checks, whose i64[2] results follow the outputs.
+    checks: Vec<lower::IndexCheck>,
 }
 
 // SAFETY: PJRT executables may be executed from any thread (PJRT C API).
@@ -722,7 +730,7 @@ impl Executable for XlaExecutable {
             }
             let n_in = bufs.len();
             let mut outs: Vec<*mut sys::PJRT_Buffer> =
-                vec![std::ptr::null_mut(); self.outputs.len()];
+                vec![std::ptr::null_mut(); self.outputs.len() + self.checks.len()];
             let arg_list: *const *mut sys::PJRT_Buffer = bufs.as_ptr();
             let out_list: *mut *mut sys::PJRT_Buffer = outs.as_mut_ptr();
             let mut opts = sys::PJRT_ExecuteOptions {
@@ -746,7 +754,36 @@ impl Executable for XlaExecutable {
                 },
             );
             let mut result = ran;
-            for (i, (b, t)) in outs.iter().zip(outputs).enumerate() {
+            // The index checks first: a bad index fails the op before any
+            // output is written (as on the host platform).
+            let n_out = self.outputs.len();
+            for (c, b) in self.checks.iter().zip(&outs[n_out..]) {
+                if result.is_ok() {
+                    let mut found = [0i64; 2];
+                    let mut a = args!(PJRT_Buffer_ToHostBuffer_Args {
+                        src: *b,
+                        dst: found.as_mut_ptr() as *mut std::ffi::c_void,
+                        dst_size: std::mem::size_of_val(&found),
+                    });
+                    result = p
+                        .call(
+                            "PJRT_Buffer_ToHostBuffer",
+                            std::mem::offset_of!(sys::PJRT_Api, PJRT_Buffer_ToHostBuffer),
+                            |api| {
+                                // SAFETY: `found` holds dst_size bytes until the event completes (awaited below).
+                                unsafe { api.PJRT_Buffer_ToHostBuffer.map(|f| f(&mut a)) }
+                            },
+                        )
+                        .and_then(|_| p.await_event(a.event, "PJRT_Event_Await (index check)"));
+                    if result.is_ok() {
+                        if let Some(e) = c.error(found) {
+                            result = Err(e);
+                        }
+                    }
+                }
+                p.destroy_buffer(*b);
+            }
+            for (i, (b, t)) in outs[..n_out].iter().zip(outputs).enumerate() {
                 if result.is_ok() {
                     let mut host = HostTensor::zeros(self.outputs[i].clone());
                     let dst = host.bytes_mut();
@@ -837,7 +874,12 @@ impl Executable for XlaExecutable {
             },
         );
         let blob = blob.filter(|b| !b.is_empty())?;
-        Some(join_serialized(&self.params, &self.outputs, &blob))
+        Some(join_serialized(
+            &self.params,
+            &self.outputs,
+            &self.checks,
+            &blob,
+        ))
     }
 }
 
@@ -1099,6 +1141,47 @@ mod tests {
         let e = p.load_executable(b"junk").err().unwrap().to_string();
         assert!(e.contains("not a serialized xla executable"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A serialized executable carries its index checks (so a program
+    /// from the disk cache still refuses out-of-range indices); one framed
+    /// before checks existed (version 1) is refused, so the cache rebuilds.
+    #[test]
+    fn index_checks_survive_serialization() {
+        use crate::ir::{DType, TensorType};
+        use crate::ops::{self, Attr, Attrs};
+        let plugin = find_plugin().unwrap();
+        let p = XlaPlatform::load(&plugin, 1).unwrap();
+        let g = ops::build_graph(
+            ops::lookup("index_select").unwrap(),
+            &[
+                TensorType::new(DType::F32, &[4, 3]),
+                TensorType::new(DType::I64, &[2]),
+            ],
+            &Attrs::new().with("dim", Attr::Int(0)),
+        )
+        .unwrap();
+        let bytes = p.compile(&g).unwrap().serialize().unwrap();
+        let (_, _, checks, _) = split_serialized(&bytes).unwrap();
+        let want = lower::IndexCheck {
+            prim: "take".into(),
+            axis: 0,
+            bound: 4,
+            index_dims: vec![2],
+        };
+        assert_eq!(checks, vec![want.clone()]);
+        assert!(p.load_executable(&bytes).is_ok());
+        let mut old = bytes.clone();
+        old[..SERIALIZED_MAGIC.len()].copy_from_slice(b"TPURT-XLA-EXE-1\n");
+        let e = p.load_executable(&old).err().unwrap().to_string();
+        assert!(e.contains("no magic"), "{e}");
+        // The check's result read back: in range, or the host's wording.
+        assert!(want.error([2, 0]).is_none());
+        let e = want.error([1, -7]).unwrap().to_string();
+        assert!(
+            e.contains("take: index -7 at position [1] is out of range"),
+            "{e}"
+        );
     }
 
     /// The child side of `libtpu_fails_cleanly_without_a_tpu`.

@@ -1,5 +1,6 @@
 //! Builds tests/c/api_test.c against include/tpurt.h and the static
-//! library, runs it, and fails on any failed check inside it.
+//! library, runs it, and fails on any failed check inside it; then runs it
+//! again under valgrind's memcheck, which must find no error.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -38,4 +39,44 @@ fn c_program_exercises_the_whole_api() {
     assert!(run.status.success(), "C test failed:\n{stdout}\n{stderr}");
     assert!(stdout.contains("checks passed"), "{stdout}");
     println!("{stdout}");
+    memcheck(&out);
+}
+
+/// The same program under valgrind's memcheck: no invalid read or write,
+/// no use of uninitialised memory, no block definitely lost. Skipped where
+/// valgrind is missing, unless TPURT_REQUIRE_VALGRIND is set (scripts/test
+/// sets it; scripts/setup installs valgrind).
+fn memcheck(program: &std::path::Path) {
+    let have = Command::new("valgrind").arg("--version").output().is_ok();
+    if !have {
+        assert!(
+            std::env::var_os("TPURT_REQUIRE_VALGRIND").is_none(),
+            "valgrind is required (TPURT_REQUIRE_VALGRIND is set) but missing"
+        );
+        println!("valgrind not found: the memcheck run is skipped");
+        return;
+    }
+    let run = Command::new("valgrind")
+        .args([
+            "--error-exitcode=9",
+            "--leak-check=full",
+            "--errors-for-leak-kinds=definite",
+        ])
+        .arg(program)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        run.status.success() && stderr.contains("ERROR SUMMARY: 0 errors"),
+        "memcheck found errors (exit {:?}):\n{stdout}\n{stderr}",
+        run.status.code()
+    );
+    assert!(stdout.contains("checks passed"), "{stdout}");
+    let summary = stderr
+        .lines()
+        .filter(|l| l.contains("ERROR SUMMARY") || l.contains("definitely lost"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    println!("memcheck:\n{summary}");
 }

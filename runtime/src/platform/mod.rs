@@ -2,6 +2,7 @@
 //! chips, hands out memory segments and moves bytes. Everything above
 //! (pools, streams, ops) is written once, in the runtime.
 
+pub mod faults;
 pub mod host;
 pub mod slice;
 #[cfg(feature = "xla")]

@@ -291,6 +291,17 @@ typedef struct tpurt_runtime_options {
   const char *compile_cache_dir;
 } tpurt_runtime_options;
 
+// Live handles of each kind, in the whole process (every runtime): what a
+// long-running frontend checks for leaks. Set `struct_size` before the call.
+typedef struct tpurt_handle_counts {
+  size_t struct_size;
+  uint64_t runtimes;
+  uint64_t streams;
+  uint64_t events;
+  uint64_t buffers;
+  uint64_t executables;
+} tpurt_handle_counts;
+
 // Options for `tpurt_stream_create`; NULL means priority 0 on the TensorCore.
 typedef struct tpurt_stream_options {
   size_t struct_size;
@@ -529,6 +540,9 @@ struct tpurt_status *tpurt_runtime_create(const struct tpurt_runtime_options *op
 // Destroy a runtime: queued work finishes first, then every handle made
 // from it (streams, events, buffers) becomes invalid.
 struct tpurt_status *tpurt_runtime_destroy(struct tpurt_runtime rt);
+
+// The process's live handles of each kind into `*out`.
+struct tpurt_status *tpurt_handle_counts_get(struct tpurt_handle_counts *out);
 
 // The mesh shape: up to `capacity` dimensions into `dims`, their count
 // into `*ndims` (the count is set even when `dims` is too short).

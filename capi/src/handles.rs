@@ -168,7 +168,7 @@ impl<T: Clone> HandleTable<T> {
             .collect()
     }
 
-    #[cfg(test)]
+    /// Live handles in the table.
     pub fn len(&self) -> usize {
         self.lock().slab.len()
     }

@@ -191,6 +191,35 @@ pub extern "C" fn tpurt_runtime_destroy(rt: tpurt_runtime) -> *mut tpurt_status 
     })
 }
 
+/// Live handles of each kind, in the whole process (every runtime): what a
+/// long-running frontend checks for leaks. Set `struct_size` before the call.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct tpurt_handle_counts {
+    pub struct_size: usize,
+    pub runtimes: u64,
+    pub streams: u64,
+    pub events: u64,
+    pub buffers: u64,
+    pub executables: u64,
+}
+
+/// The process's live handles of each kind into `*out`.
+#[no_mangle]
+pub extern "C" fn tpurt_handle_counts_get(out: *mut tpurt_handle_counts) -> *mut tpurt_status {
+    guard(|| {
+        let counts = tpurt_handle_counts {
+            struct_size: std::mem::size_of::<tpurt_handle_counts>(),
+            runtimes: RUNTIMES.len() as u64,
+            streams: STREAMS.len() as u64,
+            events: EVENTS.len() as u64,
+            buffers: BUFFERS.len() as u64,
+            executables: crate::ops::EXECUTABLES.len() as u64,
+        };
+        write_versioned(out, &counts, "tpurt_handle_counts")
+    })
+}
+
 /// The mesh shape: up to `capacity` dimensions into `dims`, their count
 /// into `*ndims` (the count is set even when `dims` is too short).
 #[no_mangle]

@@ -172,6 +172,18 @@ PYBIND11_MODULE(_C, m) {
   m.def("_register", [] { register_device(); });
   m.def("call_op", &call_op, py::arg("name"), py::arg("inputs"), py::arg("attrs") = py::dict(),
         "Run a runtime op by name on tpu tensors; returns its outputs.");
+  m.def("handle_counts", [] {
+    tpurt_handle_counts c{};
+    c.struct_size = sizeof(c);
+    check(tpurt_handle_counts_get(&c), "handle_counts");
+    py::dict d;
+    d["runtimes"] = c.runtimes;
+    d["streams"] = c.streams;
+    d["events"] = c.events;
+    d["buffers"] = c.buffers;
+    d["executables"] = c.executables;
+    return d;
+  });
   m.def("abi_version", [] { return tpurt_abi_version(); });
   m.def("version", [] { return std::string(tpurt_version_string()); });
   m.def("is_initialized", [] { return runtime_initialized(); });

@@ -310,6 +310,12 @@ def memory_stats(device: _DeviceLike = None) -> dict[str, Any]:
     return dict(sorted(out.items()))
 
 
+def handle_counts() -> dict[str, int]:
+    """Live C ABI handles of the process by kind (runtimes, streams,
+    events, buffers, executables): flat in a healthy long run."""
+    return dict(_C.handle_counts())
+
+
 def memory_allocated(device: _DeviceLike = None) -> int:
     return _C.memory_stats(_index(device))["allocated_bytes"]["current"]
 

@@ -140,8 +140,15 @@ static void test_buffers_and_copies(void) {
   /* Device addresses: non-zero, distinct, ranges disjoint, and an error
      (not a crash) for a bad handle or a NULL output. */
   tpurt_buffer d, e;
+  /* Live handles: two more buffers, then back to where they were. */
+  tpurt_handle_counts h0 = {.struct_size = sizeof h0}, h1 = {.struct_size = sizeof h1};
+  OK(tpurt_handle_counts_get(&h0));
+  CHECK(h0.runtimes >= 1 && h0.buffers >= 1);
   OK(tpurt_buffer_allocate(rt, 0, 4096, none, &d));
   OK(tpurt_buffer_allocate(rt, 1, 4096, none, &e));
+  OK(tpurt_handle_counts_get(&h1));
+  CHECK(h1.buffers == h0.buffers + 2 && h1.streams == h0.streams);
+  ERR(tpurt_handle_counts_get(NULL), TPURT_CODE_INVALID_ARGUMENT, "tpurt_handle_counts");
   uint64_t ad = 0, ae = 0, aa = 0;
   OK(tpurt_buffer_get_address(a, &aa));
   OK(tpurt_buffer_get_address(d, &ad));
@@ -152,6 +159,8 @@ static void test_buffers_and_copies(void) {
   ERR(tpurt_buffer_get_address(d, NULL), TPURT_CODE_INVALID_ARGUMENT, "address");
   OK(tpurt_buffer_free(d));
   OK(tpurt_buffer_free(e));
+  OK(tpurt_handle_counts_get(&h1));
+  CHECK(h1.buffers == h0.buffers);
   ERR(tpurt_buffer_get_address(d, &ad), TPURT_CODE_INVALID_HANDLE, "");
 
   /* Contiguous round trip. */

@@ -22,6 +22,7 @@ use tpurt_runtime::{DeviceTensor, Layout, Runtime, RuntimeOptions, Stream};
 
 const CHILD_ENV: &str = "TPURT_CACHE_CHILD";
 const DIR_ENV: &str = "TPURT_CACHE_CHILD_DIR";
+const VARIANT_ENV: &str = "TPURT_CACHE_CHILD_VARIANT";
 const CHILD_TEST: &str = "cache_child_entry";
 const RESULT_TAG: &str = "TPURT_CACHE_CHILD_RESULT";
 const CHILD_TIMEOUT: Duration = Duration::from_secs(60);
@@ -73,7 +74,13 @@ fn checksum(parts: &[Vec<u8>]) -> u64 {
 /// and fused, then a matmul, softmax and a column sum in strict mode.
 fn program(r: &Runtime) -> Vec<Vec<u8>> {
     let s = r.default_stream(0).unwrap();
-    let x = upload(r, &s, &[16, 32], 1);
+    // Variants (TPURT_CACHE_CHILD_VARIANT) run other shapes: other programs.
+    let rows = match std::env::var(VARIANT_ENV).as_deref() {
+        Ok("b") => 12,
+        Ok("c") => 8,
+        _ => 16,
+    };
+    let x = upload(r, &s, &[rows, 32], 1);
     let bias = upload(r, &s, &[32], 2);
     let w = upload(r, &s, &[32, 24], 3);
     push_mode(EagerMode::DeferAndFuse).unwrap();
@@ -170,8 +177,21 @@ fn drain(mut from: impl Read + Send + 'static) -> std::thread::JoinHandle<String
 
 /// Runs the child entry over `dir`; kills it after `CHILD_TIMEOUT`.
 fn run_child(dir: &Path, which: &str) -> ChildResult {
+    run_child_with(dir, which, None)
+}
+
+/// As `run_child`, for a variant of the program (TPURT_CACHE_CHILD_VARIANT).
+fn run_child_variant(dir: &Path, variant: &str) -> ChildResult {
+    run_child_with(dir, variant, Some(variant))
+}
+
+fn run_child_with(dir: &Path, which: &str, variant: Option<&str>) -> ChildResult {
     let exe = std::env::current_exe().unwrap();
-    let mut child = Command::new(exe)
+    let mut child = Command::new(exe);
+    if let Some(v) = variant {
+        child.env(VARIANT_ENV, v);
+    }
+    let mut child = child
         .args([CHILD_TEST, "--exact", "--nocapture", "--test-threads=1"])
         .env(CHILD_ENV, "1")
         .env(DIR_ENV, dir)
@@ -202,12 +222,15 @@ fn run_child(dir: &Path, which: &str) -> ChildResult {
         status.success(),
         "{which} child failed ({status})\nstdout:\n{out}\nstderr:\n{err}"
     );
+    parse_result(&out, which)
+}
+
+/// The result line a child printed.
+fn parse_result(out: &str, which: &str) -> ChildResult {
     let line = out
         .lines()
         .find_map(|l| l.split_once(RESULT_TAG).map(|(_, rest)| rest))
-        .unwrap_or_else(|| {
-            panic!("{which} child printed no result line\nstdout:\n{out}\nstderr:\n{err}")
-        });
+        .unwrap_or_else(|| panic!("{which} child printed no result line\nstdout:\n{out}"));
     let field = |name: &str| -> &str {
         line.split_whitespace()
             .find_map(|kv| kv.strip_prefix(name).and_then(|v| v.strip_prefix('=')))
@@ -325,4 +348,121 @@ fn a_second_process_compiles_nothing_and_corrupt_entries_are_rebuilt() {
     let path = dir.0.clone();
     drop(dir);
     assert!(!path.exists(), "the temp dir is removed");
+}
+
+/// Several processes compile the same and different programs into one
+/// cache directory at once, and some are killed with SIGKILL in the middle
+/// of writing an entry (the test hook TPURT_CACHE_WRITE_PAUSE_MS stops
+/// their writers halfway). Afterwards every entry is whole: each program's
+/// next process loads all of its executables from disk, none corrupt, with
+/// the results of the processes that finished; and the killed writers'
+/// temp files are swept.
+#[test]
+fn racing_processes_and_kills_mid_write_lose_no_entry() {
+    if std::env::var_os(CHILD_ENV).is_some() {
+        return; // never recurse from a child
+    }
+    let dir = TempDir::new();
+    let exe = std::env::current_exe().unwrap();
+    let spawn = |variant: &str, pause: bool| {
+        let mut c = Command::new(&exe);
+        c.args([CHILD_TEST, "--exact", "--nocapture", "--test-threads=1"])
+            .env(CHILD_ENV, "1")
+            .env(DIR_ENV, &dir.0)
+            .env(VARIANT_ENV, variant)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if pause {
+            c.env("TPURT_CACHE_WRITE_PAUSE_MS", "30000");
+        }
+        c.spawn().unwrap()
+    };
+    // First the victims, one per program: each stops in its first write
+    // (nothing is on disk yet). While they hang there, the racers start,
+    // all at once; then each victim is killed (SIGKILL) mid-write.
+    let mut victims: Vec<PathBuf> = Vec::new();
+    let mut paused = Vec::new();
+    for variant in ["a", "b", "c"] {
+        let mut child = spawn(variant, true);
+        let out = drain(child.stdout.take().unwrap());
+        let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        loop {
+            line.clear();
+            let n = std::io::BufRead::read_line(&mut err, &mut line).unwrap();
+            assert!(n > 0, "variant {variant}: the writer never paused");
+            if let Some((_, path)) = line.trim_end().split_once("paused mid-write of ") {
+                victims.push(PathBuf::from(path));
+                break;
+            }
+        }
+        paused.push((child, out, err));
+    }
+    let racers: Vec<_> = ["a", "b", "c", "a", "b"]
+        .iter()
+        .map(|&v| (v, spawn(v, false)))
+        .collect();
+    let mut killed = 0;
+    for (mut child, out, _err) in paused {
+        child.kill().unwrap(); // SIGKILL, while its temp file is half written
+        assert!(!child.wait().unwrap().success());
+        let _ = out.join();
+        killed += 1;
+    }
+    let mut finished: Vec<(String, ChildResult)> = Vec::new();
+    for (variant, mut child) in racers {
+        let out = drain(child.stdout.take().unwrap());
+        let err = drain(child.stderr.take().unwrap());
+        let status = child.wait().unwrap();
+        let (o, e) = (out.join().unwrap(), err.join().unwrap());
+        assert!(status.success(), "variant {variant} failed\n{o}\n{e}");
+        finished.push((variant.to_string(), parse_result(&o, variant)));
+    }
+    assert_eq!(killed, 3);
+    // Entries are whole: nothing corrupt or foreign was seen by the racers.
+    for (v, r) in &finished {
+        assert_eq!(
+            (r.corrupt, r.foreign, r.write_errors),
+            (0, 0, 0),
+            "{v}: {r:?}"
+        );
+    }
+    // The killed writers left temp files; the next process sweeps them.
+    let temps = |d: &Path| {
+        std::fs::read_dir(d)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+            .count()
+    };
+    assert_eq!(victims.len(), 3);
+    for variant in ["a", "b", "c"] {
+        let want = &finished
+            .iter()
+            .find(|(v, _)| v == variant)
+            .unwrap()
+            .1
+            .checksum;
+        for (v, r) in finished.iter().filter(|(v, _)| v == variant) {
+            assert_eq!(
+                &r.checksum, want,
+                "variant {v}: same results in every process"
+            );
+        }
+        let after = run_child_variant(&dir.0, variant);
+        assert_eq!(
+            (after.misses, after.corrupt, after.foreign),
+            (0, 0, 0),
+            "variant {variant}: every executable whole on disk: {after:?}"
+        );
+        assert_eq!(&after.checksum, want, "variant {variant}: same results");
+    }
+    assert_eq!(temps(&dir.0), 0, "the dead writers' temp files are swept");
+    assert!(victims.iter().all(|v| !v.exists()), "{victims:?}");
+    println!(
+        "cache race: {} processes, {killed} killed mid-write, {} entries, 0 lost",
+        killed + finished.len() + 3,
+        entry_files(&dir.0).len()
+    );
 }

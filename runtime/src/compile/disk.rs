@@ -149,12 +149,74 @@ pub fn write_atomic(dir: &Path, digest: &str, bytes: &[u8]) -> io::Result<()> {
         .write(true)
         .create_new(true)
         .open(&temp)
-        .and_then(|mut f| f.write_all(bytes))
+        .and_then(|mut f| write_bytes(&mut f, bytes, &temp))
         .and_then(|()| fs::rename(&temp, entry_path(dir, digest)));
     if written.is_err() {
         let _ = fs::remove_file(&temp);
     }
     written
+}
+
+/// Writes `bytes`; with the test hook `TPURT_CACHE_WRITE_PAUSE_MS` set, it
+/// stops halfway for that many milliseconds after saying so on stderr, so a
+/// test can kill the process in the middle of a write.
+fn write_bytes(f: &mut fs::File, bytes: &[u8], temp: &Path) -> io::Result<()> {
+    static PAUSE: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    let pause = *PAUSE.get_or_init(|| {
+        std::env::var("TPURT_CACHE_WRITE_PAUSE_MS")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+    });
+    match pause {
+        None => f.write_all(bytes),
+        Some(ms) => {
+            let (head, tail) = bytes.split_at(bytes.len() / 2);
+            f.write_all(head)?;
+            f.flush()?;
+            eprintln!("tpurt-cache: paused mid-write of {}", temp.display());
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+            f.write_all(tail)
+        }
+    }
+}
+
+/// Removes the temp files of writers that died mid-write (killed, say):
+/// a temp file's name carries its writer's pid, and on Linux a pid without
+/// a `/proc` entry is not running. Elsewhere nothing is removed (a stray
+/// temp file is never read, only wasted space). Returns the count removed.
+pub fn sweep_dead_writers(dir: &Path) -> usize {
+    if !Path::new("/proc/self").exists() {
+        return 0;
+    }
+    let Ok(listing) = fs::read_dir(dir) else {
+        return 0;
+    };
+    let me = std::process::id().to_string();
+    let mut removed = 0;
+    for item in listing.flatten() {
+        let name = item.file_name();
+        let Some(name) = name
+            .to_str()
+            .filter(|n| is_ours(n) && n.ends_with(TEMP_SUFFIX))
+        else {
+            continue;
+        };
+        // .<digest>.<pid>.<sequence>.<nanos>.tmp
+        let Some(pid) = name
+            .split('.')
+            .nth(2)
+            .filter(|p| p.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            continue;
+        };
+        if pid != me
+            && !Path::new("/proc").join(pid).exists()
+            && fs::remove_file(item.path()).is_ok()
+        {
+            removed += 1;
+        }
+    }
+    removed
 }
 
 fn is_digest(s: &str) -> bool {

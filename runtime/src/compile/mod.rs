@@ -285,6 +285,10 @@ impl<D: FnOnce() -> String> GraphText<D> {
 
 impl<E: ?Sized + Send + Sync> CompileCache<E> {
     pub fn new(config: CacheConfig) -> Self {
+        if let Some(dir) = &config.disk_dir {
+            // Temp files of processes killed mid-write (never read).
+            disk::sweep_dead_writers(dir);
+        }
         CompileCache {
             memory: Mutex::new(Memory {
                 entries: Lru::new(config.memory_entries),

@@ -591,3 +591,32 @@ fn config_from_env_and_defaults() {
     assert!(format!("{cache:?}").contains("CompileCache"));
     assert_eq!(CacheConfig::from_env().disk_dir, default_disk_dir());
 }
+
+/// A cache opened on a directory removes the temp files of writers that
+/// are no longer running (killed mid-write), and nothing else: not a live
+/// writer's temp file, not an entry, not a file that is not ours.
+#[test]
+fn temp_files_of_dead_writers_are_swept_when_a_cache_opens() {
+    if !Path::new("/proc/self").exists() {
+        return; // the sweep needs /proc (Linux)
+    }
+    let dir = TempDir::new("sweep");
+    let digest = "0123456789abcdef0123456789abcdef";
+    // A pid that has exited: a child that ran `true`.
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let dead = child.id();
+    child.wait().unwrap();
+    let names = [
+        format!(".{digest}.{dead}.0.1.tmp"),
+        format!(".{digest}.{}.0.1.tmp", std::process::id()),
+        format!("{digest}{ENTRY_SUFFIX}"),
+        format!(".{digest}.{dead}.0.1.keep"),
+        "notes.txt".to_string(),
+    ];
+    for n in &names {
+        fs::write(dir.path().join(n), b"x").unwrap();
+    }
+    let _cache = Cache::new(CacheConfig::memory_only(4).with_disk_dir(dir.path()));
+    let left: Vec<bool> = names.iter().map(|n| dir.path().join(n).exists()).collect();
+    assert_eq!(left, [false, true, true, true, true], "{names:?}");
+}

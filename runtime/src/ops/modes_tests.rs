@@ -2652,6 +2652,7 @@ fn out_of_range_indices_are_errors_on_every_platform() {
             "take: index -1 at position [1] is out of range: axis 0 has size 4",
         ),
     ];
+    #[cfg_attr(not(feature = "xla"), allow(unused_mut))]
     let mut runtimes = vec![(runtime(), MODES.to_vec())];
     #[cfg(feature = "xla")]
     runtimes.push((

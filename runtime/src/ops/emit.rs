@@ -25,6 +25,17 @@ pub fn wrap_dim(dim: i64, rank: usize) -> Result<usize> {
     Ok(d as usize)
 }
 
+/// As [`wrap_dim`], for ops that index one of the dimensions: a 0-d tensor
+/// has none, which is an error (torch's words), not dimension 0.
+pub fn existing_dim(dim: i64, rank: usize) -> Result<usize> {
+    if rank == 0 {
+        return Err(Error::invalid(format!(
+            "dimension specified as {dim} but tensor has no dimensions"
+        )));
+    }
+    wrap_dim(dim, rank)
+}
+
 /// numpy/torch broadcast of two shapes.
 pub fn broadcast_shapes(a: &[u64], b: &[u64]) -> Result<Vec<u64>> {
     let n = a.len().max(b.len());

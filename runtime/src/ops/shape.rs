@@ -3,7 +3,7 @@
 //! embedding, and the factories (arange, full).
 
 use super::attrs::{Attr, Attrs};
-use super::emit::{wrap_dim, Emitter};
+use super::emit::{existing_dim, wrap_dim, Emitter};
 use super::{Arity, OpDef};
 use crate::error::{Error, Result};
 use crate::ir::{CompareOp, DType, Prim, ScatterCombiner, ValueId};
@@ -191,7 +191,7 @@ fn slice_value(
     step: i64,
 ) -> Result<ValueId> {
     let d = e.dims(x);
-    let dim = wrap_dim(dim, d.len())?;
+    let dim = existing_dim(dim, d.len())?;
     if step <= 0 {
         return Err(Error::invalid(format!(
             "slice step must be positive, got {step}"
@@ -229,7 +229,7 @@ fn narrow(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     let start = a.int("start")?;
     let len = a.int("length")?;
     let dim = a.int("dim")?;
-    let n = e.dims(x[0])[wrap_dim(dim, e.rank(x[0]))?] as i64;
+    let n = e.dims(x[0])[existing_dim(dim, e.rank(x[0]))?] as i64;
     let s = if start < 0 { start + n } else { start };
     if s < 0 || len < 0 || s + len > n {
         return Err(Error::invalid(format!(
@@ -242,7 +242,7 @@ fn narrow(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
 /// split(split_size or sizes, dim) -> several outputs.
 fn split(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     let d = e.dims(x[0]);
-    let dim = wrap_dim(a.int_or("dim", 0)?, d.len())?;
+    let dim = existing_dim(a.int_or("dim", 0)?, d.len())?;
     let n = d[dim];
     let sizes: Vec<u64> = match a.ints_opt("sizes")? {
         Some(s) => s

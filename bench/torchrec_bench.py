@@ -76,47 +76,39 @@ def _ebc(tr):
     return tr.model.sparse_arch.embedding_bag_collection
 
 
-def lookup_fwd() -> None:
+def _lookups(name: str, peer_name: str, train: bool) -> None:
+    """ns per id of a batch's pooled lookups, with (train) their backward
+    and fused Adagrad update (a sum of the pooled values as the loss)."""
     ours, peer, ids = _lookup_setup()
     p_in = [i[1] for i in peer.inputs]
     o_ebc, p_ebc = _ebc(ours), _ebc(peer)
     k = [0]
 
+    def step(ebc, features):
+        with torch.set_grad_enabled(train):
+            out = ebc(features).values()
+        if train:
+            out.sum().backward()  # the fused update runs in the backward
+        return out
+
     def run_ours():
         k[0] += 1
-        with torch.no_grad():
-            out = o_ebc(_fresh(ours, k[0])).values()
+        step(o_ebc, _fresh(ours, k[0]))
         torch.tpu.synchronize()
-        return out
 
     def run_peer():
         k[0] += 1
-        with torch.no_grad():
-            return p_ebc(p_in[k[0] % len(p_in)]).values()
+        step(p_ebc, p_in[k[0] % len(p_in)])
 
-    row("torchrec_lookup_fwd", _median_time(run_ours) / ids * 1e9, _median_time(run_peer) / ids * 1e9,
-        FUSED_PEER, "ns/id")
+    row(name, _median_time(run_ours) / ids * 1e9, _median_time(run_peer) / ids * 1e9, peer_name, "ns/id")
+
+
+def lookup_fwd() -> None:
+    _lookups("torchrec_lookup_fwd", FUSED_PEER, train=False)
 
 
 def lookup_train() -> None:
-    ours, peer, ids = _lookup_setup()
-    p_in = [i[1] for i in peer.inputs]
-    o_ebc, p_ebc = _ebc(ours), _ebc(peer)
-    k = [0]
-
-    def run_ours():
-        k[0] += 1
-        out = o_ebc(_fresh(ours, k[0])).values()
-        out.sum().backward()  # the fused Adagrad update runs in the backward
-        torch.tpu.synchronize()
-
-    def run_peer():
-        k[0] += 1
-        out = p_ebc(p_in[k[0] % len(p_in)]).values()
-        out.sum().backward()
-
-    row("torchrec_lookup_train", _median_time(run_ours) / ids * 1e9, _median_time(run_peer) / ids * 1e9,
-        FUSED_PEER + ", fused Adagrad", "ns/id")
+    _lookups("torchrec_lookup_train", FUSED_PEER + ", fused Adagrad", train=True)
 
 
 def dlrm_step() -> None:

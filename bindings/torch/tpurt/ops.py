@@ -260,6 +260,11 @@ def sparse_dense_matmul_grad_with_sgd(
     return out
 
 
+def _with_accumulator(op: str, csr, table, accumulator, grad, learning_rate, epsilon):
+    t, a = _fused(op, csr, table, [("accumulator", accumulator)], grad, learning_rate, {"eps": float(epsilon)})
+    return t, a
+
+
 def sparse_dense_matmul_grad_with_adagrad(
     row_pointers,
     embedding_ids,
@@ -277,16 +282,10 @@ def sparse_dense_matmul_grad_with_adagrad(
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """(table, accumulator) after Adagrad on the rows looked up:
     a += g^2; w -= lr * g / (sqrt(a) + epsilon)."""
-    t, a = _fused(
-        "sparse_dense_matmul_grad_with_adagrad",
-        (row_pointers, embedding_ids, sample_ids, gains),
-        embedding_table,
-        [("accumulator", accumulator)],
-        grad,
-        learning_rate,
-        {"eps": float(epsilon)},
+    return _with_accumulator(
+        "sparse_dense_matmul_grad_with_adagrad", (row_pointers, embedding_ids, sample_ids, gains),
+        embedding_table, accumulator, grad, learning_rate, epsilon,
     )
-    return t, a
 
 
 def sparse_dense_matmul_grad_with_rowwise_adagrad(
@@ -307,16 +306,10 @@ def sparse_dense_matmul_grad_with_rowwise_adagrad(
     """(table, accumulator [rows] or [rows, 1]) after row-wise Adagrad (one
     accumulator per row, as fbgemm's): a += mean(g^2); w -= lr * g /
     (sqrt(a) + epsilon)."""
-    t, a = _fused(
-        "sparse_dense_matmul_grad_with_rowwise_adagrad",
-        (row_pointers, embedding_ids, sample_ids, gains),
-        embedding_table,
-        [("accumulator", accumulator)],
-        grad,
-        learning_rate,
-        {"eps": float(epsilon)},
+    return _with_accumulator(
+        "sparse_dense_matmul_grad_with_rowwise_adagrad", (row_pointers, embedding_ids, sample_ids, gains),
+        embedding_table, accumulator, grad, learning_rate, epsilon,
     )
-    return t, a
 
 
 def sparse_dense_matmul_grad_with_adam(

@@ -15,13 +15,6 @@ from torchrec.experimental.torch_tpu.modules.embedding_modules import (
 ops = torch.ops.torchrec
 
 
-@pytest.fixture(autouse=True)
-def native():
-    was = torch.tpu.cpu_fallback_enabled()
-    torch.tpu.enable_cpu_fallback(False)
-    yield
-    torch.tpu.enable_cpu_fallback(was)
-
 
 def _both(fn, *tensors, grad_of=()):
     """fn on CPU and on tpu; outputs and the gradients of the inputs at

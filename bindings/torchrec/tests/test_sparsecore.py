@@ -31,13 +31,6 @@ B = 8
 TPU = torch.device("tpu")
 
 
-@pytest.fixture(autouse=True)
-def native():
-    was = torch.tpu.cpu_fallback_enabled()
-    torch.tpu.enable_cpu_fallback(False)
-    yield
-    torch.tpu.enable_cpu_fallback(was)
-
 
 def _configs(pooling=PoolingType.SUM):
     return [

@@ -108,7 +108,7 @@ fn int_index(e: &mut Emitter, v: ValueId, what: &str) -> Result<ValueId> {
 }
 
 /// `v` [M] broadcast to [M, d].
-fn per_row(e: &mut Emitter, v: ValueId, d: u64) -> Result<ValueId> {
+pub(super) fn per_row(e: &mut Emitter, v: ValueId, d: u64) -> Result<ValueId> {
     let m = e.dims(v)[0];
     e.op(
         Prim::BroadcastInDim {

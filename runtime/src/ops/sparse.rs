@@ -27,6 +27,7 @@
 
 use super::attrs::Attrs;
 use super::emit::Emitter;
+use super::index::per_row;
 use super::support::{compute_dtype, iota};
 use super::{Arity, OpDef};
 use crate::error::{Error, Result};
@@ -143,18 +144,6 @@ fn table_of(e: &mut Emitter, t: ValueId, what: &str) -> Result<(u64, u64, DType)
     }
     let d = e.dims(t);
     Ok((d[0], d[1], compute_dtype(e.dtype(t))?))
-}
-
-/// `v` [N] broadcast to [N, d].
-fn per_row(e: &mut Emitter, v: ValueId, d: u64) -> Result<ValueId> {
-    let n = e.dims(v)[0];
-    e.op(
-        Prim::BroadcastInDim {
-            dims: vec![n, d],
-            mapping: vec![0],
-        },
-        &[v],
-    )
 }
 
 fn take_rows(e: &mut Emitter, t: ValueId, idx: ValueId) -> Result<ValueId> {

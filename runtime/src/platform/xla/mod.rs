@@ -638,6 +638,25 @@ fn buffer_type(d: crate::ir::DType) -> sys::PJRT_Buffer_Type {
 }
 
 impl XlaPlatform {
+    /// Copy a PJRT buffer into `dst` (its size exactly) and wait for it;
+    /// `what` names the copy in errors.
+    fn to_host(&self, src: *mut sys::PJRT_Buffer, dst: &mut [u8], what: &str) -> Result<()> {
+        let mut a = args!(PJRT_Buffer_ToHostBuffer_Args {
+            src: src,
+            dst: dst.as_mut_ptr() as *mut std::ffi::c_void,
+            dst_size: dst.len(),
+        });
+        self.call(
+            "PJRT_Buffer_ToHostBuffer",
+            std::mem::offset_of!(sys::PJRT_Api, PJRT_Buffer_ToHostBuffer),
+            |api| {
+                // SAFETY: dst holds dst_size bytes until the event completes (awaited below).
+                unsafe { api.PJRT_Buffer_ToHostBuffer.map(|f| f(&mut a)) }
+            },
+        )?;
+        self.await_event(a.event, &format!("PJRT_Event_Await ({what})"))
+    }
+
     /// Wait for a PJRT event, then destroy it.
     fn await_event(&self, event: *mut sys::PJRT_Event, what: &str) -> Result<()> {
         if event.is_null() {
@@ -759,24 +778,15 @@ impl Executable for XlaExecutable {
             let n_out = self.outputs.len();
             for (c, b) in self.checks.iter().zip(&outs[n_out..]) {
                 if result.is_ok() {
-                    let mut found = [0i64; 2];
-                    let mut a = args!(PJRT_Buffer_ToHostBuffer_Args {
-                        src: *b,
-                        dst: found.as_mut_ptr() as *mut std::ffi::c_void,
-                        dst_size: std::mem::size_of_val(&found),
-                    });
-                    result = p
-                        .call(
-                            "PJRT_Buffer_ToHostBuffer",
-                            std::mem::offset_of!(sys::PJRT_Api, PJRT_Buffer_ToHostBuffer),
-                            |api| {
-                                // SAFETY: `found` holds dst_size bytes until the event completes (awaited below).
-                                unsafe { api.PJRT_Buffer_ToHostBuffer.map(|f| f(&mut a)) }
-                            },
-                        )
-                        .and_then(|_| p.await_event(a.event, "PJRT_Event_Await (index check)"));
+                    let mut found = [0u8; 16];
+                    result = p.to_host(*b, &mut found, "index check");
                     if result.is_ok() {
-                        if let Some(e) = c.error(found) {
+                        let v = |k: usize| {
+                            i64::from_le_bytes(
+                                found[k * 8..k * 8 + 8].try_into().unwrap_or_default(),
+                            )
+                        };
+                        if let Some(e) = c.error([v(0), v(1)]) {
                             result = Err(e);
                         }
                     }
@@ -786,22 +796,8 @@ impl Executable for XlaExecutable {
             for (i, (b, t)) in outs[..n_out].iter().zip(outputs).enumerate() {
                 if result.is_ok() {
                     let mut host = HostTensor::zeros(self.outputs[i].clone());
-                    let dst = host.bytes_mut();
-                    let mut a = args!(PJRT_Buffer_ToHostBuffer_Args {
-                        src: *b,
-                        dst: dst.as_mut_ptr() as *mut std::ffi::c_void,
-                        dst_size: dst.len(),
-                    });
                     result = p
-                        .call(
-                            "PJRT_Buffer_ToHostBuffer",
-                            std::mem::offset_of!(sys::PJRT_Api, PJRT_Buffer_ToHostBuffer),
-                            |api| {
-                                // SAFETY: dst holds dst_size bytes until the event completes (awaited below).
-                                unsafe { api.PJRT_Buffer_ToHostBuffer.map(|f| f(&mut a)) }
-                            },
-                        )
-                        .and_then(|_| p.await_event(a.event, "PJRT_Event_Await (output copy)"))
+                        .to_host(*b, host.bytes_mut(), "output copy")
                         .and_then(|_| write_tensor(&host, t));
                 }
                 p.destroy_buffer(*b);

@@ -108,6 +108,11 @@ def test_bad_input_is_an_error_naming_what_is_wrong():
         ops.embedding_pooled_lookup_offset(ids, torch.tensor([0, 4], device="tpu"), table, 8)
     with pytest.raises(ValueError, match="must not decrease"):
         ops.embedding_pooled_lookup_offset(ids, torch.tensor([0, 2, 1, 3], device="tpu"), table, 8)
+    # A bag start past the ids (and decreasing after it): reported as such,
+    # never an index out of range while finding the bags.
+    with pytest.raises(ValueError, match="must not decrease"):
+        ops.embedding_pooled_lookup_offset(ids, torch.tensor([0, 9, 3], device="tpu"), table, 8)
+    torch.tpu.synchronize()
     with pytest.raises(ValueError, match="bags of 2"):
         ops.embedding_pooled_lookup(ids, table, 2)
     # An id past its table, or negative: refused and named, on both platforms.

@@ -8,9 +8,10 @@ index_add, cumsum), so the lookups and their gradients stay on the device:
 - bags from offsets: a position's bag is the number of bag starts at or
   before it, less one (a cumulative sum of start marks), so no
   ``repeat_interleave`` with host-side lengths is needed;
-- each op reads ``offsets[0]`` and ``offsets[-1]`` once on the host, to check
-  that the offsets start at 0, do not run past the ids, and to know how many
-  ids are active (TorchRec pads ids to bucket sizes).
+- a forward lookup by offsets reads its checks back to the host once: that
+  the offsets start at 0, do not run past the ids and never decrease, that
+  every active id lies in its table, and how many ids are active (TorchRec
+  pads ids to bucket sizes); a backward reads the offsets' ends once.
 
 An id outside its table is an error naming the op, the id and its
 position, on every platform, never a read out of bounds.
@@ -18,7 +19,7 @@ position, on every platform, never a read out of bounds.
 
 from __future__ import annotations
 
-from typing import List
+from typing import List, Optional, Tuple
 
 import torch
 
@@ -87,9 +88,43 @@ def _check_ids(op: str, ids: torch.Tensor, rows: int) -> None:
         )
 
 
-def _check_monotone(op: str, offsets: torch.Tensor) -> None:
-    if offsets.numel() > 1 and bool((offsets[1:] < offsets[:-1]).any()):
+def _checked_bags(op: str, indices: torch.Tensor, offsets: torch.Tensor, rows: int,
+                  row_offsets: Optional[torch.Tensor] = None) -> Tuple[int, torch.Tensor, torch.Tensor]:
+    """(n, the bag of each of the first n ids, each one's table row) after
+    checking, with one read back to the host: that the offsets start at 0,
+    end within the ids and never decrease, and that every active id's row
+    (the id, plus its bag's row offset when given) lies inside the table."""
+    if offsets.dim() != 1 or offsets.numel() < 1:
+        raise ValueError(f"torchrec::{op}: offsets must be 1-D with at least one entry, got {tuple(offsets.shape)}")
+    dev = offsets.device
+    m, bags = indices.numel(), offsets.numel() - 1
+    offs = offsets.long()
+    # Bags of every position (clamped, so bad offsets cannot index out of
+    # range before they are reported), then rows.
+    marks = torch.zeros(m + 1, dtype=torch.int64, device=dev)
+    if bags > 1:
+        starts = offs[1:bags].clamp(0, m)
+        marks.index_add_(0, starts, torch.ones_like(starts))
+    bag = marks[:m].cumsum(0).clamp(max=max(bags - 1, 0))
+    row = indices.reshape(-1).long()
+    if row_offsets is not None and bags > 0:
+        row = row + row_offsets.long().index_select(0, bag)
+    pos = torch.arange(m, device=dev)
+    active = pos < offs[-1].clamp(0, m)
+    bad = active & ((row < 0) | (row >= rows))
+    first_bad = torch.where(bad, pos, m).amin() if m else torch.tensor(0, device=dev)
+    value = row.index_select(0, first_bad.clamp(max=max(m - 1, 0)).reshape(1)).reshape(()) if m else first_bad
+    decreasing = (offs[1:] < offs[:-1]).any() if bags > 0 else torch.tensor(False, device=dev)
+    first, last, dec, at, v = torch.stack([offs[0], offs[-1], decreasing.long(), first_bad, value]).tolist()
+    if first != 0:
+        raise ValueError(f"torchrec::{op}: offsets must start at 0, got {first}")
+    if not 0 <= last <= m:
+        raise ValueError(f"torchrec::{op}: the last offset ({last}) must lie in 0..{m} (the number of ids)")
+    if dec:
         raise ValueError(f"torchrec::{op}: offsets must not decrease (a bag of negative length)")
+    if at < m:
+        raise IndexError(f"torchrec::{op}: id {v} at position {at} is outside the table's {rows} rows")
+    return last, bag[:last], row[:last]
 
 
 @_impl("embedding_lookup")
@@ -121,12 +156,8 @@ def embedding_pooled_lookup_backward(grad_out, idx, pool: int, num_rows: int, em
 
 @_impl("embedding_pooled_lookup_offset")
 def embedding_pooled_lookup_offset(indices, offsets, weights, emb_dim: int) -> torch.Tensor:
-    op = "embedding_pooled_lookup_offset"
-    n = _active(op, indices, offsets)
-    _check_monotone(op, offsets)
-    _check_ids(op, indices[:n], weights.shape[0])
-    bag = _bag_of(offsets, n)
-    rows = weights.index_select(0, indices[:n].long())
+    _, bag, row = _checked_bags("embedding_pooled_lookup_offset", indices, offsets, weights.shape[0])
+    rows = weights.index_select(0, row)
     return weights.new_zeros((offsets.numel() - 1, emb_dim)).index_add_(0, bag, rows)
 
 
@@ -139,12 +170,9 @@ def embedding_pooled_lookup_offset_backward(grad_out, indices, offsets, num_rows
 
 @_impl("embedding_pooled_batched_lookup_offset")
 def embedding_pooled_batched_lookup_offset(indices, offsets, weights, row_offsets, emb_dim: int):
-    op = "embedding_pooled_batched_lookup_offset"
-    n = _active(op, indices, offsets)
-    _check_monotone(op, offsets)
-    bag = _bag_of(offsets, n)
-    rows = indices[:n].long() + row_offsets.long().index_select(0, bag)
-    _check_ids(op, rows, weights.shape[0])
+    _, bag, rows = _checked_bags(
+        "embedding_pooled_batched_lookup_offset", indices, offsets, weights.shape[0], row_offsets
+    )
     return weights.new_zeros((offsets.numel() - 1, emb_dim)).index_add_(0, bag, weights.index_select(0, rows))
 
 

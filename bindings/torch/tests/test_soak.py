@@ -2,8 +2,7 @@
 mode. After warm-up, what the program holds stays exactly flat (the pool's
 allocated bytes and live blocks, the live C ABI handles, the open file
 descriptors), the pool's cache stays within a segment or two of its
-warm-up size (it may take one more when the host runs ahead of the
-device), and the process's RSS within 8 MiB."""
+warm-up size, and the process's RSS within 8 MiB."""
 
 import os
 
@@ -56,8 +55,9 @@ def test_memory_and_handles_stay_flat_over_a_long_run(mode):
     for key in ("allocated", "live_blocks", "handles", "fds"):
         values = [s[key] for s in samples]
         assert all(v == first[key] for v in values), f"{key} moved after warm-up: {values}"
-    # The pool's cache may take a segment more when the host runs ahead of
-    # the device (frees are stream-ordered), but not keep growing.
+    # The pool's cache once took a segment more late in a CI run (after the
+    # rest of the suite, in one process; its placement depends on how far
+    # the host runs ahead): allowed, but it must not keep growing.
     reserved = [s["reserved"] for s in samples]
     assert max(reserved) <= first["reserved"] + (4 << 20), f"reserved grew after warm-up: {reserved}"
     segments = [s["segments"] for s in samples]

@@ -50,6 +50,7 @@ __all__ = [
     "sparse_dense_matmul_grad_with_adam",
     "sparse_dense_matmul_activation_unstack",
     "set_validate_inputs",
+    "sparse_cores",
     "validate_inputs_enabled",
 ]
 
@@ -73,6 +74,13 @@ def set_validate_inputs(enabled: bool) -> None:
 
 def validate_inputs_enabled() -> bool:
     return _validate
+
+
+def sparse_cores(device=None) -> int:
+    """The SparseCores per chip of a tpu device, as the SparseCore layouts
+    count them: 1 on a device with none (the XLA CPU and GPU plugins),
+    whose sparse queue stands in for one."""
+    return max(1, int(torch.tpu.get_device_properties(device).sparse_cores))
 
 
 def _tensor(op: str, name: str, t, device: Optional[torch.device] = None) -> torch.Tensor:
@@ -141,8 +149,9 @@ def _run(op: str, inputs: List[torch.Tensor], attrs: dict) -> List[torch.Tensor]
     return outs
 
 
-def _csr(op: str, row_pointers, embedding_ids, sample_ids, gains, table: torch.Tensor):
-    dev = table.device
+def _csr(op: str, row_pointers, embedding_ids, sample_ids, gains, like: torch.Tensor):
+    """The four CSR inputs, checked to be tensors on `like`'s device."""
+    dev = like.device
     return [
         _tensor(op, "row_pointers", row_pointers, dev),
         _tensor(op, "embedding_ids", embedding_ids, dev),
@@ -196,14 +205,7 @@ def sparse_dense_matmul_grad(
     and the rest -1 with zero values."""
     op = "sparse_dense_matmul_grad"
     g = _tensor(op, "grad_output", grad_output)
-    dev = g.device
-    csr = [
-        _tensor(op, n, t, dev)
-        for n, t in zip(
-            ("row_pointers", "embedding_ids", "sample_ids", "gains"),
-            (row_pointers, embedding_ids, sample_ids, gains),
-        )
-    ]
+    csr = _csr(op, row_pointers, embedding_ids, sample_ids, gains, g)
     if g.dim() != 2:
         raise ValueError(f"torch.tpu.ops.{op}: grad_output must be 2-D, got {tuple(g.shape)}")
     _check(op, csr, num_rows, g.shape[0])
@@ -368,9 +370,7 @@ def sparse_dense_matmul_activation_unstack(
     if len(set(sizes)) != 1:
         raise ValueError(f"torch.tpu.ops.{op}: features of one stacked table share a batch size, got {sizes}")
     f, b = len(sizes), sizes[0]
-    nsc = 1
-    if activations.device.type == "tpu":
-        nsc = max(1, torch.tpu.get_device_properties(activations.device).sparse_cores)
+    nsc = sparse_cores(activations.device) if activations.device.type == "tpu" else 1
     if activations.dim() != 2 or activations.shape[0] != f * b or b % nsc:
         raise ValueError(
             f"torch.tpu.ops.{op}: activations must be [{f} features x batch {b}, dim] with the batch "

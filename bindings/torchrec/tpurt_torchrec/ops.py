@@ -64,13 +64,16 @@ def _active(op: str, indices: torch.Tensor, offsets: torch.Tensor) -> int:
 
 
 def _bag_of(offsets: torch.Tensor, n: int) -> torch.Tensor:
-    """The bag of each of the first `n` ids (int64, on the offsets' device)."""
+    """The bag of each of the first `n` ids (int64, on the offsets' device).
+    Bag starts are clamped into 0..n and bags into 0..bags-1, so offsets not
+    yet checked cannot index out of range (for checked ones it changes
+    nothing)."""
     bags = offsets.numel() - 1
     marks = torch.zeros(n + 1, dtype=torch.int64, device=offsets.device)
     if bags > 1:
-        starts = offsets[1:bags].long()
+        starts = offsets[1:bags].long().clamp(0, n)
         marks.index_add_(0, starts, torch.ones_like(starts))
-    return marks[:n].cumsum(0)
+    return marks[:n].cumsum(0).clamp(max=max(bags - 1, 0))
 
 
 def _check_ids(op: str, ids: torch.Tensor, rows: int) -> None:
@@ -99,13 +102,7 @@ def _checked_bags(op: str, indices: torch.Tensor, offsets: torch.Tensor, rows: i
     dev = offsets.device
     m, bags = indices.numel(), offsets.numel() - 1
     offs = offsets.long()
-    # Bags of every position (clamped, so bad offsets cannot index out of
-    # range before they are reported), then rows.
-    marks = torch.zeros(m + 1, dtype=torch.int64, device=dev)
-    if bags > 1:
-        starts = offs[1:bags].clamp(0, m)
-        marks.index_add_(0, starts, torch.ones_like(starts))
-    bag = marks[:m].cumsum(0).clamp(max=max(bags - 1, 0))
+    bag = _bag_of(offsets, m)  # every position's bag, then its row
     row = indices.reshape(-1).long()
     if row_offsets is not None and bags > 0:
         row = row + row_offsets.long().index_select(0, bag)

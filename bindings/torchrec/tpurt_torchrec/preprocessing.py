@@ -50,11 +50,10 @@ def _round_up(v: int, m: int) -> int:
 
 
 def _device_sparse_cores() -> int:
-    """The current tpu device's SparseCores per chip; 1 for a device with
-    none (the XLA CPU and GPU plugins), whose sparse queue stands in for one."""
+    """The current tpu device's SparseCores per chip (tpurt.ops.sparse_cores)."""
     if not torch.tpu.is_available():
         return 1
-    return max(1, int(torch.tpu.get_device_properties(torch.tpu.current_device()).sparse_cores))
+    return torch.tpu.ops.sparse_cores(torch.tpu.current_device())
 
 
 class _Feature:

@@ -6,7 +6,9 @@
 //!   select, clamp, convert) that share one iteration shape, in one pass.
 //!   An elementwise node joins the newest group among its operands'
 //!   producers when that group is a loop over its shape without an
-//!   epilogue; otherwise it starts a new loop group.
+//!   epilogue; otherwise the newest such loop that runs after all of its
+//!   operands' producers (so a node reading only parameters joins the pass
+//!   already under way); otherwise it starts a new loop group.
 //! - A `reduce` over trailing dimensions of a loop group's shape, whose
 //!   operand that group computes, becomes the group's epilogue: the same
 //!   pass accumulates it. One set of trailing dimensions per group;
@@ -125,9 +127,18 @@ pub fn plan(graph: &Graph) -> Plan {
                 })
                 .map(|p| kernel_of[p])
                 .max();
-            let joinable = newest.filter(|&k| {
-                matches!(&kernels[k].kind, KernelKind::Loop { shape, reduce_dims: 0 } if *shape == out.dims)
-            });
+            let open = |k: usize| matches!(&kernels[k].kind, KernelKind::Loop { shape, reduce_dims: 0 } if *shape == out.dims);
+            // The newest producer's group when it is open; else the newest
+            // open group that runs after every producer (a node that reads
+            // only parameters, say `x * 0.5` beside `erf(x)`, joins the pass
+            // that is already reading `x`).
+            let joinable = match newest {
+                Some(k) if open(k) => Some(k),
+                _ => (0..kernels.len())
+                    .rev()
+                    .take_while(|&k| newest.is_none_or(|n| k > n))
+                    .find(|&k| open(k)),
+            };
             let k = joinable.unwrap_or_else(|| {
                 kernels.push(Kernel {
                     kind: KernelKind::Loop {

@@ -87,3 +87,59 @@ fn integer_values_run_node_by_node() {
     assert_eq!(p.loop_count(), 0);
     assert_eq!(p.kernels.len(), 2);
 }
+
+/// gelu reads its parameter in two places: `erf(x / sqrt 2) + 1` and
+/// `x * 0.5`. The second reads only the parameter, so it joins the pass
+/// already reading `x` instead of starting a second pass that re-reads `x`
+/// and reads back a stored `erf(..) + 1`.
+#[test]
+fn a_node_reading_only_parameters_joins_the_open_pass() {
+    for approximate in ["none", "tanh"] {
+        let g = op_graph(
+            "gelu",
+            &[TensorType::new(DType::F32, &[64, 32])],
+            Attrs::new().with("approximate", Attr::Str(approximate.into())),
+        );
+        let p = plan(&g);
+        assert_eq!(p.kernels.len(), 1, "{approximate}: {p:#?}");
+        assert_eq!(p.kernels[0].stores, g.outputs().to_vec(), "{approximate}");
+    }
+    // It never joins a pass that runs before its operand exists: `neg`
+    // reads the reverse of `exp(x)`, so it cannot join exp's pass, and
+    // `abs(x)` (parameters only) may join exp's pass but not an earlier one.
+    let mut g = GraphBuilder::new();
+    let x = g.param(TensorType::new(DType::F32, &[8]));
+    let a = g.unary(UnaryOp::Exp, x).unwrap();
+    let r = g
+        .op(
+            Prim::Reverse {
+                dimensions: vec![0],
+            },
+            &[a],
+        )
+        .unwrap();
+    let b = g.unary(UnaryOp::Neg, r).unwrap();
+    let c = g.unary(UnaryOp::Abs, x).unwrap();
+    let graph = g.build(&[b, c]).unwrap();
+    let p = plan(&graph);
+    let nodes = graph.nodes();
+    let kernel_of = |prim: Prim| {
+        let node = nodes.iter().position(|n| n.prim == prim).unwrap();
+        p.kernels
+            .iter()
+            .position(|k| k.nodes.contains(&node))
+            .unwrap()
+    };
+    let (exp, rev, neg, abs) = (
+        kernel_of(Prim::Unary(UnaryOp::Exp)),
+        kernel_of(Prim::Reverse {
+            dimensions: vec![0],
+        }),
+        kernel_of(Prim::Unary(UnaryOp::Neg)),
+        kernel_of(Prim::Unary(UnaryOp::Abs)),
+    );
+    assert!(exp < rev && rev < neg, "{p:#?}");
+    // abs joins the newest open pass over [8]: neg's, after the reverse.
+    assert_eq!(abs, neg, "{p:#?}");
+    assert_eq!(p.kernels.len(), 3, "{p:#?}");
+}

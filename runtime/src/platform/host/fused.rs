@@ -200,12 +200,27 @@ fn worker_count(n: u64) -> usize {
     if n < (1 << 18) {
         return 1;
     }
-    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *CORES.get_or_init(|| {
-        std::thread::available_parallelism()
-            .map_or(1, |c| c.get())
-            .min(8)
+    static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *THREADS.get_or_init(|| {
+        let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+        // A bad setting was refused when the platform was made.
+        host_threads(std::env::var("TPURT_HOST_THREADS").ok().as_deref(), cores)
+            .unwrap_or(cores.clamp(1, 8))
     })
+}
+
+/// Threads for big passes: `TPURT_HOST_THREADS` (a whole number from 1 to
+/// 256) when set, else one per core, at most 8.
+pub(crate) fn host_threads(setting: Option<&str>, cores: usize) -> Result<usize> {
+    match setting.map(str::trim).filter(|s| !s.is_empty()) {
+        None => Ok(cores.clamp(1, 8)),
+        Some(s) => match s.parse::<usize>() {
+            Ok(t) if (1..=256).contains(&t) => Ok(t),
+            _ => Err(Error::invalid(format!(
+                "TPURT_HOST_THREADS={s:?} is not a thread count from 1 to 256"
+            ))),
+        },
+    }
 }
 
 /// Where one chunk sits: its length, the sources and their row bases, its
@@ -232,9 +247,11 @@ struct Pass<'a> {
 }
 
 impl Pass<'_> {
-    /// Rows [r0, r1) of the iteration space (r0 starts a reduction).
-    fn rows(&self, r0: u64, r1: u64) -> Result<()> {
-        if r0 >= r1 {
+    /// Flat positions [f0, f1) of the iteration space, row by row in
+    /// chunks (f0 and f1 are multiples of the reduction length, so each
+    /// call sees whole reductions).
+    fn range(&self, f0: u64, f1: u64) -> Result<()> {
+        if f0 >= f1 || self.last == 0 {
             return Ok(());
         }
         let p = self.program;
@@ -242,15 +259,18 @@ impl Pass<'_> {
         let last = self.last;
         let mut regs = vec![0f32; p.registers.max(1) * CHUNK];
         let mut acc: Vec<f64> = p.epilogues.iter().map(|e| identity(e.op)).collect();
-        // The multi-index of row r0 over all but the last dimension.
+        // The multi-index of f0's row over all but the last dimension.
+        let mut row = f0 / last;
         let mut index = vec![0u64; rank.saturating_sub(1)];
-        let mut rest = r0;
+        let mut rest = row;
         for d in (0..index.len()).rev() {
             index[d] = rest % p.shape[d];
             rest /= p.shape[d];
         }
         let mut bases = vec![0u64; p.sources.len()];
-        for row in r0..r1 {
+        let mut start = f0 % last;
+        let mut flat = f0;
+        while flat < f1 {
             for (b, s) in bases.iter_mut().zip(&p.sources) {
                 *b = match s {
                     Source::Strided { strides, .. } => {
@@ -259,21 +279,21 @@ impl Pass<'_> {
                     Source::Splat(_) => 0,
                 };
             }
-            let mut start = 0u64;
-            while start < last {
-                let len = (last - start).min(CHUNK as u64) as usize;
+            let end = last.min(start + (f1 - flat));
+            while start < end {
+                let len = (end - start).min(CHUNK as u64) as usize;
+                let flat0 = row * last + start;
                 for inst in &p.insts {
                     let at = ChunkAt {
                         len,
                         src: self.src,
                         bases: &bases,
                         start,
-                        flat0: row * last + start,
+                        flat0,
                         scalars: self.scalars,
                     };
                     p.exec(inst, &mut regs, &at)?;
                 }
-                let flat0 = row * last + start;
                 for ((reg, _, _), sink) in p.stores.iter().zip(self.sinks) {
                     let vals = &regs[reg * CHUNK..reg * CHUNK + len];
                     store_device(sink.ptr, sink.len, sink.dtype, flat0 as usize, vals);
@@ -296,15 +316,20 @@ impl Pass<'_> {
                         }
                     }
                 }
+                flat += len as u64;
                 start += len as u64;
             }
-            // Advance the row index (odometer over all but the last dim).
-            for d in (0..index.len()).rev() {
-                index[d] += 1;
-                if index[d] < p.shape[d] {
-                    break;
+            if start == last {
+                // Next row (odometer over all but the last dim).
+                start = 0;
+                row += 1;
+                for d in (0..index.len()).rev() {
+                    index[d] += 1;
+                    if index[d] < p.shape[d] {
+                        break;
+                    }
+                    index[d] = 0;
                 }
-                index[d] = 0;
             }
         }
         Ok(())
@@ -643,9 +668,8 @@ impl LoopProgram {
             })
             .collect::<Result<_>>()?;
         // Iterate rows along the last dimension, chunked; big passes split
-        // their rows across threads (at reduction boundaries).
+        // across threads (at reduction boundaries).
         let last = if rank == 0 { 1 } else { self.shape[rank - 1] };
-        let rows = n.checked_div(last).unwrap_or(0);
         let sinks: Vec<Sink> = outs
             .iter_mut()
             .zip(&self.stores)
@@ -671,12 +695,18 @@ impl LoopProgram {
                 dtype: e.dtype,
             })
             .collect();
-        let rows_per_reduction = (self.reduce_len / last.max(1)).max(1);
+        // Threads take whole reductions; a pass without one splits
+        // anywhere (at chunk boundaries), so one long row splits too.
+        let unit = if self.epilogues.is_empty() {
+            CHUNK as u64
+        } else {
+            self.reduce_len.max(1)
+        };
         let threads = worker_count(n);
-        let units = rows / rows_per_reduction;
-        let per = units.div_ceil(threads as u64).max(1) * rows_per_reduction;
+        let units = n.div_ceil(unit);
+        let per = units.div_ceil(threads as u64).max(1) * unit;
         let ranges: Vec<(u64, u64)> = (0..threads as u64)
-            .map(|t| (t * per, ((t + 1) * per).min(rows)))
+            .map(|t| (t * per, ((t + 1) * per).min(n)))
             .filter(|(a, b)| a < b)
             .collect();
         // Rng seeds and offsets computed by other kernels or passed in.
@@ -711,14 +741,14 @@ impl LoopProgram {
             last,
         };
         if ranges.len() <= 1 {
-            pass.rows(0, rows)?;
+            pass.range(0, n)?;
         } else {
             std::thread::scope(|scope| {
                 let handles: Vec<_> = ranges
                     .iter()
                     .map(|&(a, b)| {
                         let pass = &pass;
-                        scope.spawn(move || pass.rows(a, b))
+                        scope.spawn(move || pass.range(a, b))
                     })
                     .collect();
                 handles
@@ -1005,16 +1035,26 @@ fn identity(op: ReduceOp) -> f64 {
 fn accumulate(op: ReduceOp, acc: f64, xs: &[f32]) -> f64 {
     match op {
         ReduceOp::Sum => {
-            // Four f64 lanes, then combined: vectorizes and stays accurate.
-            let mut lanes = [0f64; 4];
-            let mut chunks = xs.chunks_exact(4);
+            // Sixteen f64 lanes (four independent vector adds in flight, so
+            // the adds' latency does not bound the loop), then combined:
+            // vectorizes and stays accurate.
+            const LANES: usize = 16;
+            let mut lanes = [0f64; LANES];
+            let mut chunks = xs.chunks_exact(LANES);
             for c in &mut chunks {
-                for k in 0..4 {
+                for k in 0..LANES {
                     lanes[k] += c[k] as f64;
                 }
             }
             let tail: f64 = chunks.remainder().iter().map(|&v| v as f64).sum();
-            acc + (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]) + tail
+            let mut width = LANES;
+            while width > 1 {
+                width /= 2;
+                for k in 0..width {
+                    lanes[k] += lanes[k + width];
+                }
+            }
+            acc + lanes[0] + tail
         }
         ReduceOp::Prod => xs.iter().fold(acc, |a, &v| a * v as f64),
         // Max and min in f32 lanes (the compiler vectorizes the select),
@@ -1175,6 +1215,19 @@ pub fn run_plan(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn host_threads_reads_its_setting_and_refuses_bad_values() {
+        use super::host_threads;
+        assert_eq!(host_threads(None, 2).unwrap(), 2);
+        assert_eq!(host_threads(None, 64).unwrap(), 8);
+        assert_eq!(host_threads(Some(" "), 0).unwrap(), 1);
+        assert_eq!(host_threads(Some("3"), 2).unwrap(), 3);
+        for bad in ["0", "-1", "two", "1000"] {
+            let e = host_threads(Some(bad), 2).unwrap_err().to_string();
+            assert!(e.contains("TPURT_HOST_THREADS") && e.contains(bad), "{e}");
+        }
+    }
+
     use super::*;
     use crate::ir::TensorType;
     use crate::ops::{self, Attr, Attrs};
@@ -1345,6 +1398,39 @@ mod tests {
                 "sum",
                 &[f(&[0, 4])],
                 Attrs::new().with("dim", Attr::Ints(vec![1])),
+            ),
+            0.0,
+        );
+    }
+
+    /// Passes of 256K elements and more split across threads: one long
+    /// row splits mid-row (at chunk boundaries), rows of odd length split
+    /// mid-row with broadcast operands, reductions split between rows, and
+    /// dropout's random draws keep their positions.
+    #[test]
+    fn threaded_passes_equal_the_reference() {
+        let f = |d: &[u64]| TensorType::new(DType::F32, d);
+        check(&op("gelu", &[f(&[(1 << 19) + 77])], Attrs::new()), 1e-6);
+        check(
+            &op("add", &[f(&[3, 100_003]), f(&[100_003])], Attrs::new()),
+            0.0,
+        );
+        check(
+            &op(
+                "sum",
+                &[f(&[5, 70_001])],
+                Attrs::new().with("dim", Attr::Ints(vec![1])),
+            ),
+            1e-6,
+        );
+        check(
+            &op(
+                "dropout",
+                &[f(&[300_001])],
+                Attrs::new()
+                    .with("p", Attr::Float(0.25))
+                    .with("train", Attr::Bool(true))
+                    .with("seed", Attr::Int(7)),
             ),
             0.0,
         );

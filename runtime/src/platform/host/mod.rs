@@ -80,6 +80,8 @@ impl HostConfig {
                 None => DEFAULT_HBM_BYTES,
             },
         };
+        // Read when a big pass first runs; refused here, where it can be.
+        fused::host_threads(env("TPURT_HOST_THREADS").as_deref(), 1)?;
         let given = chips.is_some() || topology.is_some();
         let (chips, topology) = match (chips, topology) {
             (None, None) => (DEFAULT_CHIPS, vec![2, 2]),

@@ -1,30 +1,73 @@
 //! Device buffers: a pool block that returns itself to its pool when the
-//! last reference goes. Work queued on a stream holds a reference to the
-//! buffers it touches, so dropping a buffer early never frees memory that
-//! queued work will still read or write.
+//! last *owner* goes.
+//!
+//! Owners are the handles frontends, deferred ops and the runtime's own
+//! code hold. Work queued on a stream holds a *work reference* instead
+//! ([`Buffer::for_work`]): it keeps the memory readable and writable by that
+//! work, but not the block. When the last owner goes, the block goes back
+//! to the pool at once, stream-ordered, as in PyTorch's CUDA caching
+//! allocator: its own stream may reuse it at once (work there runs in
+//! order after the queued work), and every other stream that queued work
+//! on it was recorded on the block, so the pool keeps it from them until
+//! that work is done (the memory module's rules 6 and 7). A frontend that
+//! launches ahead of the device therefore reuses memory instead of growing
+//! the pool by one block per queued op.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use crate::memory::{Block, HbmPool};
 use crate::platform::Segment;
-use crate::stream::Stream;
+use crate::stream::{Stream, StreamClock};
 
-#[derive(Clone)]
 pub struct Buffer {
     inner: Arc<BufferInner>,
+    /// Whether this handle counts in `owners` (false: a work reference).
+    owner: bool,
 }
 
 struct BufferInner {
     pool: Arc<HbmPool>,
-    /// Taken in Drop to hand back to the pool.
-    block: Option<Block>,
+    /// The pool's block until the last owner goes.
+    block: Mutex<Option<Block>>,
+    owners: AtomicUsize,
+    segment: Segment,
+    offset: u64,
+    address: u64,
     len: u64,
+}
+
+impl BufferInner {
+    fn release(&self) {
+        let block = self.block.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(block) = block {
+            self.pool.free(block);
+        }
+    }
 }
 
 impl Drop for BufferInner {
     fn drop(&mut self) {
-        if let Some(block) = self.block.take() {
-            self.pool.free(block);
+        self.release();
+    }
+}
+
+impl Clone for Buffer {
+    fn clone(&self) -> Self {
+        if self.owner {
+            self.inner.owners.fetch_add(1, Ordering::SeqCst);
+        }
+        Buffer {
+            inner: Arc::clone(&self.inner),
+            owner: self.owner,
+        }
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        if self.owner && self.inner.owners.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.inner.release();
         }
     }
 }
@@ -34,7 +77,8 @@ impl std::fmt::Debug for Buffer {
         f.debug_struct("Buffer")
             .field("chip", &self.chip())
             .field("len", &self.inner.len)
-            .field("offset", &self.block().offset())
+            .field("offset", &self.inner.offset)
+            .field("owner", &self.owner)
             .finish()
     }
 }
@@ -44,17 +88,41 @@ impl Buffer {
         Buffer {
             inner: Arc::new(BufferInner {
                 pool,
-                block: Some(block),
+                segment: Arc::clone(block.segment()),
+                offset: block.offset(),
+                address: block.address(),
+                block: Mutex::new(Some(block)),
+                owners: AtomicUsize::new(1),
                 len,
             }),
+            owner: true,
         }
     }
 
-    fn block(&self) -> &Block {
-        self.inner
+    /// A work reference for work queued on `stream` (see the module
+    /// comment): it does not keep the block from the pool once the owners
+    /// are gone. A stream other than the block's own is recorded on the
+    /// block, so the pool hands the memory to no other stream before the
+    /// work queued there by the last owner's free has finished.
+    pub fn for_work(&self, stream: &Arc<StreamClock>) -> Buffer {
+        if let Some(block) = self
+            .inner
             .block
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
             .as_ref()
-            .expect("a live buffer holds its block")
+        {
+            self.inner.pool.record_stream(block, stream);
+        }
+        Buffer {
+            inner: Arc::clone(&self.inner),
+            owner: false,
+        }
+    }
+
+    /// Whether this handle is an owner (not a work reference).
+    pub fn is_owner(&self) -> bool {
+        self.owner
     }
 
     /// Bytes asked for (the block may be larger).
@@ -68,16 +136,18 @@ impl Buffer {
         self.inner.pool.chip()
     }
     pub fn segment(&self) -> &Segment {
-        self.block().segment()
+        &self.inner.segment
     }
     /// Offset of this buffer's first byte inside its segment.
     pub fn segment_offset(&self) -> u64 {
-        self.block().offset()
+        self.inner.offset
     }
     /// The buffer's device address (rule 15 of the memory module): unique
-    /// among live buffers, ranges disjoint; a name, never a pointer.
+    /// among buffers that have owners, ranges disjoint (a work reference
+    /// may share its address with a newer buffer that took over its memory
+    /// in stream order); a name, never a pointer.
     pub fn address(&self) -> u64 {
-        self.block().address()
+        self.inner.address
     }
     pub fn same_buffer(&self, other: &Buffer) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
@@ -97,6 +167,9 @@ impl Buffer {
     /// The buffer is also used by work on `stream`: when freed, its memory
     /// is reused only after that work finished (torch's `record_stream`).
     pub fn record_stream(&self, stream: &Stream) {
-        self.inner.pool.record_stream(self.block(), stream.clock());
+        let block = self.inner.block.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(block) = block.as_ref() {
+            self.inner.pool.record_stream(block, stream.clock());
+        }
     }
 }

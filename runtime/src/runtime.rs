@@ -350,7 +350,7 @@ impl Runtime {
     ) -> Result<()> {
         check_host_side(src.bytes().len(), layout, "host source")?;
         layout.check_within(dst.len(), "device destination")?;
-        let (dst, layout) = (dst.clone(), layout.clone());
+        let (dst, layout) = (dst.for_work(stream.clock()), layout.clone());
         stream.submit("copy_host_to_device", move || {
             write_runs(src.bytes(), &dst, &layout)
         })
@@ -382,7 +382,7 @@ impl Runtime {
     ) -> Result<()> {
         layout.check_within(src.len(), "device source")?;
         check_host_side(dst.len(), layout, "host destination")?;
-        let (src, layout) = (src.clone(), layout.clone());
+        let (src, layout) = (src.for_work(stream.clock()), layout.clone());
         stream.submit("copy_device_to_host", move || {
             dst.write_with(&mut |out| read_runs(&src, &layout, out))
         })
@@ -402,7 +402,7 @@ impl Runtime {
         dst_layout.check_within(dst.len(), "device destination")?;
         // Check shapes now, so the error reaches the caller, not the stream.
         for_each_run(src_layout, dst_layout, |_, _, _| Ok(()))?;
-        let (src, dst) = (src.clone(), dst.clone());
+        let (src, dst) = (src.for_work(stream.clock()), dst.for_work(stream.clock()));
         let (sl, dl) = (src_layout.clone(), dst_layout.clone());
         stream.submit("copy_device_to_device", move || {
             for_each_run(&sl, &dl, |s, d, n| {
@@ -431,7 +431,7 @@ impl Runtime {
                 dst.len()
             )));
         }
-        let dst = dst.clone();
+        let dst = dst.for_work(stream.clock());
         stream.submit("fill", move || {
             dst.segment()
                 .fill(dst.segment_offset() + offset, len, value)
@@ -516,7 +516,10 @@ impl Runtime {
     ) -> Result<()> {
         check_devices(name, inputs, outputs, stream)?;
         crate::platform::check_io(name, exe.as_ref(), inputs, outputs)?;
-        let (ins, outs) = (inputs.to_vec(), outputs.to_vec());
+        let work = |ts: &[DeviceTensor]| -> Vec<DeviceTensor> {
+            ts.iter().map(|t| t.for_work(stream.clock())).collect()
+        };
+        let (ins, outs) = (work(inputs), work(outputs));
         stream.submit(name, move || exe.execute(&ins, &outs))
     }
 
@@ -780,6 +783,77 @@ mod tests {
 
     fn floats(v: &[f32]) -> Vec<u8> {
         bytemuck::cast_slice(v).to_vec()
+    }
+
+    /// A stream held up until the returned sender is dropped or sent to.
+    fn hold(stream: &Stream) -> std::sync::mpsc::Sender<()> {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        stream
+            .submit("hold", move || {
+                let _ = rx.recv();
+                Ok(())
+            })
+            .unwrap();
+        tx
+    }
+
+    /// Freeing a buffer that queued work still uses hands its memory back
+    /// at once, stream-ordered: the same stream reuses it while the work
+    /// is still queued (and its later work sees its own values, not the
+    /// old ones), and another stream that queued work on it gets it only
+    /// after that work is done. Before work references, every queued op
+    /// kept its buffers from the pool, so a frontend running ahead of the
+    /// device grew the pool by a block per queued op.
+    #[test]
+    fn freed_buffers_are_reused_in_stream_order_while_work_is_queued() {
+        let r = rt(1, 1 << 30);
+        let s = r.default_stream(0).unwrap();
+        let n = 64 * 1024u64; // bytes
+        let layout = Layout::contiguous(&[n / 4], 4);
+        let release = hold(&s);
+        let a = r.allocate(0, n, &s).unwrap();
+        let address = a.address();
+        r.fill_async(&a, 0, n, 1, &s).unwrap();
+        drop(a);
+        // Same stream: the same memory, while the fill is still queued.
+        let b = r.allocate(0, n, &s).unwrap();
+        assert_eq!(b.address(), address);
+        let segments = r.memory_stats(0).unwrap().num_segment_allocs;
+        r.fill_async(&b, 0, n, 2, &s).unwrap();
+        let out = HostReadback::new(n as usize);
+        r.copy_device_to_host_async(&b, &layout, Box::new(out.clone()), &s)
+            .unwrap();
+        drop(release);
+        s.synchronize().unwrap();
+        assert!(out.to_vec().iter().all(|&x| x == 2));
+        assert_eq!(r.memory_stats(0).unwrap().num_segment_allocs, segments);
+        drop(b);
+
+        // Another stream's queued work keeps the memory from other streams
+        // (a SparseCore stream: its own worker, so holding it up leaves
+        // the TensorCore streams running).
+        let s2 = r.create_stream(0, CoreKind::SparseCore, 0).unwrap();
+        let c = r.allocate(0, n, &s).unwrap();
+        let c_address = c.address();
+        let release2 = hold(&s2);
+        let out2 = HostReadback::new(n as usize);
+        r.fill_async(&c, 0, n, 3, &s).unwrap();
+        s.synchronize().unwrap();
+        r.copy_device_to_host_async(&c, &layout, Box::new(out2.clone()), &s2)
+            .unwrap();
+        drop(c);
+        let d = r.allocate(0, n, &s).unwrap();
+        assert_ne!(d.address(), c_address, "s2's queued copy still reads it");
+        r.fill_async(&d, 0, n, 4, &s).unwrap();
+        s.synchronize().unwrap();
+        drop(release2);
+        s2.synchronize().unwrap();
+        assert!(out2.to_vec().iter().all(|&x| x == 3));
+        // c was pending free until s2's copy finished; now nothing is active.
+        drop(d);
+        let stats = r.memory_stats(0).unwrap();
+        assert_eq!(stats.active_bytes.current, 0, "{stats:?}");
+        assert_eq!(stats.allocated_bytes.current, 0, "{stats:?}");
     }
 
     #[test]

@@ -81,6 +81,16 @@ impl DeviceTensor {
 
     /// Whether two descriptors may touch a common byte (same buffer and
     /// overlapping byte ranges; conservative for strided views).
+    /// The same view over a work reference to its buffer, for work queued
+    /// on `stream` (see [`Buffer::for_work`]).
+    pub fn for_work(&self, stream: &std::sync::Arc<crate::stream::StreamClock>) -> DeviceTensor {
+        DeviceTensor {
+            buffer: self.buffer.for_work(stream),
+            dtype: self.dtype,
+            layout: self.layout.clone(),
+        }
+    }
+
     pub fn may_overlap(&self, other: &DeviceTensor) -> bool {
         if !self.buffer.same_buffer(&other.buffer) || self.numel() == 0 || other.numel() == 0 {
             return false;

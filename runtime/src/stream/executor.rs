@@ -188,11 +188,19 @@ impl Executor {
             return Err(Error::Internal("deferred ops without a compiler".into()));
         };
         match lazy::prepare(&ops, &compiler, &mut q.memo) {
-            Ok(Some(f)) => self.push_raw(
-                stream,
-                Cow::Owned(f.name),
-                TaskKind::Run(Box::new(move || f.exe.execute(&f.inputs, &f.outputs))),
-            ),
+            Ok(Some(f)) => {
+                // Work references: the recording's owners go at the end
+                // of this call, after the task is queued.
+                let work = |ts: &[crate::tensor::DeviceTensor]| -> Vec<_> {
+                    ts.iter().map(|t| t.for_work(&stream.clock)).collect()
+                };
+                let (exe, ins, outs) = (f.exe, work(&f.inputs), work(&f.outputs));
+                self.push_raw(
+                    stream,
+                    Cow::Owned(f.name),
+                    TaskKind::Run(Box::new(move || exe.execute(&ins, &outs))),
+                )
+            }
             Ok(None) => Ok(()),
             // Surfaces, in order, at the stream's next synchronize.
             Err(e) => self.push_raw(

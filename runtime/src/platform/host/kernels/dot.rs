@@ -237,17 +237,16 @@ fn batched_gemm<T: GemmFloat>(
     if threads > 1 && work < gemm::get_threading_threshold() && work * batches >= MIN_PARALLEL_WORK
     {
         // Many small products: give each thread a run of whole batches.
+        use rayon::prelude::*;
         let per_thread = batches.div_ceil(threads);
-        std::thread::scope(|scope| {
-            for (t, chunk) in dst.chunks_mut(per_thread * m * n).enumerate() {
-                scope.spawn(move || {
-                    for (i, out) in chunk.chunks_exact_mut(m * n).enumerate() {
-                        let b = t * per_thread + i;
-                        gemm_one(lhs, lm, rhs, rm, b, out, gemm::Parallelism::None);
-                    }
-                });
-            }
-        });
+        dst.par_chunks_mut(per_thread * m * n)
+            .enumerate()
+            .for_each(|(t, chunk)| {
+                for (i, out) in chunk.chunks_exact_mut(m * n).enumerate() {
+                    let b = t * per_thread + i;
+                    gemm_one(lhs, lm, rhs, rm, b, out, gemm::Parallelism::None);
+                }
+            });
     } else {
         for (b, out) in dst.chunks_exact_mut(m * n).enumerate() {
             gemm_one(lhs, lm, rhs, rm, b, out, gemm::Parallelism::Rayon(0));

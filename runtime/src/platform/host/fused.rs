@@ -130,6 +130,26 @@ impl SourceData<'_> {
         }
     }
 
+    /// Where `n` values from `at` already lie as aligned f32s, so a load
+    /// may point its register there instead of copying them.
+    #[inline(always)]
+    fn direct(&self, at: usize, n: usize) -> Option<*const f32> {
+        if n == 0 || at + n > self.len() {
+            return None;
+        }
+        match self {
+            SourceData::Host(v) => Some(v[at..at + n].as_ptr()),
+            SourceData::Device { ptr, .. }
+                if ptr.align_offset(std::mem::align_of::<f32>()) == 0 =>
+            {
+                // SAFETY: at + n <= len (checked above), and the tensor's
+                // `len` elements lie inside its segment (as in `read`).
+                Some(unsafe { ptr.add(at) })
+            }
+            _ => None,
+        }
+    }
+
     /// Copy `out.len()` values from `at` with `step` (0: broadcast one value).
     #[inline(always)]
     fn read(&self, at: usize, step: usize, out: &mut [f32]) {
@@ -259,6 +279,8 @@ impl Pass<'_> {
         let rank = p.shape.len();
         let last = self.last;
         let mut regs = vec![0f32; p.registers.max(1) * CHUNK];
+        // Registers a load points straight at source memory (see `exec`).
+        let mut views: Vec<Option<*const f32>> = vec![None; p.registers.max(1)];
         let mut acc: Vec<f64> = p.epilogues.iter().map(|e| identity(e.op)).collect();
         // The multi-index of f0's row over all but the last dimension.
         let mut row = f0 / last;
@@ -293,14 +315,14 @@ impl Pass<'_> {
                         flat0,
                         scalars: self.scalars,
                     };
-                    p.exec(inst, &mut regs, &at)?;
+                    p.exec(inst, &mut regs, &mut views, &at)?;
                 }
                 for ((reg, _, _), sink) in p.stores.iter().zip(self.sinks) {
-                    let vals = &regs[reg * CHUNK..reg * CHUNK + len];
+                    let vals = register(&regs, &views, *reg, len);
                     store_device(sink.ptr, sink.len, sink.dtype, flat0 as usize, vals);
                 }
                 for (k, e) in p.epilogues.iter().enumerate() {
-                    let r = &regs[e.reg * CHUNK..e.reg * CHUNK + len];
+                    let r = register(&regs, &views, e.reg, len);
                     // The chunk may span several reduction rows (short rows).
                     let mut off = 0usize;
                     while off < len {
@@ -334,6 +356,22 @@ impl Pass<'_> {
             }
         }
         Ok(())
+    }
+}
+
+/// Register `reg`'s values for the chunk: its view, or the register file.
+#[inline(always)]
+fn register<'a>(
+    regs: &'a [f32],
+    views: &[Option<*const f32>],
+    reg: usize,
+    len: usize,
+) -> &'a [f32] {
+    match views[reg] {
+        // SAFETY: as for `arg!` in `LoopProgram::exec`; the source outlives
+        // the pass that reads it.
+        Some(p) => unsafe { std::slice::from_raw_parts(p, len) },
+        None => &regs[reg * CHUNK..reg * CHUNK + len],
     }
 }
 
@@ -774,7 +812,13 @@ impl LoopProgram {
     }
 
     #[inline(always)]
-    fn exec(&self, inst: &Inst, regs: &mut [f32], at: &ChunkAt<'_>) -> Result<()> {
+    fn exec(
+        &self,
+        inst: &Inst,
+        regs: &mut [f32],
+        views: &mut [Option<*const f32>],
+        at: &ChunkAt<'_>,
+    ) -> Result<()> {
         let ChunkAt {
             len,
             src,
@@ -785,21 +829,48 @@ impl LoopProgram {
         } = *at;
         // Split the register file so a destination and its operands can be
         // borrowed at once (operands are always earlier registers or equal).
+        // An operand: its register, or the source memory a load pointed
+        // it at.
+        macro_rules! arg {
+            ($lo:expr, $a:expr) => {{
+                match views[$a] {
+                    // SAFETY: a view holds `len` aligned f32s of a source
+                    // (`SourceData::direct` checked the range), which
+                    // nothing writes during the pass: a result goes
+                    // straight to device memory only when it overlaps no
+                    // input, and host values are not written while read.
+                    Some(p) => unsafe { std::slice::from_raw_parts(p, len) },
+                    None => &$lo[$a * CHUNK..$a * CHUNK + len],
+                }
+            }};
+        }
         macro_rules! two {
             ($dst:expr, $a:expr) => {{
+                views[$dst] = None;
                 let (lo, hi) = regs.split_at_mut($dst * CHUNK);
-                (&mut hi[..len], &lo[$a * CHUNK..$a * CHUNK + len])
+                (&mut hi[..len], arg!(lo, $a))
+            }};
+        }
+        macro_rules! split {
+            ($dst:expr) => {{
+                views[$dst] = None;
+                regs.split_at_mut($dst * CHUNK)
             }};
         }
         match *inst {
             Inst::Load { dst, src: s } => {
+                views[dst] = None;
                 let out = &mut regs[dst * CHUNK..dst * CHUNK + len];
                 match &self.sources[s] {
                     Source::Splat(v) => out.fill(*v),
                     Source::Strided { strides, .. } => {
                         let step = *strides.last().unwrap_or(&0);
                         let base = (bases[s] + start * step) as usize;
-                        src[s].read(base, step as usize, out);
+                        // A contiguous run of f32s is read where it lies.
+                        match (step == 1).then(|| src[s].direct(base, len)).flatten() {
+                            Some(p) => views[dst] = Some(p),
+                            None => src[s].read(base, step as usize, out),
+                        }
                     }
                 }
             }
@@ -812,19 +883,13 @@ impl LoopProgram {
                 out.copy_from_slice(x);
             }
             Inst::Binary { op, dst, a, b } => {
-                let (lo, hi) = regs.split_at_mut(dst * CHUNK);
-                let (x, y) = (
-                    &lo[a * CHUNK..a * CHUNK + len],
-                    &lo[b * CHUNK..b * CHUNK + len],
-                );
+                let (lo, hi) = split!(dst);
+                let (x, y) = (arg!(lo, a), arg!(lo, b));
                 binary(op, &mut hi[..len], x, y);
             }
             Inst::Compare { op, dst, a, b } => {
-                let (lo, hi) = regs.split_at_mut(dst * CHUNK);
-                let (x, y) = (
-                    &lo[a * CHUNK..a * CHUNK + len],
-                    &lo[b * CHUNK..b * CHUNK + len],
-                );
+                let (lo, hi) = split!(dst);
+                let (x, y) = (arg!(lo, a), arg!(lo, b));
                 let out = &mut hi[..len];
                 for j in 0..len {
                     let r = match op {
@@ -839,13 +904,9 @@ impl LoopProgram {
                 }
             }
             Inst::Select { dst, p, a, b } => {
-                let (lo, hi) = regs.split_at_mut(dst * CHUNK);
+                let (lo, hi) = split!(dst);
                 let out = &mut hi[..len];
-                let (pr, x, y) = (
-                    &lo[p * CHUNK..p * CHUNK + len],
-                    &lo[a * CHUNK..a * CHUNK + len],
-                    &lo[b * CHUNK..b * CHUNK + len],
-                );
+                let (pr, x, y) = (arg!(lo, p), arg!(lo, a), arg!(lo, b));
                 for j in 0..len {
                     out[j] = if pr[j] != 0.0 { x[j] } else { y[j] };
                 }
@@ -856,13 +917,9 @@ impl LoopProgram {
                 x,
                 hi: h,
             } => {
-                let (lo, hi) = regs.split_at_mut(dst * CHUNK);
+                let (lo, hi) = split!(dst);
                 let out = &mut hi[..len];
-                let (a, v, b) = (
-                    &lo[l * CHUNK..l * CHUNK + len],
-                    &lo[x * CHUNK..x * CHUNK + len],
-                    &lo[h * CHUNK..h * CHUNK + len],
-                );
+                let (a, v, b) = (arg!(lo, l), arg!(lo, x), arg!(lo, h));
                 for j in 0..len {
                     out[j] = if v[j].is_nan() {
                         v[j]
@@ -888,6 +945,7 @@ impl LoopProgram {
                         .ok_or_else(|| Error::Internal(format!("rng scalar %{} unknown", v.0))),
                 };
                 let (seed, offset) = (get(seed)?, get(offset)?);
+                views[dst] = None;
                 let out = &mut regs[dst * CHUNK..dst * CHUNK + len];
                 for (j, o) in out.iter_mut().enumerate() {
                     *o = kernels::rng::uniform_f32_at(seed, offset, flat0 + j as u64);
@@ -916,6 +974,13 @@ impl LoopProgram {
                 }
             }
             Inst::Round { reg, dtype } => {
+                // Rounds follow computing instructions, never loads; a view
+                // would be copied in first all the same.
+                if let Some(p) = views[reg].take() {
+                    // SAFETY: as for `arg!`.
+                    let v = unsafe { std::slice::from_raw_parts(p, len) };
+                    regs[reg * CHUNK..reg * CHUNK + len].copy_from_slice(v);
+                }
                 let r = &mut regs[reg * CHUNK..reg * CHUNK + len];
                 match dtype {
                     DType::BF16 => r.iter_mut().for_each(|v| *v = bf16::from_f32(*v).to_f32()),

@@ -856,6 +856,46 @@ mod tests {
         assert_eq!(stats.allocated_bytes.current, 0, "{stats:?}");
     }
 
+    /// Contiguous inputs of primitive kernels are read in place on the host
+    /// platform, so a parameter that a primitive kernel (here a transpose)
+    /// read is a view of its device memory when the graph returns it. An
+    /// output written over that parameter first must not change it: output
+    /// 0 is -x written over x, output 1 is x itself, written after it.
+    #[test]
+    fn an_in_place_output_does_not_change_a_view_of_the_input() {
+        use crate::ir::{DType, GraphBuilder, Prim, TensorType, UnaryOp};
+        let r = rt(1, 1 << 30);
+        let s = r.default_stream(0).unwrap();
+        let mut g = GraphBuilder::new();
+        let x = g.param(TensorType::new(DType::F32, &[2, 3]));
+        let neg = g.unary(UnaryOp::Neg, x).unwrap();
+        let xt = g.op(Prim::Transpose { perm: vec![1, 0] }, &[x]).unwrap();
+        let exe = r.compile(&g.build(&[neg, x, xt]).unwrap()).unwrap();
+        let xs = [1f32, 2.0, 3.0, 4.0, 5.0, 6.0];
+        let six = Layout::contiguous(&[6], 4);
+        let [xb, yb, zb] = [0; 3].map(|_| r.allocate(0, 24, &s).unwrap());
+        r.copy_host_to_device(&floats(&xs), &xb, &six, &s).unwrap();
+        let t = |b: &Buffer, dims: &[u64]| {
+            DeviceTensor::contiguous(b.clone(), DType::F32, dims).unwrap()
+        };
+        r.launch(
+            exe,
+            &[t(&xb, &[2, 3])],
+            &[t(&xb, &[2, 3]), t(&yb, &[2, 3]), t(&zb, &[3, 2])],
+            &s,
+            "graph",
+        )
+        .unwrap();
+        let read = |b: &Buffer| {
+            let mut out = vec![0u8; 24];
+            r.copy_device_to_host(b, &six, &mut out, &s).unwrap();
+            bytemuck::cast_slice::<u8, f32>(&out).to_vec()
+        };
+        assert_eq!(read(&xb), xs.iter().map(|v| -v).collect::<Vec<_>>());
+        assert_eq!(read(&yb), xs.to_vec());
+        assert_eq!(read(&zb), vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
+    }
+
     #[test]
     fn platform_choice_and_unknown_platforms() {
         let e = Runtime::new(&RuntimeOptions {

@@ -299,6 +299,20 @@ impl Executable for HostExecutable {
             eprintln!("execute: direct {:?}, plan {:?}", direct, self.plan);
         }
         run_plan(&self.graph, &self.plan, &self.programs, &mut values, &io)?;
+        // Results may be views of input memory (contiguous inputs are read
+        // in place, and a kernel may pass one through). Writing an output
+        // that overlaps an input would change what such a view shows, so
+        // then every view is copied first.
+        if outputs
+            .iter()
+            .any(|o| inputs.iter().any(|i| i.may_overlap(o)))
+        {
+            for t in values.iter_mut().flatten() {
+                if t.data.is_view() {
+                    t.data.as_bytes_mut();
+                }
+            }
+        }
         for (v, t) in self.graph.outputs().iter().zip(outputs) {
             if direct.contains(v) {
                 continue;

@@ -1228,7 +1228,18 @@ fn eval_node(
     for v in &n.inputs {
         if values[v.0 as usize].is_none() {
             if let Some(t) = io.inputs.get(v) {
-                values[v.0 as usize] = Some(read_tensor(t)?);
+                // A contiguous input is read where it lies (copied on write).
+                // SAFETY: `t` is an input of the executing executable, whose
+                // task holds its buffer; during `execute` device memory is
+                // written only by loop results stored straight into outputs
+                // that overlap no input, and by the final output writes,
+                // before which `HostExecutable::execute` copies every view
+                // it still needs when an output overlaps an input.
+                let view = unsafe { HostTensor::borrow_device(t) };
+                values[v.0 as usize] = Some(match view {
+                    Some(h) => h,
+                    None => read_tensor(t)?,
+                });
             }
         }
     }

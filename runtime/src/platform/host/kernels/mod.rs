@@ -124,6 +124,10 @@ impl AlignedBytes {
         }
         &bytemuck::cast_slice(&self.words)[..self.len]
     }
+    /// Whether these bytes are a view of device memory (not owned).
+    pub fn is_view(&self) -> bool {
+        !self.borrowed.is_null()
+    }
     pub fn as_bytes_mut(&mut self) -> &mut [u8] {
         if !self.borrowed.is_null() {
             // Never write through a view of device memory: own a copy first.

@@ -1471,7 +1471,7 @@ mod tests {
         );
     }
 
-    /// Passes of 256K elements and more split across threads: one long
+    /// Passes of 64K elements and more split across threads: one long
     /// row splits mid-row (at chunk boundaries), rows of odd length split
     /// mid-row with broadcast operands, reductions split between rows, and
     /// dropout's random draws keep their positions.

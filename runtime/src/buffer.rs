@@ -120,11 +120,6 @@ impl Buffer {
         }
     }
 
-    /// Whether this handle is an owner (not a work reference).
-    pub fn is_owner(&self) -> bool {
-        self.owner
-    }
-
     /// Bytes asked for (the block may be larger).
     pub fn len(&self) -> u64 {
         self.inner.len

@@ -516,10 +516,8 @@ impl Runtime {
     ) -> Result<()> {
         check_devices(name, inputs, outputs, stream)?;
         crate::platform::check_io(name, exe.as_ref(), inputs, outputs)?;
-        let work = |ts: &[DeviceTensor]| -> Vec<DeviceTensor> {
-            ts.iter().map(|t| t.for_work(stream.clock())).collect()
-        };
-        let (ins, outs) = (work(inputs), work(outputs));
+        let ins = DeviceTensor::all_for_work(inputs, stream.clock());
+        let outs = DeviceTensor::all_for_work(outputs, stream.clock());
         stream.submit(name, move || exe.execute(&ins, &outs))
     }
 

@@ -79,8 +79,6 @@ impl DeviceTensor {
             .all(|(&n, (&a, &b))| n <= 1 || a == b)
     }
 
-    /// Whether two descriptors may touch a common byte (same buffer and
-    /// overlapping byte ranges; conservative for strided views).
     /// The same view over a work reference to its buffer, for work queued
     /// on `stream` (see [`Buffer::for_work`]).
     pub fn for_work(&self, stream: &std::sync::Arc<crate::stream::StreamClock>) -> DeviceTensor {
@@ -91,6 +89,17 @@ impl DeviceTensor {
         }
     }
 
+    /// [`DeviceTensor::for_work`] of each tensor: what a task queued on
+    /// `stream` holds of an op's inputs or outputs.
+    pub fn all_for_work(
+        tensors: &[DeviceTensor],
+        stream: &std::sync::Arc<crate::stream::StreamClock>,
+    ) -> Vec<DeviceTensor> {
+        tensors.iter().map(|t| t.for_work(stream)).collect()
+    }
+
+    /// Whether two descriptors may touch a common byte (same buffer and
+    /// overlapping byte ranges; conservative for strided views).
     pub fn may_overlap(&self, other: &DeviceTensor) -> bool {
         if !self.buffer.same_buffer(&other.buffer) || self.numel() == 0 || other.numel() == 0 {
             return false;

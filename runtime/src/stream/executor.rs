@@ -191,10 +191,10 @@ impl Executor {
             Ok(Some(f)) => {
                 // Work references: the recording's owners go at the end
                 // of this call, after the task is queued.
-                let work = |ts: &[crate::tensor::DeviceTensor]| -> Vec<_> {
-                    ts.iter().map(|t| t.for_work(&stream.clock)).collect()
-                };
-                let (exe, ins, outs) = (f.exe, work(&f.inputs), work(&f.outputs));
+                use crate::tensor::DeviceTensor;
+                let ins = DeviceTensor::all_for_work(&f.inputs, &stream.clock);
+                let outs = DeviceTensor::all_for_work(&f.outputs, &stream.clock);
+                let exe = f.exe;
                 self.push_raw(
                     stream,
                     Cow::Owned(f.name),

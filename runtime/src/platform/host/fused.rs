@@ -368,8 +368,11 @@ fn register<'a>(
     len: usize,
 ) -> &'a [f32] {
     match views[reg] {
-        // SAFETY: as for `arg!` in `LoopProgram::exec`; the source outlives
-        // the pass that reads it.
+        // SAFETY: a view holds `len` aligned f32s of a source
+        // (`SourceData::direct` checked the range) that outlives the pass
+        // and that nothing writes during it: a result goes straight to
+        // device memory only when it overlaps no input, and host values
+        // are not written while read.
         Some(p) => unsafe { std::slice::from_raw_parts(p, len) },
         None => &regs[reg * CHUNK..reg * CHUNK + len],
     }
@@ -827,23 +830,15 @@ impl LoopProgram {
             flat0,
             scalars,
         } = *at;
+        // An operand: its register, or the source memory a load pointed it
+        // at (`lo` holds the registers below the destination).
+        macro_rules! arg {
+            ($lo:expr, $a:expr) => {
+                register($lo, views, $a, len)
+            };
+        }
         // Split the register file so a destination and its operands can be
         // borrowed at once (operands are always earlier registers or equal).
-        // An operand: its register, or the source memory a load pointed
-        // it at.
-        macro_rules! arg {
-            ($lo:expr, $a:expr) => {{
-                match views[$a] {
-                    // SAFETY: a view holds `len` aligned f32s of a source
-                    // (`SourceData::direct` checked the range), which
-                    // nothing writes during the pass: a result goes
-                    // straight to device memory only when it overlaps no
-                    // input, and host values are not written while read.
-                    Some(p) => unsafe { std::slice::from_raw_parts(p, len) },
-                    None => &$lo[$a * CHUNK..$a * CHUNK + len],
-                }
-            }};
-        }
         macro_rules! two {
             ($dst:expr, $a:expr) => {{
                 views[$dst] = None;
@@ -977,7 +972,7 @@ impl LoopProgram {
                 // Rounds follow computing instructions, never loads; a view
                 // would be copied in first all the same.
                 if let Some(p) = views[reg].take() {
-                    // SAFETY: as for `arg!`.
+                    // SAFETY: as in `register`.
                     let v = unsafe { std::slice::from_raw_parts(p, len) };
                     regs[reg * CHUNK..reg * CHUNK + len].copy_from_slice(v);
                 }
@@ -1283,9 +1278,14 @@ pub fn run_plan(
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use crate::ir::TensorType;
+    use crate::ops::{self, Attr, Attrs};
+    use crate::platform::host::kernels::eval_graph;
+    use proptest::prelude::*;
+
     #[test]
     fn host_threads_reads_its_setting_and_refuses_bad_values() {
-        use super::host_threads;
         assert_eq!(host_threads(None, 2).unwrap(), 2);
         assert_eq!(host_threads(None, 64).unwrap(), 8);
         assert_eq!(host_threads(Some(" "), 0).unwrap(), 1);
@@ -1295,12 +1295,6 @@ mod tests {
             assert!(e.contains("TPURT_HOST_THREADS") && e.contains(bad), "{e}");
         }
     }
-
-    use super::*;
-    use crate::ir::TensorType;
-    use crate::ops::{self, Attr, Attrs};
-    use crate::platform::host::kernels::eval_graph;
-    use proptest::prelude::*;
 
     fn input(ty: &TensorType, seed: u64) -> HostTensor {
         let n = ty.numel() as usize;

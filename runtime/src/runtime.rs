@@ -894,6 +894,137 @@ mod tests {
         assert_eq!(read(&zb), vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
     }
 
+    /// A product whose operands are permuted views of device memory (a
+    /// linear layer's `W.t()`, attention's batched key transpose, a
+    /// transposed lhs at an offset with a size-1 dimension) reads them in
+    /// place and equals the product of contiguous copies; views that cannot
+    /// be read in place (a broadcast, free dimensions that would swap
+    /// order) are gathered and equal it too. Small integers keep every sum
+    /// exact, so the bytes must match.
+    #[test]
+    fn products_of_transposed_views_equal_the_contiguous_product() {
+        use crate::ir::{DType, GraphBuilder, Prim, TensorType};
+        use crate::platform::host::kernels::HostTensor;
+        // Per operand: sizes, strides and offset in elements; then the
+        // batch and contracting dimensions of each side, and the
+        // permutation the lhs and rhs are read in place with, if they are.
+        type View = (&'static [u64], &'static [u64], u64);
+        type Case = (
+            View,
+            View,
+            [&'static [usize]; 4],
+            [Option<&'static [usize]>; 2],
+        );
+        let cases: [Case; 5] = [
+            // x [3, 5] · W.t(), W [4, 5] contiguous.
+            (
+                (&[3, 5], &[5, 1], 0),
+                (&[5, 4], &[1, 5], 0),
+                [&[], &[], &[1], &[0]],
+                [Some(&[0, 1]), Some(&[1, 0])],
+            ),
+            // q [2, 3, 4] · k.transpose(-2, -1), k [2, 6, 4] contiguous.
+            (
+                (&[2, 3, 4], &[12, 4, 1], 0),
+                (&[2, 4, 6], &[24, 1, 4], 0),
+                [&[0], &[0], &[2], &[1]],
+                [Some(&[0, 1, 2]), Some(&[0, 2, 1])],
+            ),
+            // A transposed lhs [1, 4, 3] of [3, 4] memory at an offset.
+            (
+                (&[1, 4, 3], &[99, 1, 4], 7),
+                (&[1, 3, 2], &[6, 2, 1], 0),
+                [&[0], &[0], &[2], &[1]],
+                [Some(&[0, 2, 1]), Some(&[0, 1, 2])],
+            ),
+            // A broadcast rhs (stride 0) is gathered.
+            (
+                (&[2, 3], &[3, 1], 0),
+                (&[3, 5], &[1, 0], 0),
+                [&[], &[], &[1], &[0]],
+                [Some(&[0, 1]), None],
+            ),
+            // rhs [3, 2, 4] of [3, 4, 2] memory: its free dimensions would
+            // swap order, so it is gathered.
+            (
+                (&[2, 3], &[3, 1], 0),
+                (&[3, 2, 4], &[8, 1, 2], 0),
+                [&[], &[], &[1], &[0]],
+                [Some(&[0, 1]), Some(&[0, 2, 1])],
+            ),
+        ];
+        let r = rt(1, 1 << 30);
+        let s = r.default_stream(0).unwrap();
+        for (lhs, rhs, [lb, rb, lc, rc], perms) in cases {
+            let mut g = GraphBuilder::new();
+            let views = [lhs, rhs];
+            let mut tensors = Vec::new();
+            let mut params = Vec::new();
+            let mut values: Vec<Vec<f64>> = Vec::new();
+            for (i, (sizes, strides, offset)) in views.iter().enumerate() {
+                let reach = *offset
+                    + sizes
+                        .iter()
+                        .zip(strides.iter())
+                        .map(|(n, s)| (n - 1) * s)
+                        .sum::<u64>()
+                    + 1;
+                let data: Vec<f32> = (0..reach)
+                    .map(|e| ((e * 7 + i as u64 * 3) % 11) as f32 - 5.0)
+                    .collect();
+                let b = r.allocate(0, reach * 4, &s).unwrap();
+                r.copy_host_to_device(&floats(&data), &b, &Layout::bytes(reach * 4), &s)
+                    .unwrap();
+                let t = DeviceTensor::new(b, DType::F32, offset * 4, sizes, Some(strides)).unwrap();
+                // The view's elements in row-major order, for the reference.
+                let mut logical = Vec::new();
+                let n: u64 = sizes.iter().product();
+                for flat in 0..n {
+                    let (mut rest, mut at) = (flat, *offset);
+                    for d in (0..sizes.len()).rev() {
+                        at += (rest % sizes[d]) * strides[d];
+                        rest /= sizes[d];
+                    }
+                    logical.push(data[at as usize] as f64);
+                }
+                values.push(logical);
+                // SAFETY: nothing writes the buffer while the view lives.
+                let read_in_place = unsafe { HostTensor::borrow_device_permuted(&t) };
+                assert_eq!(
+                    read_in_place.map(|(_, p)| p),
+                    perms[i].map(|p| p.to_vec()),
+                    "{sizes:?} {strides:?}"
+                );
+                tensors.push(t);
+                params.push(g.param(TensorType::new(DType::F32, sizes)));
+            }
+            let prim = Prim::DotGeneral {
+                lhs_batch: lb.to_vec(),
+                rhs_batch: rb.to_vec(),
+                lhs_contract: lc.to_vec(),
+                rhs_contract: rc.to_vec(),
+            };
+            let out = g.op(prim.clone(), &params).unwrap();
+            let exe = r.compile(&g.build(&[out]).unwrap()).unwrap();
+            let want = crate::platform::host::kernels::eval(
+                &prim,
+                &[
+                    &HostTensor::from_f64(DType::F32, lhs.0, &values[0]).unwrap(),
+                    &HostTensor::from_f64(DType::F32, rhs.0, &values[1]).unwrap(),
+                ],
+            )
+            .unwrap()
+            .remove(0);
+            let ob = r.allocate(0, want.ty.nbytes().max(4), &s).unwrap();
+            let ot = DeviceTensor::contiguous(ob.clone(), DType::F32, &want.ty.dims).unwrap();
+            r.launch(exe, &tensors, &[ot], &s, "graph").unwrap();
+            let mut got = vec![0u8; want.ty.nbytes() as usize];
+            r.copy_device_to_host(&ob, &Layout::bytes(got.len() as u64), &mut got, &s)
+                .unwrap();
+            assert_eq!(got, want.data.as_bytes(), "{lhs:?} · {rhs:?}");
+        }
+    }
+
     #[test]
     fn platform_choice_and_unknown_platforms() {
         let e = Runtime::new(&RuntimeOptions {

@@ -24,7 +24,7 @@
 
 mod simplify;
 
-pub use simplify::simplify;
+pub use simplify::{dot_operand_through_transpose, simplify};
 
 use std::collections::HashSet;
 

@@ -9,6 +9,28 @@ use std::collections::HashMap;
 use crate::error::Result;
 use crate::ir::{Graph, GraphBuilder, Prim, ValueId};
 
+/// The batch and contracting dimensions of a dot_general operand that is
+/// `transpose(x, perm)`, restated as dimensions of `x`, so the product can
+/// read `x` itself. None when the operand's free dimensions would change
+/// order (the result lists them in order), which no restating can fix.
+pub fn dot_operand_through_transpose(
+    perm: &[usize],
+    batch: &[usize],
+    contract: &[usize],
+) -> Option<(Vec<usize>, Vec<usize>)> {
+    // Dimension d of the transposed value is dimension perm[d] of its input.
+    let nb: Vec<usize> = batch.iter().map(|&d| perm[d]).collect();
+    let nc: Vec<usize> = contract.iter().map(|&d| perm[d]).collect();
+    let free: Vec<usize> = (0..perm.len())
+        .filter(|d| !batch.contains(d) && !contract.contains(d))
+        .map(|d| perm[d])
+        .collect();
+    if free.windows(2).any(|w| w[0] > w[1]) {
+        return None;
+    }
+    Some((nb, nc))
+}
+
 /// The graph with transposes folded into dot_general operands, or the
 /// graph unchanged when nothing applies.
 pub fn simplify(graph: &Graph) -> Result<Graph> {
@@ -62,17 +84,9 @@ pub fn simplify(graph: &Graph) -> Result<Graph> {
             } else {
                 (&mut rb, &mut rc)
             };
-            // Dimension d of the transposed value is dimension perm[d] of its input.
-            let nb: Vec<usize> = batch.iter().map(|&d| perm[d]).collect();
-            let nc: Vec<usize> = contract.iter().map(|&d| perm[d]).collect();
-            // Free dimensions must keep their order (the result lists them in order).
-            let free: Vec<usize> = (0..perm.len())
-                .filter(|d| !batch.contains(d) && !contract.contains(d))
-                .map(|d| perm[d])
-                .collect();
-            if free.windows(2).any(|w| w[0] > w[1]) {
+            let Some((nb, nc)) = dot_operand_through_transpose(perm, batch, contract) else {
                 continue;
-            }
+            };
             *batch = nb;
             *contract = nc;
             *input = nodes[p].inputs[0];

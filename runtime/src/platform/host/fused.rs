@@ -1220,6 +1220,12 @@ fn eval_node(
     io: &DeviceIo<'_>,
 ) -> Result<()> {
     let n = &graph.nodes()[node];
+    if let Some(outs) = dot_reading_in_place(n, values, io)? {
+        for (o, t) in n.outputs.iter().zip(outs) {
+            values[o.0 as usize] = Some(t);
+        }
+        return Ok(());
+    }
     for v in &n.inputs {
         if values[v.0 as usize].is_none() {
             if let Some(t) = io.inputs.get(v) {
@@ -1252,6 +1258,78 @@ fn eval_node(
         values[o.0 as usize] = Some(t);
     }
     Ok(())
+}
+
+/// A dot_general whose operands include a transposed parameter (torch
+/// passes a linear layer's weight as `W.t()`, attention its keys as
+/// `k.transpose(-2, -1)`): the product reads the parameter's memory in
+/// place, in its own order, with the dimension numbers restated, instead
+/// of gathering the view into a contiguous copy. None when the node is not
+/// such a product; the caller then runs it the usual way.
+fn dot_reading_in_place(
+    n: &crate::ir::Node,
+    values: &[Option<HostTensor>],
+    io: &DeviceIo<'_>,
+) -> Result<Option<Vec<HostTensor>>> {
+    let Prim::DotGeneral {
+        lhs_batch,
+        rhs_batch,
+        lhs_contract,
+        rhs_contract,
+    } = &n.prim
+    else {
+        return Ok(None);
+    };
+    let mut dims = [
+        (lhs_batch.clone(), lhs_contract.clone()),
+        (rhs_batch.clone(), rhs_contract.clone()),
+    ];
+    // Views made here; operands already computed are read from `values`.
+    let mut views: [Option<HostTensor>; 2] = [None, None];
+    let mut permuted = false;
+    for (side, v) in n.inputs.iter().enumerate() {
+        if values[v.0 as usize].is_some() {
+            continue;
+        }
+        let Some(t) = io.inputs.get(v) else {
+            return Ok(None);
+        };
+        // SAFETY: as for the views of `eval_node`; this one lives only
+        // for the product.
+        let view = if t.is_contiguous() {
+            unsafe { HostTensor::borrow_device(t) }
+        } else {
+            unsafe { HostTensor::borrow_device_permuted(t) }.and_then(|(view, perm)| {
+                let (batch, contract) = &dims[side];
+                let (batch, contract) =
+                    crate::fusion::dot_operand_through_transpose(&perm, batch, contract)?;
+                dims[side] = (batch, contract);
+                permuted = true;
+                Some(view)
+            })
+        };
+        match view {
+            Some(view) => views[side] = Some(view),
+            None => return Ok(None),
+        }
+    }
+    if !permuted {
+        return Ok(None);
+    }
+    let operand = |side: usize| {
+        views[side]
+            .as_ref()
+            .or(values[n.inputs[side].0 as usize].as_ref())
+            .ok_or_else(|| Error::Internal("a product's operand is missing".into()))
+    };
+    let [(lhs_batch, lhs_contract), (rhs_batch, rhs_contract)] = dims;
+    let prim = Prim::DotGeneral {
+        lhs_batch,
+        rhs_batch,
+        lhs_contract,
+        rhs_contract,
+    };
+    kernels::eval(&prim, &[operand(0)?, operand(1)?]).map(Some)
 }
 
 /// Run a whole plan over `values` (parameters set or in `io`; results

@@ -198,6 +198,59 @@ impl HostTensor {
         if !t.is_contiguous() {
             return None;
         }
+        // SAFETY: the caller's contract.
+        unsafe { Self::borrow_span(t, t.ty()) }
+    }
+
+    /// A dense permuted view of device memory (a transposed weight, the
+    /// keys of attention as `k.transpose(-2, -1)`) read in place: the
+    /// tensor in its memory order, and `perm` with the view equal to
+    /// `transpose(tensor, perm)`. None for views with gaps or repeats
+    /// (slices, broadcasts), and as [`Self::borrow_device`] does.
+    ///
+    /// # Safety
+    /// As for [`Self::borrow_device`].
+    pub unsafe fn borrow_device_permuted(
+        t: &crate::tensor::DeviceTensor,
+    ) -> Option<(Self, Vec<usize>)> {
+        let (sizes, strides) = (&t.layout.sizes, &t.layout.strides);
+        // Size-1 dimensions keep their places; the others are ordered by
+        // stride, outermost first, and must then step densely.
+        let mut moving: Vec<usize> = (0..sizes.len()).filter(|&d| sizes[d] != 1).collect();
+        moving.sort_by_key(|&d| std::cmp::Reverse(strides[d]));
+        let mut expected = 1u64;
+        for &d in moving.iter().rev() {
+            if strides[d] != expected {
+                return None;
+            }
+            expected *= sizes[d];
+        }
+        let mut next = moving.into_iter();
+        let order: Vec<usize> = (0..sizes.len())
+            .map(|d| {
+                if sizes[d] == 1 {
+                    d
+                } else {
+                    next.next().unwrap_or(d)
+                }
+            })
+            .collect();
+        let mut perm = vec![0; order.len()];
+        for (position, &d) in order.iter().enumerate() {
+            perm[d] = position;
+        }
+        let dims: Vec<u64> = order.iter().map(|&d| sizes[d]).collect();
+        // SAFETY: the caller's contract; the permuted dims cover exactly
+        // the view's elements, densely from its offset.
+        let view = unsafe { Self::borrow_span(t, TensorType::new(t.dtype, &dims)) }?;
+        Some((view, perm))
+    }
+
+    /// A view of `ty.nbytes()` bytes of `t`'s memory from its offset.
+    ///
+    /// # Safety
+    /// As for [`Self::borrow_device`], and those bytes are `t`'s elements.
+    unsafe fn borrow_span(t: &crate::tensor::DeviceTensor, ty: TensorType) -> Option<Self> {
         let seg = t
             .buffer
             .segment()
@@ -210,7 +263,6 @@ impl HostTensor {
         if !(ptr as usize).is_multiple_of(t.dtype.size()) {
             return None;
         }
-        let ty = t.ty();
         let len = ty.nbytes() as usize;
         Some(HostTensor {
             ty,

@@ -356,7 +356,14 @@ pub fn dot_general(
     }
     let lhs_free = free(lhs.ty.rank(), lhs_batch, lhs_contract);
     let rhs_free = free(rhs.ty.rank(), rhs_batch, rhs_contract);
-    let mut result = HostTensor::zeros(out.clone());
+    // The float products write every element (an empty contraction
+    // fills zeros); the integer loop accumulates into a zeroed result.
+    let mut result = match out.dtype {
+        DType::F32 | DType::F64 | DType::F16 | DType::BF16 => {
+            HostTensor::for_overwrite(out.clone())
+        }
+        _ => HostTensor::zeros(out.clone()),
+    };
     if result.numel() == 0 {
         return Ok(result);
     }
@@ -925,6 +932,48 @@ mod tests {
                     &magnitude,
                     &format!("{dtype} case {seed}"),
                 );
+            }
+        }
+    }
+
+    /// Float results start from a reused scratch buffer without clearing
+    /// it: none of its old bytes may show, for empty, short and normal
+    /// contractions; the integer loop, which accumulates, still starts
+    /// from zeros.
+    #[test]
+    fn a_reused_buffers_old_bytes_never_show_in_a_product() {
+        for dtype in [DType::F32, DType::I32] {
+            let shapes: [(&'static [u64], &'static [u64]); 3] = [
+                (&[512, 0], &[0, 512]),
+                (&[512, 1], &[1, 512]),
+                (&[512, 3], &[3, 512]),
+            ];
+            for (lhs_dims, rhs_dims) in shapes {
+                // 1 MiB of garbage, dropped into the thread's scratch list.
+                let junk_type = crate::ir::TensorType::new(dtype, &[512, 512]);
+                let mut junk = HostTensor::zeros(junk_type);
+                junk.bytes_mut().fill(0x7f);
+                drop(junk);
+                let c = DotCase {
+                    lhs: lhs_dims,
+                    rhs: rhs_dims,
+                    lhs_batch: &[],
+                    rhs_batch: &[],
+                    lhs_contract: &[1],
+                    rhs_contract: &[0],
+                };
+                let lhs = operand(dtype, lhs_dims, 1);
+                let rhs = operand(dtype, rhs_dims, 2);
+                let prim = Prim::DotGeneral {
+                    lhs_batch: vec![],
+                    rhs_batch: vec![],
+                    lhs_contract: vec![1],
+                    rhs_contract: vec![0],
+                };
+                let out = eval(&prim, &[&lhs, &rhs]).unwrap();
+                let (expected, magnitude) = dot_reference(&lhs, &rhs, &c, out[0].dims());
+                let what = format!("{dtype} {lhs_dims:?}");
+                assert_close(&out[0], &expected, &magnitude, &what);
             }
         }
     }

@@ -86,11 +86,23 @@ impl Drop for AlignedBytes {
 
 impl AlignedBytes {
     pub fn zeroed(len: usize) -> Self {
+        Self::new(len, true)
+    }
+
+    /// `len` bytes for a kernel that writes every one of them: a reused
+    /// buffer keeps its old bytes instead of being cleared first.
+    pub fn for_overwrite(len: usize) -> Self {
+        Self::new(len, false)
+    }
+
+    fn new(len: usize, zero: bool) -> Self {
         let n = len.div_ceil(8);
         let words = if n * 8 >= SCRATCH_MIN_BYTES {
             match take_scratch(n) {
                 Some(mut v) => {
-                    v.clear();
+                    if zero {
+                        v.clear();
+                    }
                     v.resize(n, 0);
                     v
                 }
@@ -184,6 +196,17 @@ impl HostTensor {
         HostTensor {
             ty,
             data: AlignedBytes::zeroed(n),
+        }
+    }
+
+    /// A tensor whose every element the caller writes before reading:
+    /// its initial contents are unspecified (zeros or a reused buffer's
+    /// old bytes), which saves clearing it.
+    pub fn for_overwrite(ty: TensorType) -> Self {
+        let n = ty.nbytes() as usize;
+        HostTensor {
+            ty,
+            data: AlignedBytes::for_overwrite(n),
         }
     }
 

@@ -244,16 +244,27 @@ pub(crate) fn host_threads(setting: Option<&str>, cores: usize) -> Result<usize>
     }
 }
 
-/// Where one chunk sits: its length, the sources and their row bases, its
-/// first column and flat position, and the pass's rng scalars.
+/// Where one chunk sits: its length, the rows it spans (a chunk crosses
+/// rows when they are shorter than a chunk), its flat position, and the
+/// pass's rng scalars.
 #[derive(Clone, Copy)]
 struct ChunkAt<'a> {
     len: usize,
     src: &'a [SourceData<'a>],
-    bases: &'a [u64],
-    start: u64,
+    rows: &'a [RowPiece],
+    /// Each source's offset of each piece's row, `rows.len()` × sources.
+    row_bases: &'a [u64],
     flat0: u64,
     scalars: &'a HashMap<ValueId, u64>,
+}
+
+/// Part of a chunk inside one row: chunk elements `off..off + len` are
+/// that row's columns `start..start + len`.
+#[derive(Clone, Copy, Debug)]
+struct RowPiece {
+    off: usize,
+    start: u64,
+    len: usize,
 }
 
 /// One pass of a loop program over a range of rows.
@@ -283,77 +294,88 @@ impl Pass<'_> {
         let mut views: Vec<Option<*const f32>> = vec![None; p.registers.max(1)];
         let mut acc: Vec<f64> = p.epilogues.iter().map(|e| identity(e.op)).collect();
         // The multi-index of f0's row over all but the last dimension.
-        let mut row = f0 / last;
         let mut index = vec![0u64; rank.saturating_sub(1)];
-        let mut rest = row;
+        let mut rest = f0 / last;
         for d in (0..index.len()).rev() {
             index[d] = rest % p.shape[d];
             rest /= p.shape[d];
         }
-        let mut bases = vec![0u64; p.sources.len()];
         let mut start = f0 % last;
         let mut flat = f0;
+        // Chunks run across rows: with short rows (a head dimension of 32
+        // under a transpose), one instruction per row would cost more in
+        // dispatch than in arithmetic.
+        let sources = p.sources.len();
+        let mut rows: Vec<RowPiece> = Vec::new();
+        let mut row_bases: Vec<u64> = Vec::new();
         while flat < f1 {
-            for (b, s) in bases.iter_mut().zip(&p.sources) {
-                *b = match s {
+            let len = (f1 - flat).min(CHUNK as u64) as usize;
+            rows.clear();
+            row_bases.clear();
+            let mut off = 0usize;
+            while off < len {
+                let take = ((last - start) as usize).min(len - off);
+                rows.push(RowPiece {
+                    off,
+                    start,
+                    len: take,
+                });
+                row_bases.extend(p.sources.iter().map(|s| match s {
                     Source::Strided { strides, .. } => {
                         index.iter().zip(strides).map(|(i, s)| i * s).sum()
                     }
                     Source::Splat(_) => 0,
-                };
-            }
-            let end = last.min(start + (f1 - flat));
-            while start < end {
-                let len = (end - start).min(CHUNK as u64) as usize;
-                let flat0 = row * last + start;
-                for inst in &p.insts {
-                    let at = ChunkAt {
-                        len,
-                        src: self.src,
-                        bases: &bases,
-                        start,
-                        flat0,
-                        scalars: self.scalars,
-                    };
-                    p.exec(inst, &mut regs, &mut views, &at)?;
-                }
-                for ((reg, _, _), sink) in p.stores.iter().zip(self.sinks) {
-                    let vals = register(&regs, &views, *reg, len);
-                    store_device(sink.ptr, sink.len, sink.dtype, flat0 as usize, vals);
-                }
-                for (k, e) in p.epilogues.iter().enumerate() {
-                    let r = register(&regs, &views, e.reg, len);
-                    // The chunk may span several reduction rows (short rows).
-                    let mut off = 0usize;
-                    while off < len {
-                        let flat = flat0 + off as u64;
-                        let to_end = (p.reduce_len - flat % p.reduce_len) as usize;
-                        let take = to_end.min(len - off);
-                        acc[k] = accumulate(e.op, acc[k], &r[off..off + take]);
-                        off += take;
-                        if (flat + take as u64).is_multiple_of(p.reduce_len) {
-                            let outer = ((flat + take as u64) / p.reduce_len - 1) as usize;
-                            let sink = &self.red_sinks[k];
-                            store_device(sink.ptr, sink.len, sink.dtype, outer, &[acc[k] as f32]);
-                            acc[k] = identity(e.op);
+                }));
+                off += take;
+                start += take as u64;
+                if start == last {
+                    // Next row (odometer over all but the last dim).
+                    start = 0;
+                    for d in (0..index.len()).rev() {
+                        index[d] += 1;
+                        if index[d] < p.shape[d] {
+                            break;
                         }
+                        index[d] = 0;
                     }
                 }
-                flat += len as u64;
-                start += len as u64;
             }
-            if start == last {
-                // Next row (odometer over all but the last dim).
-                start = 0;
-                row += 1;
-                for d in (0..index.len()).rev() {
-                    index[d] += 1;
-                    if index[d] < p.shape[d] {
-                        break;
+            debug_assert_eq!(row_bases.len(), rows.len() * sources);
+            let flat0 = flat;
+            for inst in &p.insts {
+                let at = ChunkAt {
+                    len,
+                    src: self.src,
+                    rows: &rows,
+                    row_bases: &row_bases,
+                    flat0,
+                    scalars: self.scalars,
+                };
+                p.exec(inst, &mut regs, &mut views, &at)?;
+            }
+            for ((reg, _, _), sink) in p.stores.iter().zip(self.sinks) {
+                let vals = register(&regs, &views, *reg, len);
+                store_device(sink.ptr, sink.len, sink.dtype, flat0 as usize, vals);
+            }
+            for (k, e) in p.epilogues.iter().enumerate() {
+                let r = register(&regs, &views, e.reg, len);
+                // The chunk may span several reduction rows (short rows).
+                let mut off = 0usize;
+                while off < len {
+                    let flat = flat0 + off as u64;
+                    let to_end = (p.reduce_len - flat % p.reduce_len) as usize;
+                    let take = to_end.min(len - off);
+                    acc[k] = accumulate(e.op, acc[k], &r[off..off + take]);
+                    off += take;
+                    if (flat + take as u64).is_multiple_of(p.reduce_len) {
+                        let outer = ((flat + take as u64) / p.reduce_len - 1) as usize;
+                        let sink = &self.red_sinks[k];
+                        store_device(sink.ptr, sink.len, sink.dtype, outer, &[acc[k] as f32]);
+                        acc[k] = identity(e.op);
                     }
-                    index[d] = 0;
                 }
             }
+            flat += len as u64;
         }
         Ok(())
     }
@@ -826,8 +848,8 @@ impl LoopProgram {
         let ChunkAt {
             len,
             src,
-            bases,
-            start,
+            rows,
+            row_bases,
             flat0,
             scalars,
         } = *at;
@@ -861,11 +883,25 @@ impl LoopProgram {
                     Source::Splat(v) => out.fill(*v),
                     Source::Strided { strides, .. } => {
                         let step = *strides.last().unwrap_or(&0);
-                        let base = (bases[s] + start * step) as usize;
-                        // A contiguous run of f32s is read where it lies.
-                        match (step == 1).then(|| src[s].direct(base, len)).flatten() {
+                        let sources = self.sources.len();
+                        let base =
+                            |i: usize| (row_bases[i * sources + s] + rows[i].start * step) as usize;
+                        // A chunk that is one contiguous run of f32s in the
+                        // source is read where it lies.
+                        let first = base(0);
+                        let one_run = step == 1
+                            && rows
+                                .iter()
+                                .enumerate()
+                                .all(|(i, r)| base(i) == first + r.off);
+                        match one_run.then(|| src[s].direct(first, len)).flatten() {
                             Some(p) => views[dst] = Some(p),
-                            None => src[s].read(base, step as usize, out),
+                            None => {
+                                for (i, r) in rows.iter().enumerate() {
+                                    let piece = &mut out[r.off..r.off + r.len];
+                                    src[s].read(base(i), step as usize, piece);
+                                }
+                            }
                         }
                     }
                 }
@@ -1648,6 +1684,61 @@ mod tests {
             ),
             0.0,
         );
+    }
+
+    /// Chunks span several short rows: a transposed operand read row by
+    /// row inside one chunk, with and without a reduction over the short
+    /// rows, in shapes whose rows end at odd places in a chunk, big enough
+    /// to split across threads, and rows of a single element.
+    #[test]
+    fn chunks_across_short_rows_equal_the_reference() {
+        let shapes: [&[u64]; 4] = [
+            &[8, 128, 8, 32],
+            &[2, 3, 5, 3],
+            &[3, 700, 1, 7],
+            &[4, 300, 1, 1],
+        ];
+        for dims in shapes {
+            for reduce in [false, true] {
+                let mut g = crate::ir::GraphBuilder::new();
+                let x = g.param(TensorType::new(DType::F32, dims));
+                let moved: Vec<u64> = [0, 2, 1, 3].iter().map(|&d| dims[d]).collect();
+                let y = g.param(TensorType::new(DType::F32, &moved));
+                let z = g.param(TensorType::new(DType::F32, &moved[2..]));
+                let xt = g
+                    .op(
+                        Prim::Transpose {
+                            perm: vec![0, 2, 1, 3],
+                        },
+                        &[x],
+                    )
+                    .unwrap();
+                let prod = g.binary(BinaryOp::Mul, xt, y).unwrap();
+                // A row broadcast over the short rows (rotary's cos and sin).
+                let rows = Prim::BroadcastInDim {
+                    dims: moved.clone(),
+                    mapping: vec![2, 3],
+                };
+                let zb = g.op(rows, &[z]).unwrap();
+                let biased = g.binary(BinaryOp::Add, prod, zb).unwrap();
+                let mut out = g.unary(UnaryOp::Exp, biased).unwrap();
+                if reduce {
+                    let sum_rows = Prim::Reduce {
+                        op: ReduceOp::Sum,
+                        dimensions: vec![3],
+                    };
+                    out = g.op(sum_rows, &[out]).unwrap();
+                }
+                let graph = g.build(&[out]).unwrap();
+                let plan = crate::fusion::plan(&graph);
+                let last = plan.kernels.last().map(|k| &k.kind);
+                assert!(
+                    matches!(last, Some(KernelKind::Loop { .. })),
+                    "{dims:?}: {plan:?}"
+                );
+                check(&graph, 1e-6);
+            }
+        }
     }
 
     #[derive(Clone, Debug)]

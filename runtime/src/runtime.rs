@@ -1025,6 +1025,84 @@ mod tests {
         }
     }
 
+    /// A loop pass reads transposed and expanded f32 parameters in place
+    /// with their own strides, and gathers those it cannot (a reshape that
+    /// merges a transposed parameter's dimensions); all equal the result
+    /// of contiguous copies.
+    #[test]
+    fn passes_over_strided_parameters_equal_contiguous_ones() {
+        use crate::ir::{BinaryOp, DType, GraphBuilder, Prim, TensorType, UnaryOp};
+        use crate::platform::host::kernels::{eval_graph, HostTensor};
+        let r = rt(1, 1 << 30);
+        let s = r.default_stream(0).unwrap();
+        // A view of fresh memory: its elements in row-major order, and the
+        // tensor itself.
+        let view = |sizes: &[u64], strides: &[u64], offset: u64, seed: u64| {
+            let reach = offset
+                + sizes
+                    .iter()
+                    .zip(strides)
+                    .map(|(n, s)| (n - 1) * s)
+                    .sum::<u64>()
+                + 1;
+            let data: Vec<f32> = (0..reach)
+                .map(|e| ((e * 7 + seed * 5) % 13) as f32 / 4.0 - 1.5)
+                .collect();
+            let b = r.allocate(0, reach * 4, &s).unwrap();
+            r.copy_host_to_device(&floats(&data), &b, &Layout::bytes(reach * 4), &s)
+                .unwrap();
+            let t = DeviceTensor::new(b, DType::F32, offset * 4, sizes, Some(strides)).unwrap();
+            let n: u64 = sizes.iter().product();
+            let logical: Vec<f64> = (0..n)
+                .map(|flat| {
+                    let (mut rest, mut at) = (flat, offset);
+                    for d in (0..sizes.len()).rev() {
+                        at += (rest % sizes[d]) * strides[d];
+                        rest /= sizes[d];
+                    }
+                    data[at as usize] as f64
+                })
+                .collect();
+            (
+                HostTensor::from_f64(DType::F32, sizes, &logical).unwrap(),
+                t,
+            )
+        };
+        // exp(x) * e + y, x transposed [8, 300] of [300, 8] memory at an
+        // offset, e an expanded row, y a reshape of a transposed [8, 2, 150]
+        // (its last two dimensions merge, so it is gathered).
+        let (x, xt) = view(&[8, 300], &[1, 8], 5, 1);
+        let (e, et) = view(&[8, 300], &[0, 1], 0, 2);
+        let (y, yt) = view(&[8, 2, 150], &[1, 8, 16], 0, 3);
+        let mut g = GraphBuilder::new();
+        let f = |d: &[u64]| TensorType::new(DType::F32, d);
+        let (px, pe, py) = (
+            g.param(f(&[8, 300])),
+            g.param(f(&[8, 300])),
+            g.param(f(&[8, 2, 150])),
+        );
+        let ex = g.unary(UnaryOp::Exp, px).unwrap();
+        let scaled = g.binary(BinaryOp::Mul, ex, pe).unwrap();
+        let flat = g.op(Prim::Reshape { dims: vec![8, 300] }, &[py]).unwrap();
+        let out = g.binary(BinaryOp::Add, scaled, flat).unwrap();
+        let graph = g.build(&[out]).unwrap();
+        let want = eval_graph(&graph, &[x, e, y]).unwrap().remove(0);
+        let exe = r.compile(&graph).unwrap();
+        let ob = r.allocate(0, want.ty.nbytes(), &s).unwrap();
+        let ot = DeviceTensor::contiguous(ob.clone(), DType::F32, &[8, 300]).unwrap();
+        r.launch(exe, &[xt, et, yt], &[ot], &s, "graph").unwrap();
+        let mut got = vec![0u8; want.ty.nbytes() as usize];
+        r.copy_device_to_host(&ob, &Layout::bytes(got.len() as u64), &mut got, &s)
+            .unwrap();
+        let got: &[f32] = bytemuck::cast_slice(&got);
+        for (i, (a, b)) in got.iter().zip(want.as_slice::<f32>()).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-6 * (1.0 + b.abs()),
+                "element {i}: {a} vs {b}"
+            );
+        }
+    }
+
     #[test]
     fn platform_choice_and_unknown_platforms() {
         let e = Runtime::new(&RuntimeOptions {

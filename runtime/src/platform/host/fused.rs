@@ -251,6 +251,7 @@ pub(crate) fn host_threads(setting: Option<&str>, cores: usize) -> Result<usize>
 struct ChunkAt<'a> {
     len: usize,
     src: &'a [SourceData<'a>],
+    strides: &'a [&'a [u64]],
     rows: &'a [RowPiece],
     /// Each source's offset of each piece's row, `rows.len()` × sources.
     row_bases: &'a [u64],
@@ -273,6 +274,9 @@ struct Pass<'a> {
     /// i64 scalars the program reads (rng seeds and offsets).
     scalars: &'a HashMap<ValueId, u64>,
     src: &'a [SourceData<'a>],
+    /// Each source's strides over the loop: the program's, or a strided
+    /// parameter's own when it is read in place.
+    strides: &'a [&'a [u64]],
     sinks: &'a [Sink],
     red_sinks: &'a [Sink],
     last: u64,
@@ -320,12 +324,11 @@ impl Pass<'_> {
                     start,
                     len: take,
                 });
-                row_bases.extend(p.sources.iter().map(|s| match s {
-                    Source::Strided { strides, .. } => {
-                        index.iter().zip(strides).map(|(i, s)| i * s).sum()
-                    }
-                    Source::Splat(_) => 0,
-                }));
+                row_bases.extend(
+                    self.strides
+                        .iter()
+                        .map(|strides| index.iter().zip(*strides).map(|(i, s)| i * s).sum::<u64>()),
+                );
                 off += take;
                 start += take as u64;
                 if start == last {
@@ -346,6 +349,7 @@ impl Pass<'_> {
                 let at = ChunkAt {
                     len,
                     src: self.src,
+                    strides: self.strides,
                     rows: &rows,
                     row_bases: &row_bases,
                     flat0,
@@ -407,6 +411,33 @@ fn device_ptr(t: &DeviceTensor) -> Option<*mut u8> {
     // SAFETY: offset is inside the segment: the tensor's layout was checked
     // against its buffer, and the buffer against its segment.
     Some(unsafe { seg.as_ptr().add(offset as usize) })
+}
+
+/// A source's strides over a loop of `shape` when its value is a view
+/// with element strides `own` rather than contiguous. `program` strides
+/// the value's contiguous layout; each loop dimension that steps through
+/// exactly one dimension of the value, within its extent, steps through
+/// that dimension's own stride instead. None when a loop dimension spans
+/// several (a reshape that merges dimensions) or two loop dimensions step
+/// through one; the value is then gathered first.
+fn strides_in_place(shape: &[u64], program: &[u64], dims: &[u64], own: &[u64]) -> Option<Vec<u64>> {
+    let contiguous = kernels::contiguous_strides(dims);
+    let mut used = vec![false; dims.len()];
+    shape
+        .iter()
+        .zip(program)
+        .map(|(&extent, &step)| {
+            if step == 0 || extent == 1 {
+                return Some(0);
+            }
+            let d = (0..dims.len()).find(|&d| dims[d] > 1 && contiguous[d] == step)?;
+            if used[d] || extent > dims[d] {
+                return None;
+            }
+            used[d] = true;
+            Some(own[d])
+        })
+        .collect()
 }
 
 /// A loop group compiled for the host.
@@ -692,20 +723,51 @@ impl LoopProgram {
             .iter()
             .map(|e| HostTensor::zeros(graph.value_type(e.out).clone()))
             .collect();
-        // Parameters the pass cannot read in place (not contiguous f32).
+        // Each source's strides: the program's, or a strided f32
+        // parameter's own (a transposed or expanded view is read in place).
+        // Parameters read neither way are staged: gathered into a
+        // contiguous host copy, converted to f32 once.
+        let mut strides: Vec<std::borrow::Cow<'_, [u64]>> = self
+            .sources
+            .iter()
+            .map(|s| match s {
+                Source::Strided { strides, .. } => std::borrow::Cow::Borrowed(&strides[..]),
+                Source::Splat(_) => std::borrow::Cow::Borrowed(&[][..]),
+            })
+            .collect();
         let mut staged: HashMap<ValueId, HostTensor> = HashMap::new();
-        for s in &self.sources {
-            if let Source::Strided { value, .. } = s {
-                if values[value.0 as usize].is_none() && !staged.contains_key(value) {
-                    if let Some(t) = io.inputs.get(value) {
-                        if !(t.dtype == DType::F32 && t.is_contiguous() && device_ptr(t).is_some())
-                        {
-                            staged.insert(*value, read_tensor(t)?);
-                        }
-                    }
+        let mut in_place: HashMap<ValueId, Vec<(usize, Vec<u64>)>> = HashMap::new();
+        for (i, s) in self.sources.iter().enumerate() {
+            let Source::Strided { value, strides: st } = s else {
+                continue;
+            };
+            if values[value.0 as usize].is_some() || staged.contains_key(value) {
+                continue;
+            }
+            let Some(t) = io.inputs.get(value) else {
+                continue;
+            };
+            if t.dtype == DType::F32 && device_ptr(t).is_some() {
+                if t.is_contiguous() {
+                    continue;
+                }
+                if let Some(own) = strides_in_place(&self.shape, st, t.dims(), &t.layout.strides) {
+                    in_place.entry(*value).or_default().push((i, own));
+                    continue;
                 }
             }
+            in_place.remove(value);
+            staged.insert(*value, read_tensor(t)?);
         }
+        for (value, uses) in in_place {
+            if staged.contains_key(&value) {
+                continue;
+            }
+            for (i, own) in uses {
+                strides[i] = std::borrow::Cow::Owned(own);
+            }
+        }
+        let strides: Vec<&[u64]> = strides.iter().map(|s| &s[..]).collect();
         // Source data as f32 views (converted once if not f32).
         let src_data: Vec<SourceData<'_>> = self
             .sources
@@ -725,9 +787,11 @@ impl LoopProgram {
                     let ptr = device_ptr(t).ok_or_else(|| {
                         Error::Internal("device source without host memory".into())
                     })?;
+                    // Elements from the first to the last the view reaches.
+                    let reach = t.layout.byte_span().map_or(0, |(lo, hi)| (hi - lo) / 4);
                     Ok(SourceData::Device {
                         ptr: ptr as *const f32,
-                        len: t.numel() as usize,
+                        len: reach as usize,
                     })
                 }
             })
@@ -801,6 +865,7 @@ impl LoopProgram {
             program: self,
             scalars: &scalars,
             src: &src_data,
+            strides: &strides,
             sinks: &sinks,
             red_sinks: &red_sinks,
             last,
@@ -848,6 +913,7 @@ impl LoopProgram {
         let ChunkAt {
             len,
             src,
+            strides,
             rows,
             row_bases,
             flat0,
@@ -881,8 +947,8 @@ impl LoopProgram {
                 let out = &mut regs[dst * CHUNK..dst * CHUNK + len];
                 match &self.sources[s] {
                     Source::Splat(v) => out.fill(*v),
-                    Source::Strided { strides, .. } => {
-                        let step = *strides.last().unwrap_or(&0);
+                    Source::Strided { .. } => {
+                        let step = *strides[s].last().unwrap_or(&0);
                         let sources = self.sources.len();
                         let base =
                             |i: usize| (row_bases[i * sources + s] + rows[i].start * step) as usize;
@@ -1684,6 +1750,28 @@ mod tests {
             ),
             0.0,
         );
+    }
+
+    #[test]
+    fn strided_parameters_step_with_their_own_strides_where_they_can() {
+        // A transposed [8, 300] of [300, 8] memory, read in order.
+        assert_eq!(
+            strides_in_place(&[8, 300], &[300, 1], &[8, 300], &[1, 8]),
+            Some(vec![1, 8])
+        );
+        // Read through a transpose in the loop, and broadcast along a new
+        // dimension; an expanded view keeps its zero stride.
+        assert_eq!(
+            strides_in_place(&[300, 4, 8], &[1, 0, 300], &[8, 300], &[0, 1]),
+            Some(vec![1, 0, 0])
+        );
+        // A loop dimension merging two of the value's: gathered.
+        assert_eq!(
+            strides_in_place(&[8, 300], &[300, 1], &[8, 2, 150], &[1, 8, 16]),
+            None
+        );
+        // Two loop dimensions stepping through one: gathered.
+        assert_eq!(strides_in_place(&[2, 4], &[1, 1], &[1, 4], &[4, 1]), None);
     }
 
     /// Chunks span several short rows: a transposed operand read row by

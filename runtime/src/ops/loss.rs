@@ -6,10 +6,10 @@
 
 use super::attrs::Attrs;
 use super::emit::Emitter;
-use super::support::{compute_dtype, iota, need_float, reduction, unsqueeze, Reduction};
+use super::support::{compute_dtype, need_float, reduction, unsqueeze, Reduction};
 use super::{Arity, OpDef};
 use crate::error::{Error, Result};
-use crate::ir::{BinaryOp, CompareOp, DType, Prim, ReduceOp, UnaryOp, ValueId};
+use crate::ir::{BinaryOp, CompareOp, DType, Prim, ReduceOp, ScatterCombiner, UnaryOp, ValueId};
 
 /// Class indices as i32/i64 (narrower integers widen; others are errors).
 fn class_target(e: &mut Emitter, t: ValueId) -> Result<ValueId> {
@@ -185,11 +185,12 @@ fn nll_loss_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<Va
     let ignore = e.scalar(e.dtype(target), ignore_index as f64)?;
     let valid = e.compare(CompareOp::Ne, target, ignore)?;
     let gc = e.convert(g, cd)?;
+    // Ignored samples point at class 0 with a coefficient of 0.
+    let zero_index = e.full(e.dtype(target), &tdims, 0.0)?;
+    let safe = e.select(valid, target, zero_index)?;
     let w = match weight {
         Some(w) => {
             let w = class_weight(e, w, classes, cd)?;
-            let zero_index = e.full(e.dtype(target), &tdims, 0.0)?;
-            let safe = e.select(valid, target, zero_index)?;
             e.op(Prim::Take { axis: 0 }, &[w, safe])?
         }
         None => e.full(cd, &tdims, 1.0)?,
@@ -200,18 +201,28 @@ fn nll_loss_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<Va
         let tw = e.convert(total_weight, cd)?;
         coef = e.div(coef, tw)?;
     }
-    // One-hot of the target along the class dimension.
-    let classes_iota = iota(e, &xdims, cdim)?;
-    let t64 = e.convert(target, DType::I64)?;
-    let (t_b, valid_b, coef_b) = (
-        unsqueeze(e, t64, cdim)?,
-        unsqueeze(e, valid, cdim)?,
-        unsqueeze(e, coef, cdim)?,
-    );
-    let hit = e.compare(CompareOp::Eq, classes_iota, t_b)?;
-    let hit = e.binary(BinaryOp::And, hit, valid_b)?;
+    let zero_coef = e.full(cd, &tdims, 0.0)?;
+    let coef = e.select(valid, coef, zero_coef)?;
+    // Each sample's coefficient added in at its target class: a scatter
+    // of N values, not a one-hot compare over all N x C positions.
     let zero = e.full(cd, &xdims, 0.0)?;
-    let grad = e.select(hit, coef_b, zero)?;
+    let grad = if cdim == 0 {
+        let z = e.reshape(zero, &[1, classes])?;
+        let (i, c) = (e.reshape(safe, &[1, 1])?, e.reshape(coef, &[1, 1])?);
+        let add = Prim::Scatter {
+            axis: 1,
+            combiner: ScatterCombiner::Add,
+        };
+        let g = e.op(add, &[z, i, c])?;
+        e.reshape(g, &xdims)?
+    } else {
+        let (i, c) = (unsqueeze(e, safe, 1)?, unsqueeze(e, coef, 1)?);
+        let add = Prim::Scatter {
+            axis: 1,
+            combiner: ScatterCombiner::Add,
+        };
+        e.op(add, &[zero, i, c])?
+    };
     Ok(vec![e.convert(grad, dt)?])
 }
 

@@ -487,6 +487,28 @@ fn nll_loss_backward_matches_numerical_gradient() {
         let want = numeric_grad("nll_loss", &[x.clone(), target.clone()], &a, 0, &gv, 0);
         close(&got, &want, 1e-6);
     }
+    // One sample without a batch dimension: input [C], target [].
+    let x1 = f64s(&[4], &r.vec(4));
+    let t1 = i64s(&[], &[2]);
+    for red in ["mean", "sum", "none"] {
+        let a = at(&[("reduction", s(red))]);
+        let fwd = runv("nll_loss", &[&x1, &t1, &w], &a);
+        let gv = r.vec(1);
+        let got = run1(
+            "nll_loss_backward",
+            &[&f64s(&[], &gv), &x1, &t1, &w, &fwd[1]],
+            &a,
+        );
+        let want = numeric_grad(
+            "nll_loss",
+            &[x1.clone(), t1.clone(), w.clone()],
+            &a,
+            0,
+            &gv,
+            0,
+        );
+        close(&got, &want, 1e-6);
+    }
     let e = err(
         "nll_loss_backward",
         &[&f64s(&[3], &[1.0; 3]), &x, &target, &f64s(&[], &[1.0])],

@@ -1103,6 +1103,111 @@ mod tests {
         }
     }
 
+    /// A product written straight into its output's device memory is
+    /// still read by a later pass; a product whose output is a strided
+    /// view, or overlaps its own operand, is written back the usual way.
+    #[test]
+    fn products_written_into_device_memory_equal_the_reference() {
+        use crate::ir::{BinaryOp, DType, GraphBuilder, Prim, TensorType, UnaryOp};
+        use crate::platform::host::kernels::{eval_graph, HostTensor};
+        let r = rt(1, 1 << 30);
+        let s = r.default_stream(0).unwrap();
+        let f = |d: &[u64]| TensorType::new(DType::F32, d);
+        let mut g = GraphBuilder::new();
+        let (x, w) = (g.param(f(&[64, 48])), g.param(f(&[48, 48])));
+        let mm = Prim::DotGeneral {
+            lhs_batch: vec![],
+            rhs_batch: vec![],
+            lhs_contract: vec![1],
+            rhs_contract: vec![0],
+        };
+        let y = g.op(mm, &[x, w]).unwrap();
+        let e = g.unary(UnaryOp::Tanh, y).unwrap();
+        let z = g.binary(BinaryOp::Add, e, y).unwrap();
+        let graph = g.build(&[y, z]).unwrap();
+        let exe = r.compile(&graph).unwrap();
+        let values = |n: usize, seed: usize| -> Vec<f32> {
+            (0..n)
+                .map(|i| ((i * 5 + seed) % 11) as f32 / 8.0 - 0.6)
+                .collect()
+        };
+        let (xs, ws) = (values(64 * 48, 1), values(48 * 48, 2));
+        let want = eval_graph(
+            &graph,
+            &[
+                HostTensor::from_slice(DType::F32, &[64, 48], &xs).unwrap(),
+                HostTensor::from_slice(DType::F32, &[48, 48], &ws).unwrap(),
+            ],
+        )
+        .unwrap();
+        let upload = |v: &[f32]| {
+            let b = r.allocate(0, v.len() as u64 * 4, &s).unwrap();
+            r.copy_host_to_device(&floats(v), &b, &Layout::bytes(v.len() as u64 * 4), &s)
+                .unwrap();
+            b
+        };
+        let read = |b: &Buffer, n: usize| {
+            let mut out = vec![0u8; n * 4];
+            r.copy_device_to_host(b, &Layout::bytes(n as u64 * 4), &mut out, &s)
+                .unwrap();
+            bytemuck::cast_slice::<u8, f32>(&out).to_vec()
+        };
+        let close = |got: &[f32], want: &HostTensor, what: &str| {
+            for (i, (a, b)) in got.iter().zip(want.as_slice::<f32>()).enumerate() {
+                assert!(
+                    (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+                    "{what} {i}: {a} vs {b}"
+                );
+            }
+        };
+        // Contiguous outputs: the product goes straight to device memory.
+        let (xb, wb) = (upload(&xs), upload(&ws));
+        let (yb, zb) = (
+            r.allocate(0, 64 * 48 * 4, &s).unwrap(),
+            r.allocate(0, 64 * 48 * 4, &s).unwrap(),
+        );
+        let t = |b: &Buffer, d: &[u64]| DeviceTensor::contiguous(b.clone(), DType::F32, d).unwrap();
+        r.launch(
+            exe.clone(),
+            &[t(&xb, &[64, 48]), t(&wb, &[48, 48])],
+            &[t(&yb, &[64, 48]), t(&zb, &[64, 48])],
+            &s,
+            "graph",
+        )
+        .unwrap();
+        close(&read(&yb, 64 * 48), &want[0], "y");
+        close(&read(&zb, 64 * 48), &want[1], "z");
+        // y into a transposed view: written back through its layout.
+        let yt = DeviceTensor::new(yb.clone(), DType::F32, 0, &[64, 48], Some(&[1, 64])).unwrap();
+        r.launch(
+            exe.clone(),
+            &[t(&xb, &[64, 48]), t(&wb, &[48, 48])],
+            &[yt, t(&zb, &[64, 48])],
+            &s,
+            "graph",
+        )
+        .unwrap();
+        let got = read(&yb, 64 * 48);
+        let mut transposed = vec![0f32; 64 * 48];
+        for i in 0..64 {
+            for j in 0..48 {
+                transposed[i * 48 + j] = got[j * 64 + i];
+            }
+        }
+        close(&transposed, &want[0], "y transposed");
+        // y written over x, its own operand: x is read whole first.
+        r.launch(
+            exe,
+            &[t(&xb, &[64, 48]), t(&wb, &[48, 48])],
+            &[t(&xb, &[64, 48]), t(&zb, &[64, 48])],
+            &s,
+            "graph",
+        )
+        .unwrap();
+        close(&read(&xb, 64 * 48), &want[0], "y over x");
+        close(&read(&zb, 64 * 48), &want[1], "z after y over x");
+    }
+
     #[test]
     fn platform_choice_and_unknown_platforms() {
         let e = Runtime::new(&RuntimeOptions {

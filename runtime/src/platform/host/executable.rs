@@ -77,7 +77,10 @@ impl HostExecutable {
     }
 }
 
-/// Graph outputs stored by a loop program and read by no other kernel.
+/// Graph outputs that kernels may write straight into device memory: those
+/// a loop program stores and no other kernel reads (the engine keeps no
+/// host copy), and float products (later kernels read a view of the
+/// output).
 fn direct_outputs(
     graph: &Graph,
     plan: &Plan,
@@ -115,6 +118,13 @@ fn direct_outputs(
             }
         }
     }
+    let float_product = |p: usize, v: &crate::ir::ValueId| {
+        matches!(nodes[p].prim, crate::ir::Prim::DotGeneral { .. })
+            && matches!(
+                graph.value_type(*v).dtype,
+                crate::ir::DType::F32 | crate::ir::DType::F64
+            )
+    };
     graph
         .outputs()
         .iter()
@@ -122,11 +132,16 @@ fn direct_outputs(
         .filter(|v| {
             producer[v.0 as usize].is_some_and(|p| {
                 let k = kernel_of[p];
-                k != usize::MAX
-                    && programs[k].is_some()
-                    // Epilogue results are kept on the host by the engine.
-                    && !matches!(nodes[p].prim, crate::ir::Prim::Reduce { .. })
-            }) && !read_elsewhere.contains(v)
+                if k == usize::MAX {
+                    return false;
+                }
+                if programs[k].is_none() {
+                    return float_product(p, v);
+                }
+                // Epilogue results are kept on the host by the engine.
+                !matches!(nodes[p].prim, crate::ir::Prim::Reduce { .. })
+                    && !read_elsewhere.contains(v)
+            })
         })
         .collect()
 }

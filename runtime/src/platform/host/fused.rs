@@ -1345,7 +1345,7 @@ fn eval_node(
     io: &DeviceIo<'_>,
 ) -> Result<()> {
     let n = &graph.nodes()[node];
-    if let Some(outs) = dot_reading_in_place(n, values, io)? {
+    if let Some(outs) = run_dot(n, values, io)? {
         for (o, t) in n.outputs.iter().zip(outs) {
             values[o.0 as usize] = Some(t);
         }
@@ -1385,13 +1385,15 @@ fn eval_node(
     Ok(())
 }
 
-/// A dot_general whose operands include a transposed parameter (torch
-/// passes a linear layer's weight as `W.t()`, attention its keys as
-/// `k.transpose(-2, -1)`): the product reads the parameter's memory in
-/// place, in its own order, with the dimension numbers restated, instead
-/// of gathering the view into a contiguous copy. None when the node is not
-/// such a product; the caller then runs it the usual way.
-fn dot_reading_in_place(
+/// A dot_general, reading parameters where they lie and writing its
+/// result straight into the output's device memory when the executable
+/// chose to (a float output in `io.outputs`), leaving a view of it in
+/// `values` for later kernels. A transposed parameter (torch passes a
+/// linear layer's weight as `W.t()`, attention its keys as
+/// `k.transpose(-2, -1)`) is read in its own memory order with the
+/// dimension numbers restated, instead of gathered into a contiguous copy.
+/// None when the node is not a product; the caller then runs it.
+fn run_dot(
     n: &crate::ir::Node,
     values: &[Option<HostTensor>],
     io: &DeviceIo<'_>,
@@ -1409,18 +1411,17 @@ fn dot_reading_in_place(
         (lhs_batch.clone(), lhs_contract.clone()),
         (rhs_batch.clone(), rhs_contract.clone()),
     ];
-    // Views made here; operands already computed are read from `values`.
-    let mut views: [Option<HostTensor>; 2] = [None, None];
-    let mut permuted = false;
+    // Operands read here; those already computed are read from `values`.
+    let mut own: [Option<HostTensor>; 2] = [None, None];
     for (side, v) in n.inputs.iter().enumerate() {
         if values[v.0 as usize].is_some() {
             continue;
         }
         let Some(t) = io.inputs.get(v) else {
-            return Ok(None);
+            return Err(Error::Internal(format!("value %{} missing", v.0)));
         };
-        // SAFETY: as for the views of `eval_node`; this one lives only
-        // for the product.
+        // SAFETY: as for the views of `eval_node`; these live only for
+        // the product.
         let view = if t.is_contiguous() {
             unsafe { HostTensor::borrow_device(t) }
         } else {
@@ -1429,20 +1430,16 @@ fn dot_reading_in_place(
                 let (batch, contract) =
                     crate::fusion::dot_operand_through_transpose(&perm, batch, contract)?;
                 dims[side] = (batch, contract);
-                permuted = true;
                 Some(view)
             })
         };
-        match view {
-            Some(view) => views[side] = Some(view),
-            None => return Ok(None),
-        }
-    }
-    if !permuted {
-        return Ok(None);
+        own[side] = Some(match view {
+            Some(view) => view,
+            None => read_tensor(t)?,
+        });
     }
     let operand = |side: usize| {
-        views[side]
+        own[side]
             .as_ref()
             .or(values[n.inputs[side].0 as usize].as_ref())
             .ok_or_else(|| Error::Internal("a product's operand is missing".into()))
@@ -1454,7 +1451,24 @@ fn dot_reading_in_place(
         lhs_contract,
         rhs_contract,
     };
-    kernels::eval(&prim, &[operand(0)?, operand(1)?]).map(Some)
+    let ins = [operand(0)?, operand(1)?];
+    let target = n.outputs.first().and_then(|o| io.outputs.get(o));
+    let aligned = |t: &DeviceTensor, p: *mut u8| (p as usize).is_multiple_of(t.dtype.size());
+    let direct = target.and_then(|t| device_ptr(t).filter(|&p| aligned(t, p)).map(|p| (t, p)));
+    if let Some((t, ptr)) = direct {
+        let len = t.ty().nbytes() as usize;
+        // SAFETY: the executable hands a product an output only when it is
+        // contiguous, in host memory, and overlaps no input and no other
+        // output; nothing else writes it during `execute`, and the task
+        // holds its buffer.
+        let dst = unsafe { std::slice::from_raw_parts_mut(ptr, len) };
+        kernels::eval_dot_into(&prim, &ins, dst)?;
+        // SAFETY: as above; from here on only read.
+        let view = unsafe { HostTensor::borrow_device(t) }
+            .ok_or_else(|| Error::Internal("a product's output cannot be read back".into()))?;
+        return Ok(Some(vec![view]));
+    }
+    kernels::eval(&prim, &ins).map(Some)
 }
 
 /// Run a whole plan over `values` (parameters set or in `io`; results

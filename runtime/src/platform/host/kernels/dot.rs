@@ -333,6 +333,58 @@ fn round_into(wide: &[f32], out: &mut HostTensor) {
     }
 }
 
+/// dot_general of f32 or f64 operands written straight into `dst`, the
+/// bytes of a row-major result of type `out` (device memory, say).
+#[allow(clippy::too_many_arguments)]
+pub fn dot_general_into(
+    lhs: &HostTensor,
+    rhs: &HostTensor,
+    lhs_batch: &[usize],
+    rhs_batch: &[usize],
+    lhs_contract: &[usize],
+    rhs_contract: &[usize],
+    out: &TensorType,
+    dst: &mut [u8],
+) -> Result<()> {
+    if lhs.dtype() != rhs.dtype() || out.dtype != lhs.dtype() || dst.len() as u64 != out.nbytes() {
+        return Err(Error::Internal(format!(
+            "a product of {} and {} into {} bytes of {out}",
+            lhs.ty,
+            rhs.ty,
+            dst.len()
+        )));
+    }
+    let free = |rank: usize, batch: &[usize], contract: &[usize]| -> Vec<usize> {
+        (0..rank)
+            .filter(|d| !batch.contains(d) && !contract.contains(d))
+            .collect()
+    };
+    let lhs_free = free(lhs.ty.rank(), lhs_batch, lhs_contract);
+    let rhs_free = free(rhs.ty.rank(), rhs_batch, rhs_contract);
+    let (l, lm) = matrices(lhs, lhs_batch, &lhs_free, lhs_contract)?;
+    let (r, rm) = matrices(rhs, rhs_batch, rhs_contract, &rhs_free)?;
+    let misaligned = || Error::Internal(format!("{} result bytes are not aligned", out.dtype));
+    match out.dtype {
+        DType::F32 => batched_gemm::<f32>(
+            l.as_slice(),
+            &lm,
+            r.as_slice(),
+            &rm,
+            bytemuck::try_cast_slice_mut(dst).map_err(|_| misaligned())?,
+        ),
+        DType::F64 => batched_gemm::<f64>(
+            l.as_slice(),
+            &lm,
+            r.as_slice(),
+            &rm,
+            bytemuck::try_cast_slice_mut(dst).map_err(|_| misaligned())?,
+        ),
+        other => Err(Error::Internal(format!(
+            "no product of {other} straight into memory"
+        ))),
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 pub fn dot_general(
     lhs: &HostTensor,

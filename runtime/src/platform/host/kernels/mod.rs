@@ -395,6 +395,32 @@ pub fn contiguous_strides(dims: &[u64]) -> Vec<u64> {
 
 /// Run one primitive on host tensors. `inputs` have the types the graph
 /// checked; the result types are the ones inference gives.
+/// A float dot_general (f32 or f64) written straight into `dst`, the
+/// bytes of its row-major result; other prims and dtypes are errors.
+pub fn eval_dot_into(prim: &Prim, inputs: &[&HostTensor], dst: &mut [u8]) -> Result<()> {
+    let types: Vec<TensorType> = inputs.iter().map(|t| t.ty.clone()).collect();
+    let out = crate::ir::graph::infer_types(prim, &types)?;
+    let Prim::DotGeneral {
+        lhs_batch,
+        rhs_batch,
+        lhs_contract,
+        rhs_contract,
+    } = prim
+    else {
+        return Err(Error::Internal(format!("{} is not a product", prim.name())));
+    };
+    dot::dot_general_into(
+        inputs[0],
+        inputs[1],
+        lhs_batch,
+        rhs_batch,
+        lhs_contract,
+        rhs_contract,
+        &out[0],
+        dst,
+    )
+}
+
 pub fn eval(prim: &Prim, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>> {
     let types: Vec<TensorType> = inputs.iter().map(|t| t.ty.clone()).collect();
     let out_types = crate::ir::graph::infer_types(prim, &types)?;

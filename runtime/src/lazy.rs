@@ -271,7 +271,7 @@ pub(crate) fn prepare(
     }
     let out_values: Vec<ValueId> = outputs.iter().map(|&(o, k)| results[o][k]).collect();
     let graph = b.build(&out_values)?;
-    if std::env::var_os("TPURT_DEBUG_FLUSH").is_some() {
+    if debug_flush() {
         eprintln!(
             "flush: {} ops, {} params, {} outputs\n{graph}",
             ops.len(),
@@ -310,6 +310,14 @@ fn inline(b: &mut GraphBuilder, g: &Graph, args: &[ValueId]) -> Result<Vec<Value
         }
     }
     Ok(g.outputs().iter().map(|v| map[v]).collect())
+}
+
+/// Whether `TPURT_DEBUG_FLUSH` asks for each flush's graph and plan on
+/// stderr. Read once: looking an environment variable up takes the
+/// environment's lock and scans it, which showed in a tiny op's profile.
+pub(crate) fn debug_flush() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("TPURT_DEBUG_FLUSH").is_some())
 }
 
 #[cfg(test)]

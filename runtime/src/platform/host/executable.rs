@@ -310,7 +310,7 @@ impl Executable for HostExecutable {
                 direct.insert(*v);
             }
         }
-        if std::env::var_os("TPURT_DEBUG_FLUSH").is_some() {
+        if crate::lazy::debug_flush() {
             eprintln!("execute: direct {:?}, plan {:?}", direct, self.plan);
         }
         run_plan(&self.graph, &self.plan, &self.programs, &mut values, &io)?;

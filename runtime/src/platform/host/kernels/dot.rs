@@ -333,6 +333,29 @@ fn round_into(wide: &[f32], out: &mut HostTensor) {
     }
 }
 
+/// Both operands as batches of matrices: lhs [batch, free, contract] and
+/// rhs [batch, contract, free], in place where their layouts allow.
+type MatrixOperand<'a> = (Cow<'a, HostTensor>, Matrices);
+
+fn operands<'a>(
+    lhs: &'a HostTensor,
+    rhs: &'a HostTensor,
+    (lhs_batch, rhs_batch): (&[usize], &[usize]),
+    (lhs_contract, rhs_contract): (&[usize], &[usize]),
+) -> Result<(MatrixOperand<'a>, MatrixOperand<'a>)> {
+    let free = |rank: usize, batch: &[usize], contract: &[usize]| -> Vec<usize> {
+        (0..rank)
+            .filter(|d| !batch.contains(d) && !contract.contains(d))
+            .collect()
+    };
+    let lhs_free = free(lhs.ty.rank(), lhs_batch, lhs_contract);
+    let rhs_free = free(rhs.ty.rank(), rhs_batch, rhs_contract);
+    Ok((
+        matrices(lhs, lhs_batch, &lhs_free, lhs_contract)?,
+        matrices(rhs, rhs_batch, rhs_contract, &rhs_free)?,
+    ))
+}
+
 /// dot_general of f32 or f64 operands written straight into `dst`, the
 /// bytes of a row-major result of type `out` (device memory, say).
 #[allow(clippy::too_many_arguments)]
@@ -354,15 +377,12 @@ pub fn dot_general_into(
             dst.len()
         )));
     }
-    let free = |rank: usize, batch: &[usize], contract: &[usize]| -> Vec<usize> {
-        (0..rank)
-            .filter(|d| !batch.contains(d) && !contract.contains(d))
-            .collect()
-    };
-    let lhs_free = free(lhs.ty.rank(), lhs_batch, lhs_contract);
-    let rhs_free = free(rhs.ty.rank(), rhs_batch, rhs_contract);
-    let (l, lm) = matrices(lhs, lhs_batch, &lhs_free, lhs_contract)?;
-    let (r, rm) = matrices(rhs, rhs_batch, rhs_contract, &rhs_free)?;
+    let ((l, lm), (r, rm)) = operands(
+        lhs,
+        rhs,
+        (lhs_batch, rhs_batch),
+        (lhs_contract, rhs_contract),
+    )?;
     let misaligned = || Error::Internal(format!("{} result bytes are not aligned", out.dtype));
     match out.dtype {
         DType::F32 => batched_gemm::<f32>(
@@ -395,19 +415,12 @@ pub fn dot_general(
     rhs_contract: &[usize],
     out: &TensorType,
 ) -> Result<HostTensor> {
-    let free = |rank: usize, batch: &[usize], contract: &[usize]| -> Vec<usize> {
-        (0..rank)
-            .filter(|d| !batch.contains(d) && !contract.contains(d))
-            .collect()
-    };
     if lhs.dtype() != rhs.dtype() || out.dtype != lhs.dtype() {
         return Err(Error::invalid(format!(
             "operands {} and {} and result {out} need one dtype",
             lhs.ty, rhs.ty
         )));
     }
-    let lhs_free = free(lhs.ty.rank(), lhs_batch, lhs_contract);
-    let rhs_free = free(rhs.ty.rank(), rhs_batch, rhs_contract);
     // The float products write every element (an empty contraction
     // fills zeros); the integer loop accumulates into a zeroed result.
     let mut result = match out.dtype {
@@ -419,42 +432,55 @@ pub fn dot_general(
     if result.numel() == 0 {
         return Ok(result);
     }
-    if matches!(lhs.dtype(), DType::F16 | DType::BF16) {
-        let wide_out = TensorType::new(DType::F32, &out.dims);
-        let wide = dot_general(
-            &to_f32(lhs)?,
-            &to_f32(rhs)?,
-            lhs_batch,
-            rhs_batch,
-            lhs_contract,
-            rhs_contract,
-            &wide_out,
-        )?;
-        round_into(wide.as_slice(), &mut result);
-        return Ok(result);
-    }
-    let (l, lm) = matrices(lhs, lhs_batch, &lhs_free, lhs_contract)?;
-    let (r, rm) = matrices(rhs, rhs_batch, rhs_contract, &rhs_free)?;
+    let (batch, contract) = ((lhs_batch, rhs_batch), (lhs_contract, rhs_contract));
     match lhs.dtype() {
-        DType::F32 => {
-            batched_gemm::<f32>(l.as_slice(), &lm, r.as_slice(), &rm, result.as_slice_mut())?
+        DType::F16 | DType::BF16 => {
+            let wide_out = TensorType::new(DType::F32, &out.dims);
+            let mut wide = HostTensor::for_overwrite(wide_out.clone());
+            let (l, r) = (to_f32(lhs)?, to_f32(rhs)?);
+            let (lb, rb, lc, rc) = (batch.0, batch.1, contract.0, contract.1);
+            dot_general_into(&l, &r, lb, rb, lc, rc, &wide_out, wide.bytes_mut())?;
+            round_into(wide.as_slice(), &mut result);
         }
-        DType::F64 => {
-            batched_gemm::<f64>(l.as_slice(), &lm, r.as_slice(), &rm, result.as_slice_mut())?
+        DType::F32 | DType::F64 => {
+            let (lb, rb, lc, rc) = (batch.0, batch.1, contract.0, contract.1);
+            dot_general_into(lhs, rhs, lb, rb, lc, rc, out, result.bytes_mut())?;
         }
-        DType::I32 => {
-            batched_int_product::<i32>(l.as_slice(), &lm, r.as_slice(), &rm, result.as_slice_mut())?
+        dtype => {
+            let ((l, lm), (r, rm)) = operands(lhs, rhs, batch, contract)?;
+            let dst = &mut result;
+            match dtype {
+                DType::I32 => batched_int_product::<i32>(
+                    l.as_slice(),
+                    &lm,
+                    r.as_slice(),
+                    &rm,
+                    dst.as_slice_mut(),
+                )?,
+                DType::I64 => batched_int_product::<i64>(
+                    l.as_slice(),
+                    &lm,
+                    r.as_slice(),
+                    &rm,
+                    dst.as_slice_mut(),
+                )?,
+                DType::I8 => batched_int_product::<i8>(
+                    l.as_slice(),
+                    &lm,
+                    r.as_slice(),
+                    &rm,
+                    dst.as_slice_mut(),
+                )?,
+                DType::U8 => batched_int_product::<u8>(
+                    l.as_slice(),
+                    &lm,
+                    r.as_slice(),
+                    &rm,
+                    dst.as_slice_mut(),
+                )?,
+                other => return Err(Error::invalid(format!("no product of {other} operands"))),
+            }
         }
-        DType::I64 => {
-            batched_int_product::<i64>(l.as_slice(), &lm, r.as_slice(), &rm, result.as_slice_mut())?
-        }
-        DType::I8 => {
-            batched_int_product::<i8>(l.as_slice(), &lm, r.as_slice(), &rm, result.as_slice_mut())?
-        }
-        DType::U8 => {
-            batched_int_product::<u8>(l.as_slice(), &lm, r.as_slice(), &rm, result.as_slice_mut())?
-        }
-        other => return Err(Error::invalid(format!("no product of {other} operands"))),
     }
     Ok(result)
 }

@@ -13,7 +13,15 @@ pub fn exp_f32(x: f32) -> f32 {
     // Round to nearest by adding and subtracting 1.5 * 2^23 (plain SSE2
     // arithmetic; `round` would be a libm call per element here).
     const SHIFT: f32 = 12_582_912.0;
-    let xc = x.clamp(-104.0, 89.0);
+    // Below the underflow threshold the result is 0 whatever is computed:
+    // compute e^0 there instead, since 2^k for k near -150 is subnormal and
+    // a multiply giving a subnormal costs many cycles on x86 (a masked
+    // attention row of -inf ran 2.7x slower than one of zeros).
+    let xc = if x < -103.97208 {
+        0.0
+    } else {
+        x.clamp(-104.0, 89.0)
+    };
     // mul_add: one fused instruction on x86-64-v3 (FMA) and aarch64, and
     // half the instructions of the polynomial.
     let shifted = xc.mul_add(INV_LN2, SHIFT);
@@ -157,6 +165,23 @@ mod tests {
 
     fn erf64(x: f64) -> f64 {
         super::super::kernels::erf(x)
+    }
+
+    #[test]
+    fn exp_underflows_to_zero_and_keeps_subnormal_results() {
+        for x in [f32::NEG_INFINITY, f32::MIN, -1e30, -104.0, -103.98] {
+            assert_eq!(exp_f32(x).to_bits(), 0, "{x}");
+        }
+        // Just above the threshold the result is subnormal, and close.
+        for x in [-103.9f32, -100.0, -95.0, -88.0] {
+            let (got, want) = (exp_f32(x) as f64, (x as f64).exp());
+            assert!(
+                got > 0.0 && (got - want).abs() <= want * 1e-3 + 1e-45,
+                "{x}: {got} vs {want}"
+            );
+        }
+        assert!(exp_f32(f32::NAN).is_nan());
+        assert_eq!(exp_f32(f32::INFINITY), f32::INFINITY);
     }
 
     #[test]

@@ -504,7 +504,68 @@ pub(super) fn infer(prim: &Prim, ins: &[TensorType]) -> Result<Vec<TensorType>> 
             }
             one(TensorType::new(x.dtype, &dims))
         }
+        Prim::Attention { scale, .. } => {
+            arity(ins, 3)?;
+            let (rows, ev) = attention_operands(&ins[0], &ins[1], &ins[2], *scale)?;
+            let mut out = rows.clone();
+            out.push(ev);
+            Ok(vec![
+                TensorType::new(DType::F32, &out),
+                TensorType::new(DType::F32, &rows),
+            ])
+        }
+        Prim::AttentionBackward { scale, .. } => {
+            arity(ins, 6)?;
+            let (rows, ev) = attention_operands(&ins[1], &ins[2], &ins[3], *scale)?;
+            let mut out = rows.clone();
+            out.push(ev);
+            let out = TensorType::new(DType::F32, &out);
+            for (t, what) in [(&ins[0], "grad_out"), (&ins[4], "out")] {
+                if *t != out {
+                    return err(format!("{what} {t} is not the attention output {out}"));
+                }
+            }
+            let lse = TensorType::new(DType::F32, &rows);
+            if ins[5] != lse {
+                return err(format!("logsumexp {} is not {lse}", ins[5]));
+            }
+            Ok(ins[1..4].to_vec())
+        }
     }
+}
+
+/// Checks attention's q, k and v; returns the query rows' dims (q's but
+/// the last) and the value width.
+fn attention_operands(
+    q: &TensorType,
+    k: &TensorType,
+    v: &TensorType,
+    scale: f64,
+) -> Result<(Vec<u64>, u64)> {
+    if [q, k, v].iter().any(|t| t.dtype != DType::F32) {
+        return err(format!("q {q}, k {k} and v {v} must be f32"));
+    }
+    let r = q.rank();
+    if r < 3 || k.rank() != r || v.rank() != r {
+        return err(format!(
+            "q {q}, k {k} and v {v} need one rank, at least 3 ([.., heads, rows, width])"
+        ));
+    }
+    let (h, hk) = (q.dims[r - 3], k.dims[r - 3]);
+    let fits = q.dims[..r - 3] == k.dims[..r - 3]
+        && k.dims[..r - 1] == v.dims[..r - 1]
+        && q.dims[r - 1] == k.dims[r - 1]
+        && if hk == 0 { h == 0 } else { h % hk == 0 };
+    if !fits {
+        return err(format!(
+            "q {q}, k {k} and v {v} do not fit [.., h, l, e], [.., hk, s, e], [.., hk, s, ev] \
+             with h a multiple of hk"
+        ));
+    }
+    if !scale.is_finite() {
+        return err(format!("scale {scale} is not finite"));
+    }
+    Ok((q.dims[..r - 1].to_vec(), v.dims[r - 1]))
 }
 
 fn index_type(t: &TensorType) -> Result<()> {

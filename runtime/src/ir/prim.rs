@@ -210,6 +210,22 @@ pub enum Prim {
         dilation: Vec<u64>,
         groups: u64,
     },
+    /// Scaled dot-product attention, a composite: the op library emits it
+    /// for the plain case (f32, no mask, no dropout), and a platform that
+    /// has no kernel for it runs `ops::expand_composites`, which rewrites
+    /// it into the primitives above (as StableHLO's `composite` does).
+    ///
+    /// (q [n.., h, l, e], k [n.., hk, s, e], v [n.., hk, s, ev]), all f32,
+    /// rank at least 3, h a multiple of hk: query head i reads key/value
+    /// head i / (h / hk) ->
+    /// (softmax(scale · q kᵀ) v [n.., h, l, ev], the rows' logsumexp of
+    /// the scaled scores [n.., h, l]). With `causal`, query i attends keys
+    /// j <= i only (top left aligned). A row with no key gives 0 and -inf.
+    Attention { scale: f64, causal: bool },
+    /// (grad_out [n.., h, l, ev], q, k, v, out, logsumexp) -> (dq, dk, dv)
+    /// of `Attention` with the same attributes; dk and dv sum over the
+    /// query heads that share a key/value head.
+    AttentionBackward { scale: f64, causal: bool },
 }
 
 impl Prim {
@@ -249,7 +265,18 @@ impl Prim {
             Prim::Sort { .. } => "sort".into(),
             Prim::Rng { .. } => "rng".into(),
             Prim::Convolution { .. } => "convolution".into(),
+            Prim::Attention { .. } => "attention".into(),
+            Prim::AttentionBackward { .. } => "attention_backward".into(),
         }
+    }
+
+    /// A composite that `ops::expand_composites` rewrites into primitives
+    /// for platforms without a kernel of their own for it.
+    pub fn is_composite(&self) -> bool {
+        matches!(
+            self,
+            Prim::Attention { .. } | Prim::AttentionBackward { .. }
+        )
     }
 
     /// Elementwise: each output element depends only on the input elements

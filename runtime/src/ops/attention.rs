@@ -25,7 +25,7 @@
 //! apart. The backward takes (grad_out, q, k, v, out, logsumexp) and the
 //! same optional trailing inputs.
 
-use super::attrs::Attrs;
+use super::attrs::{Attr, Attrs};
 use super::emit::{broadcast_shapes, Emitter};
 use super::support::{compute_dtype, need_float, rng_keys, sum_to};
 use super::{Arity, OpDef};
@@ -315,10 +315,55 @@ fn where_finite(e: &mut Emitter, x: ValueId) -> Result<ValueId> {
     e.select(finite, x, zero)
 }
 
+/// The scale of `Prim::Attention` when (q, k, v) with these options is
+/// its plain case: f32, no mask and no dropout, one batch shape (no
+/// broadcasting), and key/value heads equal to the query's or, under
+/// enable_gqa, dividing them. Otherwise None: the math below runs.
+fn composite_case(
+    e: &Emitter,
+    (q, k, v): (ValueId, ValueId, ValueId),
+    mask: Option<ValueId>,
+    o: &Options,
+    a: &Attrs,
+) -> Result<Option<f64>> {
+    if mask.is_some() || o.dropout_p != 0.0 {
+        return Ok(None);
+    }
+    if [q, k, v].iter().any(|&t| e.dtype(t) != DType::F32) {
+        return Ok(None);
+    }
+    let (qd, kd, vd) = (e.dims(q), e.dims(k), e.dims(v));
+    let r = qd.len();
+    if r < 3 || kd.len() != r || vd.len() != r {
+        return Ok(None);
+    }
+    let (hq, hk) = (qd[r - 3], kd[r - 3]);
+    let heads_fit = hq == hk || (a.bool_or("enable_gqa", false)? && hk > 0 && hq % hk == 0);
+    let fits = heads_fit
+        && qd[..r - 3] == kd[..r - 3]
+        && kd[..r - 1] == vd[..r - 1]
+        && qd[r - 1] == kd[r - 1];
+    let scale = a
+        .float_opt("scale")?
+        .unwrap_or(1.0 / (qd[r - 1] as f64).sqrt());
+    Ok((fits && scale.is_finite()).then_some(scale))
+}
+
 /// scaled_dot_product_attention(q, k, v, mask?, seed?, offset?; is_causal,
 /// scale, dropout_p, seed, offset, enable_gqa) -> (out [..., L, Ev],
-/// logsumexp [..., L] in f32 (f64 for f64 inputs)).
+/// logsumexp [..., L] in f32 (f64 for f64 inputs)). The plain case is one
+/// `Prim::Attention`; the rest is the math decomposition.
 fn sdpa(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let (mask, _) = optional_inputs(&x[3..]);
+    let o = options(a, mask)?;
+    if let Some(scale) = composite_case(e, (x[0], x[1], x[2]), mask, &o, a)? {
+        let causal = o.causal;
+        return e.g.node(Prim::Attention { scale, causal }, &x[..3]);
+    }
+    sdpa_math(e, x, a)
+}
+
+fn sdpa_math(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     let (mask, keys) = optional_inputs(&x[3..]);
     let o = options(a, mask)?;
     let p = prepare(e, x[0], x[1], x[2], mask, a)?;
@@ -355,6 +400,27 @@ fn sdpa(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
 /// `out` is checked for shape only: rowsum(P dP) equals rowsum(dO out)
 /// and is computed without out's rounding.
 fn sdpa_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let (g, q, k, v, out, lse) = (x[0], x[1], x[2], x[3], x[4], x[5]);
+    let (mask, _) = optional_inputs(&x[6..]);
+    let o = options(a, mask)?;
+    if let Some(scale) = composite_case(e, (q, k, v), mask, &o, a)? {
+        // The composite takes grad_out and out of the output's exact type
+        // and an f32 logsumexp of the rows; anything else (a broadcast
+        // grad_out, say) goes through the math below.
+        let qd = e.dims(q);
+        let mut out_dims = qd[..qd.len() - 1].to_vec();
+        out_dims.push(*e.dims(v).last().unwrap_or(&0));
+        let out_ty = crate::ir::TensorType::new(DType::F32, &out_dims);
+        let lse_ty = crate::ir::TensorType::new(DType::F32, &qd[..qd.len() - 1]);
+        if e.ty(g) == out_ty && e.ty(out) == out_ty && e.ty(lse) == lse_ty {
+            let causal = o.causal;
+            return e.g.node(Prim::AttentionBackward { scale, causal }, &x[..6]);
+        }
+    }
+    sdpa_backward_math(e, x, a)
+}
+
+fn sdpa_backward_math(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     let (g, q, k, v, out, lse) = (x[0], x[1], x[2], x[3], x[4], x[5]);
     let (mask, keys) = optional_inputs(&x[6..]);
     let o = options(a, mask)?;
@@ -425,6 +491,27 @@ fn sdpa_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueI
         grads.push(e.convert(gsum, e.dtype(orig))?);
     }
     Ok(grads)
+}
+
+/// `Prim::Attention` or `Prim::AttentionBackward` as the math
+/// decomposition, for `ops::expand_composites`.
+pub(super) fn expand(e: &mut Emitter, prim: &Prim, x: &[ValueId]) -> Result<Vec<ValueId>> {
+    let attrs = |scale: f64, causal: bool| {
+        Attrs::new()
+            .with("scale", Attr::Float(scale))
+            .with("is_causal", Attr::Bool(causal))
+            .with("enable_gqa", Attr::Bool(true))
+    };
+    match *prim {
+        Prim::Attention { scale, causal } => sdpa_math(e, x, &attrs(scale, causal)),
+        Prim::AttentionBackward { scale, causal } => {
+            sdpa_backward_math(e, x, &attrs(scale, causal))
+        }
+        _ => Err(Error::Internal(format!(
+            "{} is not a composite",
+            prim.name()
+        ))),
+    }
 }
 
 macro_rules! def {

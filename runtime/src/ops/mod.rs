@@ -186,6 +186,34 @@ pub fn build_graph(op: OpId, inputs: &[TensorType], attrs: &Attrs) -> Result<Gra
     e.g.build(&outs)
 }
 
+/// `graph` with every composite primitive (`Prim::is_composite`)
+/// rewritten into the primitives it is made of, for a platform that has no
+/// kernel of its own for it. Parameters and outputs keep their order and
+/// types.
+pub fn expand_composites(graph: &Graph) -> Result<Graph> {
+    if !graph.nodes().iter().any(|n| n.prim.is_composite()) {
+        return Ok(graph.clone());
+    }
+    let mut e = Emitter::new();
+    let mut map: HashMap<ValueId, ValueId> = HashMap::new();
+    for p in graph.params() {
+        map.insert(*p, e.g.param(graph.value_type(*p).clone()));
+    }
+    for n in graph.nodes() {
+        let ins: Vec<ValueId> = n.inputs.iter().map(|v| map[v]).collect();
+        let outs = if n.prim.is_composite() {
+            attention::expand(&mut e, &n.prim, &ins)?
+        } else {
+            e.g.node(n.prim.clone(), &ins)?
+        };
+        for (o, v) in n.outputs.iter().zip(outs) {
+            map.insert(*o, v);
+        }
+    }
+    let outputs: Vec<ValueId> = graph.outputs().iter().map(|o| map[o]).collect();
+    e.g.build(&outputs)
+}
+
 /// A fresh copy of `v` (an op whose output must not be its input).
 pub(crate) fn pointwise_copy(e: &mut Emitter, v: ValueId) -> Result<Vec<ValueId>> {
     let zero = e.full_like(v, 0.0)?;

@@ -605,6 +605,10 @@ pub fn lower(graph: &Graph) -> Result<String> {
 /// The module text for `graph`, and its index checks in the order of the
 /// extra results.
 pub fn lower_with_checks(graph: &Graph) -> Result<(String, Vec<IndexCheck>)> {
+    // Composites (attention) become their primitives: XLA fuses those
+    // itself, as it inlines a StableHLO composite's decomposition.
+    let expanded = crate::ops::expand_composites(graph)?;
+    let graph = &expanded;
     let name = |v: ValueId| format!("%v{}", v.0);
     let mut checks: Vec<IndexCheck> = Vec::new();
     let mut check_outs: Vec<String> = Vec::new();
@@ -896,6 +900,12 @@ pub fn lower_with_checks(graph: &Graph) -> Result<(String, Vec<IndexCheck>)> {
                 ));
                 // Name the index result as the node's value.
                 w(format!("{o} = stablehlo.reshape {o}_r#1 : ({ot}) -> {ot}"));
+            }
+            Prim::Attention { .. } | Prim::AttentionBackward { .. } => {
+                return Err(Error::Internal(format!(
+                    "{} is a composite, expanded before lowering",
+                    n.prim.name()
+                )));
             }
             Prim::Sort { dimension, descending, .. } => {
                 // Values and an iota of positions sorted together, always

@@ -5,6 +5,7 @@
 //! check data (indices, sizes) and return errors, never panic or read out
 //! of bounds. bf16 and f16 are computed in f32 and rounded once on store.
 
+mod attention;
 mod dot;
 mod elementwise;
 mod index;
@@ -526,6 +527,12 @@ pub fn eval(prim: &Prim, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>> {
             descending,
             stable,
         } => sort::sort(inputs[0], *dimension, *descending, *stable),
+        Prim::Attention { scale, causal } => {
+            attention::attention(inputs[0], inputs[1], inputs[2], *scale, *causal, &out_types)
+        }
+        Prim::AttentionBackward { scale, causal } => {
+            attention::attention_backward(inputs, *scale, *causal, &out_types)
+        }
     };
     result.map_err(|e| match e {
         Error::InvalidArgument(m) => Error::InvalidArgument(format!("{name}: {m}")),

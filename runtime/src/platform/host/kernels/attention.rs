@@ -1,0 +1,515 @@
+//! Scaled dot-product attention (`Prim::Attention`) and its backward, in
+//! blocks of query rows.
+//!
+//! A block's scores live in a scratch of rows × keys; the whole [l, s]
+//! score matrix of a head is never built. Under `causal` a block reads
+//! only the keys up to its last row, so about half the products of a
+//! square causal head are skipped (torch's CPU flash kernel does the
+//! same). Grouped-query heads read their key/value head in place. The
+//! products go through the gemm crate, which takes any strides, so kᵀ and
+//! the transposed probabilities are read where they lie.
+//!
+//! The forward keeps each row's logsumexp; the backward recomputes the
+//! probabilities from it (P = exp(scale · q kᵀ - lse)) and uses
+//! rowsum(dO · out) for rowsum(P · dP), as flash attention does.
+//!
+//! Threads: the forward splits over query heads, the backward over
+//! key/value heads (each owns its dk and dv and the dq of its group).
+
+use rayon::prelude::*;
+
+use super::HostTensor;
+use crate::error::Result;
+use crate::ir::{DType, TensorType};
+use crate::platform::host::vmath;
+
+/// Query rows per block: a block's scores (ROWS × s floats) stay in L2
+/// for the sequence lengths of the conformance models.
+const ROWS: usize = 64;
+
+/// A matrix inside a slice: element (r, c) is at `r * rs + c * cs`.
+#[derive(Clone, Copy)]
+struct Mat<'a> {
+    data: &'a [f32],
+    rows: usize,
+    cols: usize,
+    rs: usize,
+    cs: usize,
+}
+
+impl<'a> Mat<'a> {
+    /// Rows `r0..r0 + rows` of a row-major matrix `cols` wide.
+    fn rows_of(data: &'a [f32], cols: usize, r0: usize, rows: usize) -> Self {
+        Mat {
+            data: &data[r0 * cols..(r0 + rows) * cols],
+            rows,
+            cols,
+            rs: cols,
+            cs: 1,
+        }
+    }
+
+    fn t(self) -> Self {
+        Mat {
+            rows: self.cols,
+            cols: self.rows,
+            rs: self.cs,
+            cs: self.rs,
+            ..self
+        }
+    }
+}
+
+/// `dst (m × n, row-major, row stride ld) = [dst +] beta · a · b`.
+fn mm(dst: &mut [f32], ld: usize, a: Mat, b: Mat, beta: f32, accumulate: bool) {
+    let (m, k, n) = (a.rows, a.cols, b.cols);
+    assert_eq!(b.rows, k, "attention product: inner dimensions differ");
+    if m == 0 || n == 0 {
+        return;
+    }
+    assert!(
+        n <= ld && (m - 1) * ld + n <= dst.len(),
+        "attention product: dst too small"
+    );
+    if k == 0 {
+        if !accumulate {
+            for r in 0..m {
+                dst[r * ld..r * ld + n].fill(0.0);
+            }
+        }
+        return;
+    }
+    for x in [a, b] {
+        assert!(
+            (x.rows - 1) * x.rs + (x.cols - 1) * x.cs < x.data.len(),
+            "attention product: operand reaches past its slice"
+        );
+    }
+    // SAFETY: the asserts above bound every element gemm reads of `a` and
+    // `b` and writes of `dst` (m rows of n at stride ld) inside their
+    // slices; `dst` is a unique borrow, so it aliases neither operand.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            ld as isize,
+            accumulate,
+            a.data.as_ptr(),
+            a.cs as isize,
+            a.rs as isize,
+            b.data.as_ptr(),
+            b.cs as isize,
+            b.rs as isize,
+            if accumulate { 1.0 } else { 0.0 },
+            beta,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        )
+    }
+}
+
+/// Split `buf` into `parts` consecutive pieces of `size` (any may be empty).
+fn pieces(buf: &mut [f32], parts: usize, size: usize) -> Vec<&mut [f32]> {
+    if size == 0 {
+        return (0..parts).map(|_| <&mut [f32]>::default()).collect();
+    }
+    buf.chunks_mut(size).collect()
+}
+
+/// The shape of one attention: `heads` query heads in all (batch dims
+/// folded in), `groups` query heads per key/value head.
+#[derive(Clone, Copy, Debug)]
+struct Shape {
+    heads: usize,
+    groups: usize,
+    l: usize,
+    s: usize,
+    e: usize,
+    ev: usize,
+}
+
+impl Shape {
+    fn of(q: &[u64], k: &[u64], v: &[u64]) -> Self {
+        let r = q.len();
+        let n = |d: &[u64]| d.iter().product::<u64>() as usize;
+        let heads = n(&q[..r - 2]);
+        let kv_heads = n(&k[..r - 2]);
+        Shape {
+            heads,
+            groups: heads.checked_div(kv_heads).unwrap_or(1),
+            l: q[r - 2] as usize,
+            s: k[r - 2] as usize,
+            e: q[r - 1] as usize,
+            ev: v[r - 1] as usize,
+        }
+    }
+
+    /// Keys a block of rows r0..r1 reads, and keys row `i` attends to.
+    fn keys(&self, causal: bool, r1: usize) -> usize {
+        if causal {
+            r1.min(self.s)
+        } else {
+            self.s
+        }
+    }
+    fn row_keys(&self, causal: bool, i: usize) -> usize {
+        if causal {
+            (i + 1).min(self.s)
+        } else {
+            self.s
+        }
+    }
+}
+
+/// Softmax of a row of scores over its first `n` keys in place, with the
+/// keys past `n` set to 0; returns the logsumexp.
+fn softmax_row(row: &mut [f32], n: usize) -> f32 {
+    if n == 0 {
+        row.fill(0.0);
+        return f32::NEG_INFINITY;
+    }
+    let max = row[..n].iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+    // A row of -inf (or +inf) scores: subtracting would give NaN for
+    // -inf; torch's math path gives NaN for +inf, and so does this.
+    let shift = if max == f32::NEG_INFINITY { 0.0 } else { max };
+    for x in &mut row[..n] {
+        *x = vmath::exp_f32(*x - shift);
+    }
+    let sum = sum_lanes(&row[..n]);
+    if sum > 0.0 {
+        let inv = 1.0 / sum;
+        for x in &mut row[..n] {
+            *x *= inv;
+        }
+    }
+    row[n..].fill(0.0);
+    if sum > 0.0 {
+        shift + sum.ln()
+    } else {
+        f32::NEG_INFINITY
+    }
+}
+
+/// Sum in eight lanes, so the loop vectorizes.
+fn sum_lanes(x: &[f32]) -> f32 {
+    let mut lanes = [0f32; 8];
+    let mut chunks = x.chunks_exact(8);
+    for c in &mut chunks {
+        for (l, v) in lanes.iter_mut().zip(c) {
+            *l += v;
+        }
+    }
+    lanes.iter().sum::<f32>() + chunks.remainder().iter().sum::<f32>()
+}
+
+/// Row `i` of a row-major block `width` wide.
+fn row_mut(block: &mut [f32], width: usize, i: usize) -> &mut [f32] {
+    &mut block[i * width..(i + 1) * width]
+}
+
+/// `Prim::Attention`: (out, logsumexp).
+pub fn attention(
+    q: &HostTensor,
+    k: &HostTensor,
+    v: &HostTensor,
+    scale: f64,
+    causal: bool,
+    out_types: &[TensorType],
+) -> Result<Vec<HostTensor>> {
+    let sh = Shape::of(q.dims(), k.dims(), v.dims());
+    let mut out = HostTensor::for_overwrite(out_types[0].clone());
+    let mut lse = HostTensor::for_overwrite(out_types[1].clone());
+    let (qs, ks, vs) = (
+        q.as_slice::<f32>(),
+        k.as_slice::<f32>(),
+        v.as_slice::<f32>(),
+    );
+    let scale = scale as f32;
+    let outs = pieces(out.as_slice_mut::<f32>(), sh.heads, sh.l * sh.ev);
+    let lses = pieces(lse.as_slice_mut::<f32>(), sh.heads, sh.l);
+    outs.into_par_iter()
+        .zip(lses)
+        .enumerate()
+        .for_each(|(h, (out, lse))| {
+            let kv = h / sh.groups;
+            let qh = &qs[h * sh.l * sh.e..(h + 1) * sh.l * sh.e];
+            let kh = &ks[kv * sh.s * sh.e..(kv + 1) * sh.s * sh.e];
+            let vh = &vs[kv * sh.s * sh.ev..(kv + 1) * sh.s * sh.ev];
+            let mut scores = vec![0f32; ROWS.min(sh.l) * sh.s];
+            for r0 in (0..sh.l).step_by(ROWS) {
+                let rows = ROWS.min(sh.l - r0);
+                let keys = sh.keys(causal, r0 + rows);
+                let sc = &mut scores[..rows * keys];
+                mm(
+                    sc,
+                    keys,
+                    Mat::rows_of(qh, sh.e, r0, rows),
+                    Mat::rows_of(kh, sh.e, 0, keys).t(),
+                    scale,
+                    false,
+                );
+                for i in 0..rows {
+                    let n = sh.row_keys(causal, r0 + i);
+                    lse[r0 + i] = softmax_row(row_mut(sc, keys, i), n);
+                }
+                mm(
+                    &mut out[r0 * sh.ev..(r0 + rows) * sh.ev],
+                    sh.ev,
+                    Mat {
+                        data: sc,
+                        rows,
+                        cols: keys,
+                        rs: keys,
+                        cs: 1,
+                    },
+                    Mat::rows_of(vh, sh.ev, 0, keys),
+                    1.0,
+                    false,
+                );
+            }
+        });
+    Ok(vec![out, lse])
+}
+
+/// `Prim::AttentionBackward`: (dq, dk, dv) from (grad_out, q, k, v, out,
+/// logsumexp).
+pub fn attention_backward(
+    inputs: &[&HostTensor],
+    scale: f64,
+    causal: bool,
+    out_types: &[TensorType],
+) -> Result<Vec<HostTensor>> {
+    let [g, q, k, v, o, lse] = inputs else {
+        return Err(crate::error::Error::Internal(format!(
+            "attention_backward takes 6 inputs, got {}",
+            inputs.len()
+        )));
+    };
+    let sh = Shape::of(q.dims(), k.dims(), v.dims());
+    let kv_heads = sh.heads / sh.groups.max(1);
+    let zeros = |t: &TensorType| HostTensor::zeros(TensorType::new(DType::F32, &t.dims));
+    let (mut dq, mut dk, mut dv) = (
+        HostTensor::for_overwrite(out_types[0].clone()),
+        zeros(&out_types[1]),
+        zeros(&out_types[2]),
+    );
+    let (gs, qs, ks, vs, os, ls) = (
+        g.as_slice::<f32>(),
+        q.as_slice::<f32>(),
+        k.as_slice::<f32>(),
+        v.as_slice::<f32>(),
+        o.as_slice::<f32>(),
+        lse.as_slice::<f32>(),
+    );
+    let scale = scale as f32;
+    let dqs = pieces(dq.as_slice_mut::<f32>(), kv_heads, sh.groups * sh.l * sh.e);
+    let dks = pieces(dk.as_slice_mut::<f32>(), kv_heads, sh.s * sh.e);
+    let dvs = pieces(dv.as_slice_mut::<f32>(), kv_heads, sh.s * sh.ev);
+    dqs.into_par_iter()
+        .zip(dks)
+        .zip(dvs)
+        .enumerate()
+        .for_each(|(kv, ((dq, dk), dv))| {
+            let kh = &ks[kv * sh.s * sh.e..(kv + 1) * sh.s * sh.e];
+            let vh = &vs[kv * sh.s * sh.ev..(kv + 1) * sh.s * sh.ev];
+            let block = ROWS.min(sh.l) * sh.s;
+            let (mut p, mut dp) = (vec![0f32; block], vec![0f32; block]);
+            for gi in 0..sh.groups {
+                let h = kv * sh.groups + gi;
+                let qh = &qs[h * sh.l * sh.e..(h + 1) * sh.l * sh.e];
+                let gh = &gs[h * sh.l * sh.ev..(h + 1) * sh.l * sh.ev];
+                let oh = &os[h * sh.l * sh.ev..(h + 1) * sh.l * sh.ev];
+                let lh = &ls[h * sh.l..(h + 1) * sh.l];
+                let dqh = &mut dq[gi * sh.l * sh.e..(gi + 1) * sh.l * sh.e];
+                for r0 in (0..sh.l).step_by(ROWS) {
+                    let rows = ROWS.min(sh.l - r0);
+                    let keys = sh.keys(causal, r0 + rows);
+                    let (p, dp) = (&mut p[..rows * keys], &mut dp[..rows * keys]);
+                    let q_blk = Mat::rows_of(qh, sh.e, r0, rows);
+                    let g_blk = Mat::rows_of(gh, sh.ev, r0, rows);
+                    let k_keys = Mat::rows_of(kh, sh.e, 0, keys);
+                    // P = exp(scale · q kᵀ - lse), 0 past each row's keys.
+                    mm(p, keys, q_blk, k_keys.t(), scale, false);
+                    for i in 0..rows {
+                        let row = row_mut(p, keys, i);
+                        let n = sh.row_keys(causal, r0 + i);
+                        let l = lh[r0 + i];
+                        if l == f32::NEG_INFINITY {
+                            row.fill(0.0);
+                            continue;
+                        }
+                        for x in &mut row[..n] {
+                            *x = vmath::exp_f32(*x - l);
+                        }
+                        row[n..].fill(0.0);
+                    }
+                    let p_blk = Mat {
+                        data: p,
+                        rows,
+                        cols: keys,
+                        rs: keys,
+                        cs: 1,
+                    };
+                    // dV += Pᵀ dO
+                    mm(dv, sh.ev, p_blk.t(), g_blk, 1.0, true);
+                    // dP = dO vᵀ, then dS = scale · P (dP - rowsum(dO · out)).
+                    mm(
+                        dp,
+                        keys,
+                        g_blk,
+                        Mat::rows_of(vh, sh.ev, 0, keys).t(),
+                        1.0,
+                        false,
+                    );
+                    for i in 0..rows {
+                        let dprow = row_mut(dp, keys, i);
+                        let prow = &p[i * keys..(i + 1) * keys];
+                        let at = (r0 + i) * sh.ev;
+                        let delta: f32 = gh[at..at + sh.ev]
+                            .iter()
+                            .zip(&oh[at..at + sh.ev])
+                            .map(|(a, b)| a * b)
+                            .sum();
+                        for (d, &pv) in dprow.iter_mut().zip(prow) {
+                            *d = scale * pv * (*d - delta);
+                        }
+                    }
+                    let ds = Mat {
+                        data: dp,
+                        rows,
+                        cols: keys,
+                        rs: keys,
+                        cs: 1,
+                    };
+                    // dQ = dS k, dK += dSᵀ q
+                    mm(
+                        &mut dqh[r0 * sh.e..(r0 + rows) * sh.e],
+                        sh.e,
+                        ds,
+                        k_keys,
+                        1.0,
+                        false,
+                    );
+                    mm(dk, sh.e, ds.t(), q_blk, 1.0, true);
+                }
+            }
+        });
+    Ok(vec![dq, dk, dv])
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ir::{DType, GraphBuilder, Prim, TensorType};
+    use crate::ops::expand_composites;
+    use crate::platform::host::kernels::{eval_graph, HostTensor};
+
+    fn tensor(dims: &[u64], seed: f64) -> HostTensor {
+        let n: u64 = dims.iter().product();
+        let vals: Vec<f64> = (0..n)
+            .map(|i| ((i as f64 + 1.0) * 0.7311 + seed).sin() * 1.5)
+            .collect();
+        HostTensor::from_f64(DType::F32, dims, &vals).unwrap()
+    }
+
+    /// The composite's kernel and its expansion into primitives, both run
+    /// by the host kernels, agree.
+    fn kernel_and_expansion_agree(prim: Prim, inputs: &[HostTensor], what: &str) {
+        let mut b = GraphBuilder::new();
+        let params: Vec<_> = inputs
+            .iter()
+            .map(|t| b.param(TensorType::new(DType::F32, t.dims())))
+            .collect();
+        let outs = b.node(prim, &params).unwrap();
+        let graph = b.build(&outs).unwrap();
+        let expanded = expand_composites(&graph).unwrap();
+        assert!(!expanded.nodes().iter().any(|n| n.prim.is_composite()));
+        let got = eval_graph(&graph, inputs).unwrap();
+        let want = eval_graph(&expanded, inputs).unwrap();
+        for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g.dims(), w.dims(), "{what}: output {k}");
+            for (i, (x, y)) in g.to_f64_vec().iter().zip(w.to_f64_vec()).enumerate() {
+                let close = (x - y).abs() <= 1e-4 * (1.0 + y.abs()) || (x == &y);
+                assert!(close, "{what}: output {k} element {i}: {x} against {y}");
+            }
+        }
+    }
+
+    #[test]
+    fn attention_equals_its_decomposition() {
+        // (q dims, k dims, v dims): square and not, rows over one block,
+        // grouped heads, and empty extents.
+        let cases: &[(&[u64], &[u64], &[u64])] = &[
+            (&[2, 3, 5, 4], &[2, 3, 5, 4], &[2, 3, 5, 6]),
+            (&[1, 4, 130, 8], &[1, 2, 130, 8], &[1, 2, 130, 8]),
+            (&[2, 3, 7], &[2, 9, 7], &[2, 9, 3]),
+            (&[1, 2, 9, 4], &[1, 2, 3, 4], &[1, 2, 3, 4]),
+            (&[1, 2, 70, 4], &[1, 1, 66, 4], &[1, 1, 66, 5]),
+            (&[1, 2, 3, 4], &[1, 2, 0, 4], &[1, 2, 0, 4]),
+            (&[1, 2, 0, 4], &[1, 2, 3, 4], &[1, 2, 3, 4]),
+            (&[2, 2, 3, 0], &[2, 2, 3, 0], &[2, 2, 3, 2]),
+            (&[2, 2, 3, 2], &[2, 2, 3, 2], &[2, 2, 3, 0]),
+            (&[0, 2, 3, 2], &[0, 1, 3, 2], &[0, 1, 3, 2]),
+        ];
+        for (n, (qd, kd, vd)) in cases.iter().enumerate() {
+            for causal in [false, true] {
+                for scale in [0.5, -1.25] {
+                    let (q, k, v) = (tensor(qd, 0.1), tensor(kd, 0.2), tensor(vd, 0.3));
+                    let what = format!("case {n} causal {causal} scale {scale}");
+                    let prim = Prim::Attention { scale, causal };
+                    kernel_and_expansion_agree(
+                        prim.clone(),
+                        &[q.clone(), k.clone(), v.clone()],
+                        &what,
+                    );
+                    let fwd = crate::platform::host::kernels::eval(&prim, &[&q, &k, &v]).unwrap();
+                    let g = tensor(fwd[0].dims(), 0.4);
+                    kernel_and_expansion_agree(
+                        Prim::AttentionBackward { scale, causal },
+                        &[g, q, k, v, fwd[0].clone(), fwd[1].clone()],
+                        &format!("{what} backward"),
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn attention_checks_its_operands() {
+        let f = |d: &[u64]| TensorType::new(DType::F32, d);
+        let bad: &[(&[u64], &[u64], &[u64])] = &[
+            (&[3, 4], &[3, 4], &[3, 4]),
+            (&[1, 3, 2, 4], &[1, 2, 2, 4], &[1, 2, 2, 4]),
+            (&[1, 2, 2, 4], &[1, 2, 2, 5], &[1, 2, 2, 4]),
+            (&[1, 2, 2, 4], &[1, 2, 3, 4], &[1, 2, 2, 4]),
+            (&[2, 2, 2, 4], &[1, 2, 2, 4], &[1, 2, 2, 4]),
+        ];
+        for (qd, kd, vd) in bad {
+            let err = crate::ir::graph::infer_types(
+                &Prim::Attention {
+                    scale: 1.0,
+                    causal: false,
+                },
+                &[f(qd), f(kd), f(vd)],
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(err.contains("q f32["), "{err}");
+        }
+        let half = TensorType::new(DType::BF16, &[1, 2, 2, 4]);
+        assert!(crate::ir::graph::infer_types(
+            &Prim::Attention {
+                scale: 1.0,
+                causal: false
+            },
+            &[half.clone(), half.clone(), half]
+        )
+        .unwrap_err()
+        .to_string()
+        .contains("must be f32"));
+    }
+}

@@ -134,7 +134,7 @@ void register_device();
 
 // --- attention ----------------------------------------------------------------
 // Whether scaled_dot_product_attention runs the runtime's attention op
-// (TPURT_FUSED_ATTENTION=1) or torch's math decomposition (the default).
+// (the default; TPURT_FUSED_ATTENTION=0 starts with it off) or torch's math decomposition.
 bool fused_attention_enabled();
 void set_fused_attention_enabled(bool on);
 

@@ -114,6 +114,30 @@ def _check_sdpa(fused):
         torch.testing.assert_close(out.detach().cpu(), ref.detach(), atol=1e-5, rtol=1e-4)
         for a, b in ((gq, dq), (gk, dk), (gv, dv)):
             torch.testing.assert_close(b.cpu(), a, atol=1e-5, rtol=1e-4)
+    # A mask that requires grad (T5's position bias) gets its gradient:
+    # that case always runs torch's math decomposition.
+    bias = (torch.randn(4, 6, 6) * 0.5).requires_grad_()
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+    (gb,) = torch.autograd.grad(ref.sum(), (bias,))
+    bt = bias.detach().to("tpu").requires_grad_()
+    out = F.scaled_dot_product_attention(q.detach().to("tpu"), k.detach().to("tpu"), v.detach().to("tpu"), attn_mask=bt)
+    assert type(out.grad_fn).__name__ != "ScaledDotProductFusedAttentionOverrideableBackward0"
+    (db,) = torch.autograd.grad(out.sum(), (bt,))
+    torch.testing.assert_close(db.cpu(), gb, atol=1e-5, rtol=1e-4)
+    # The composite's kernel: grouped heads, rows over one block, a query
+    # read through a transposed view (as models lay out heads).
+    qs = torch.randn(2, 70, 4, 8).transpose(1, 2).requires_grad_()
+    ks, vs = (torch.randn(2, 2, 70, 8, requires_grad=True) for _ in range(2))
+    for causal in (True, False):
+        kw = dict(is_causal=causal, enable_gqa=True)
+        ref = F.scaled_dot_product_attention(qs, ks, vs, **kw)
+        grads = torch.autograd.grad((ref * ref).sum(), (qs, ks, vs))
+        qt, kt, vt = (t.detach().to("tpu").requires_grad_() for t in (qs, ks, vs))
+        out = F.scaled_dot_product_attention(qt.transpose(1, 2).transpose(1, 2), kt, vt, **kw)
+        got = torch.autograd.grad((out * out).sum(), (qt, kt, vt))
+        torch.testing.assert_close(out.detach().cpu(), ref.detach(), atol=1e-5, rtol=1e-4)
+        for a, b in zip(grads, got):
+            torch.testing.assert_close(b.cpu(), a, atol=1e-4, rtol=1e-4)
 
 
 def test_from_pretrained_with_device_map_tpu(tmp_path, no_fallback):

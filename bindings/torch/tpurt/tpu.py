@@ -432,9 +432,9 @@ def _is_in_bad_fork() -> bool:
 
 def set_fused_attention(enabled: bool) -> None:
     """scaled_dot_product_attention on tpu: the runtime's attention op (one
-    op forward, one backward) when on, torch's math decomposition over the
-    native kernels when off (the default: faster on the host platform
-    today). `TPURT_FUSED_ATTENTION=1` starts with it on."""
+    op forward, one backward) when on (the default), torch's math
+    decomposition over the native kernels when off.
+    `TPURT_FUSED_ATTENTION=0` starts with it off."""
     _C.set_fused_attention_enabled(bool(enabled))
 
 

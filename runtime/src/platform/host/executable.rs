@@ -25,6 +25,8 @@ pub struct HostExecutable {
     /// Outputs a loop stores that no later kernel reads: these may be
     /// written straight into the output tensor.
     direct_ok: std::collections::HashSet<crate::ir::ValueId>,
+    /// Whether a kernel may split across threads (see `execute`).
+    threaded: bool,
 }
 
 impl HostExecutable {
@@ -42,7 +44,9 @@ impl HostExecutable {
             })
             .collect();
         let direct_ok = direct_outputs(&graph, &plan, &programs);
+        let threaded = crate::platform::host::fused::may_split(&graph);
         HostExecutable {
+            threaded,
             params: graph.param_types(),
             outputs: graph.output_types(),
             plan,
@@ -313,7 +317,16 @@ impl Executable for HostExecutable {
         if crate::lazy::debug_flush() {
             eprintln!("execute: direct {:?}, plan {:?}", direct, self.plan);
         }
-        run_plan(&self.graph, &self.plan, &self.programs, &mut values, &io)?;
+        // A plan whose kernels split across threads runs on the thread
+        // pool's workers as a whole: a kernel's split then starts from a
+        // worker (the others still spinning from the previous kernel), not
+        // from this thread, which would hand every kernel over and sleep
+        // until it is done (two context switches per kernel).
+        if self.threaded {
+            rayon::scope(|_| run_plan(&self.graph, &self.plan, &self.programs, &mut values, &io))?;
+        } else {
+            run_plan(&self.graph, &self.plan, &self.programs, &mut values, &io)?;
+        }
         // Results may be views of input memory (contiguous inputs are read
         // in place, and a kernel may pass one through). Writing an output
         // that overlaps an input would change what such a view shows, so

@@ -230,6 +230,18 @@ fn worker_count(n: u64) -> usize {
     })
 }
 
+/// Whether some kernel of `graph` may split across threads: a node with
+/// a result of at least the splitting size (products, attention and
+/// reductions thread from about there too).
+pub(crate) fn may_split(graph: &Graph) -> bool {
+    graph.nodes().iter().any(|n| {
+        n.outputs
+            .iter()
+            .chain(&n.inputs)
+            .any(|v| worker_count(graph.value_type(*v).numel()) > 1)
+    })
+}
+
 /// Threads for big passes: `TPURT_HOST_THREADS` (a whole number from 1 to
 /// 256) when set, else one per core, at most 8.
 pub(crate) fn host_threads(setting: Option<&str>, cores: usize) -> Result<usize> {

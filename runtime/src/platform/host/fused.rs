@@ -17,7 +17,6 @@ use crate::error::{Error, Result};
 use crate::fusion::{is_load, Kernel, KernelKind, Plan};
 use crate::ir::{BinaryOp, CompareOp, DType, Graph, Prim, ReduceOp, UnaryOp, ValueId};
 use crate::platform::host::executable::read_tensor;
-use crate::platform::host::HostSegment;
 use crate::tensor::DeviceTensor;
 
 /// Elements per chunk: 4 KiB of f32 per register, so the registers of a
@@ -416,15 +415,6 @@ fn register<'a>(
     }
 }
 
-/// A contiguous device tensor's first element, if its memory is host memory.
-fn device_ptr(t: &DeviceTensor) -> Option<*mut u8> {
-    let seg = t.buffer.segment().as_any().downcast_ref::<HostSegment>()?;
-    let offset = t.buffer.segment_offset() + t.layout.offset;
-    // SAFETY: offset is inside the segment: the tensor's layout was checked
-    // against its buffer, and the buffer against its segment.
-    Some(unsafe { seg.as_ptr().add(offset as usize) })
-}
-
 /// A source's strides over a loop of `shape` when its value is a view
 /// with element strides `own` rather than contiguous. `program` strides
 /// the value's contiguous layout; each loop dimension that steps through
@@ -719,7 +709,7 @@ impl LoopProgram {
                 match io
                     .outputs
                     .get(v)
-                    .and_then(|t| device_ptr(t).map(|p| (p, t)))
+                    .and_then(|t| kernels::host_ptr(t).map(|p| (p, t)))
                 {
                     Some((ptr, t)) => Target::Device {
                         ptr,
@@ -759,7 +749,7 @@ impl LoopProgram {
             let Some(t) = io.inputs.get(value) else {
                 continue;
             };
-            if t.dtype == DType::F32 && device_ptr(t).is_some() {
+            if t.dtype == DType::F32 && kernels::host_ptr(t).is_some() {
                 if t.is_contiguous() {
                     continue;
                 }
@@ -791,12 +781,12 @@ impl LoopProgram {
                         .as_ref()
                         .or_else(|| staged.get(value))
                     {
-                        return Ok(SourceData::Host(as_f32(t)));
+                        return Ok(SourceData::Host(t.as_f32s()));
                     }
                     let t = io.inputs.get(value).ok_or_else(|| {
                         Error::Internal(format!("loop source %{} is not stored", value.0))
                     })?;
-                    let ptr = device_ptr(t).ok_or_else(|| {
+                    let ptr = kernels::host_ptr(t).ok_or_else(|| {
                         Error::Internal("device source without host memory".into())
                     })?;
                     // Elements from the first to the last the view reaches.
@@ -1101,41 +1091,6 @@ impl LoopProgram {
             }
         }
         Ok(())
-    }
-}
-
-fn as_f32(t: &HostTensor) -> std::borrow::Cow<'_, [f32]> {
-    match t.dtype() {
-        DType::F32 => std::borrow::Cow::Borrowed(t.as_slice::<f32>()),
-        DType::BF16 => {
-            std::borrow::Cow::Owned(t.as_slice::<bf16>().iter().map(|v| v.to_f32()).collect())
-        }
-        DType::F16 => {
-            std::borrow::Cow::Owned(t.as_slice::<f16>().iter().map(|v| v.to_f32()).collect())
-        }
-        // Typed loops: a per-element decode by dtype cost ~1% of a Llama
-        // step (an i64 or bool operand of a pass is converted each run).
-        DType::I64 => {
-            std::borrow::Cow::Owned(t.as_slice::<i64>().iter().map(|&v| v as f32).collect())
-        }
-        DType::I32 => {
-            std::borrow::Cow::Owned(t.as_slice::<i32>().iter().map(|&v| v as f32).collect())
-        }
-        DType::I8 => {
-            std::borrow::Cow::Owned(t.as_slice::<i8>().iter().map(|&v| v as f32).collect())
-        }
-        DType::F64 => {
-            std::borrow::Cow::Owned(t.as_slice::<f64>().iter().map(|&v| v as f32).collect())
-        }
-        DType::U8 => {
-            std::borrow::Cow::Owned(t.as_slice::<u8>().iter().map(|&v| v as f32).collect())
-        }
-        DType::Bool => std::borrow::Cow::Owned(
-            t.as_slice::<u8>()
-                .iter()
-                .map(|&v| (v != 0) as u8 as f32)
-                .collect(),
-        ),
     }
 }
 
@@ -1465,8 +1420,7 @@ fn run_dot(
     };
     let ins = [operand(0)?, operand(1)?];
     let target = n.outputs.first().and_then(|o| io.outputs.get(o));
-    let aligned = |t: &DeviceTensor, p: *mut u8| (p as usize).is_multiple_of(t.dtype.size());
-    let direct = target.and_then(|t| device_ptr(t).filter(|&p| aligned(t, p)).map(|p| (t, p)));
+    let direct = target.and_then(|t| kernels::aligned_host_ptr(t).map(|p| (t, p)));
     if let Some((t, ptr)) = direct {
         let len = t.ty().nbytes() as usize;
         // SAFETY: the executable hands a product an output only when it is

@@ -333,6 +333,35 @@ fn round_into(wide: &[f32], out: &mut HostTensor) {
     }
 }
 
+/// The dimension lists of a `Prim::DotGeneral`.
+#[derive(Clone, Copy, Debug)]
+pub struct DotDims<'a> {
+    pub lhs_batch: &'a [usize],
+    pub rhs_batch: &'a [usize],
+    pub lhs_contract: &'a [usize],
+    pub rhs_contract: &'a [usize],
+}
+
+impl<'a> DotDims<'a> {
+    /// A product's dimension lists; None for another primitive.
+    pub fn of(prim: &'a crate::ir::Prim) -> Option<Self> {
+        match prim {
+            crate::ir::Prim::DotGeneral {
+                lhs_batch,
+                rhs_batch,
+                lhs_contract,
+                rhs_contract,
+            } => Some(DotDims {
+                lhs_batch,
+                rhs_batch,
+                lhs_contract,
+                rhs_contract,
+            }),
+            _ => None,
+        }
+    }
+}
+
 /// Both operands as batches of matrices: lhs [batch, free, contract] and
 /// rhs [batch, contract, free], in place where their layouts allow.
 type MatrixOperand<'a> = (Cow<'a, HostTensor>, Matrices);
@@ -340,9 +369,14 @@ type MatrixOperand<'a> = (Cow<'a, HostTensor>, Matrices);
 fn operands<'a>(
     lhs: &'a HostTensor,
     rhs: &'a HostTensor,
-    (lhs_batch, rhs_batch): (&[usize], &[usize]),
-    (lhs_contract, rhs_contract): (&[usize], &[usize]),
+    dims: DotDims,
 ) -> Result<(MatrixOperand<'a>, MatrixOperand<'a>)> {
+    let DotDims {
+        lhs_batch,
+        rhs_batch,
+        lhs_contract,
+        rhs_contract,
+    } = dims;
     let free = |rank: usize, batch: &[usize], contract: &[usize]| -> Vec<usize> {
         (0..rank)
             .filter(|d| !batch.contains(d) && !contract.contains(d))
@@ -358,14 +392,10 @@ fn operands<'a>(
 
 /// dot_general of f32 or f64 operands written straight into `dst`, the
 /// bytes of a row-major result of type `out` (device memory, say).
-#[allow(clippy::too_many_arguments)]
 pub fn dot_general_into(
     lhs: &HostTensor,
     rhs: &HostTensor,
-    lhs_batch: &[usize],
-    rhs_batch: &[usize],
-    lhs_contract: &[usize],
-    rhs_contract: &[usize],
+    dims: DotDims,
     out: &TensorType,
     dst: &mut [u8],
 ) -> Result<()> {
@@ -377,12 +407,7 @@ pub fn dot_general_into(
             dst.len()
         )));
     }
-    let ((l, lm), (r, rm)) = operands(
-        lhs,
-        rhs,
-        (lhs_batch, rhs_batch),
-        (lhs_contract, rhs_contract),
-    )?;
+    let ((l, lm), (r, rm)) = operands(lhs, rhs, dims)?;
     let misaligned = || Error::Internal(format!("{} result bytes are not aligned", out.dtype));
     match out.dtype {
         DType::F32 => batched_gemm::<f32>(
@@ -405,14 +430,10 @@ pub fn dot_general_into(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 pub fn dot_general(
     lhs: &HostTensor,
     rhs: &HostTensor,
-    lhs_batch: &[usize],
-    rhs_batch: &[usize],
-    lhs_contract: &[usize],
-    rhs_contract: &[usize],
+    dims: DotDims,
     out: &TensorType,
 ) -> Result<HostTensor> {
     if lhs.dtype() != rhs.dtype() || out.dtype != lhs.dtype() {
@@ -432,22 +453,19 @@ pub fn dot_general(
     if result.numel() == 0 {
         return Ok(result);
     }
-    let (batch, contract) = ((lhs_batch, rhs_batch), (lhs_contract, rhs_contract));
     match lhs.dtype() {
         DType::F16 | DType::BF16 => {
             let wide_out = TensorType::new(DType::F32, &out.dims);
             let mut wide = HostTensor::for_overwrite(wide_out.clone());
             let (l, r) = (to_f32(lhs)?, to_f32(rhs)?);
-            let (lb, rb, lc, rc) = (batch.0, batch.1, contract.0, contract.1);
-            dot_general_into(&l, &r, lb, rb, lc, rc, &wide_out, wide.bytes_mut())?;
+            dot_general_into(&l, &r, dims, &wide_out, wide.bytes_mut())?;
             round_into(wide.as_slice(), &mut result);
         }
         DType::F32 | DType::F64 => {
-            let (lb, rb, lc, rc) = (batch.0, batch.1, contract.0, contract.1);
-            dot_general_into(lhs, rhs, lb, rb, lc, rc, out, result.bytes_mut())?;
+            dot_general_into(lhs, rhs, dims, out, result.bytes_mut())?;
         }
         dtype => {
-            let ((l, lm), (r, rm)) = operands(lhs, rhs, batch, contract)?;
+            let ((l, lm), (r, rm)) = operands(lhs, rhs, dims)?;
             let dst = &mut result;
             match dtype {
                 DType::I32 => batched_int_product::<i32>(
@@ -1367,7 +1385,13 @@ mod throughput {
                 rounds,
                 &mut [
                     &mut || {
-                        super::dot_general(&a, &b, &[], &[], &[1], &[0], &out).unwrap();
+                        let dims = super::DotDims {
+                            lhs_batch: &[],
+                            rhs_batch: &[],
+                            lhs_contract: &[1],
+                            rhs_contract: &[0],
+                        };
+                        super::dot_general(&a, &b, dims, &out).unwrap();
                     },
                     &mut || {
                         let mut c = HostTensor::zeros(out.clone());

@@ -25,13 +25,14 @@
 //! - Bool elements are bytes 0 or 1; ops that read a bool as a truth value
 //!   (not, select, convert) take any nonzero byte as true.
 
+use std::borrow::Cow;
 use std::ops::{Add, BitAnd, BitOr, BitXor, Div, Mul, Neg, Not, Rem, Sub};
 
 use bytemuck::{Pod, Zeroable};
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 
-use super::HostTensor;
+use super::{Element, HostTensor};
 use crate::error::{Error, Result};
 use crate::ir::{BinaryOp, CompareOp, DType, Prim, TensorType, UnaryOp};
 
@@ -295,6 +296,50 @@ macro_rules! half_impl {
 half_impl!(f16, bf16);
 
 /// All of `x` widened to f32 (reductions over f16 and bf16 run on this).
+/// Element types widened to f32 with `as` (what a pass computes in).
+trait WidenAs: Element + Copy {
+    fn widen_as(self) -> f32;
+}
+
+macro_rules! widen_as_impl {
+    ($($t:ty),*) => {$(
+        impl WidenAs for $t {
+            #[inline(always)]
+            fn widen_as(self) -> f32 {
+                self as f32
+            }
+        }
+    )*};
+}
+widen_as_impl!(i64, i32, i8, u8, f64);
+
+fn widened<T: WidenAs>(t: &HostTensor) -> Vec<f32> {
+    t.as_slice::<T>().iter().map(|&v| v.widen_as()).collect()
+}
+
+impl HostTensor {
+    /// The elements as f32: borrowed for f32, converted by typed loops
+    /// otherwise (a per-element decode by dtype cost about 1% of a Llama
+    /// step, where i64 and bool operands of passes are converted each run).
+    pub(crate) fn as_f32s(&self) -> Cow<'_, [f32]> {
+        Cow::Owned(match self.dtype() {
+            DType::F32 => return Cow::Borrowed(self.as_slice::<f32>()),
+            DType::BF16 => widen_all(self.as_slice::<bf16>()),
+            DType::F16 => widen_all(self.as_slice::<f16>()),
+            DType::I64 => widened::<i64>(self),
+            DType::I32 => widened::<i32>(self),
+            DType::I8 => widened::<i8>(self),
+            DType::U8 => widened::<u8>(self),
+            DType::F64 => widened::<f64>(self),
+            DType::Bool => self
+                .as_slice::<u8>()
+                .iter()
+                .map(|&v| (v != 0) as u8 as f32)
+                .collect(),
+        })
+    }
+}
+
 pub(super) fn widen_all<H: Half>(x: &[H]) -> Vec<f32> {
     let mut w = vec![0f32; x.len()];
     H::widen(x, &mut w);

@@ -275,18 +275,7 @@ impl HostTensor {
     /// # Safety
     /// As for [`Self::borrow_device`], and those bytes are `t`'s elements.
     unsafe fn borrow_span(t: &crate::tensor::DeviceTensor, ty: TensorType) -> Option<Self> {
-        let seg = t
-            .buffer
-            .segment()
-            .as_any()
-            .downcast_ref::<super::HostSegment>()?;
-        let offset = (t.buffer.segment_offset() + t.layout.offset) as usize;
-        // SAFETY: the offset lies inside the segment (the layout was checked
-        // against the buffer, the buffer against the segment).
-        let ptr = unsafe { seg.as_ptr().add(offset) } as *const u8;
-        if !(ptr as usize).is_multiple_of(t.dtype.size()) {
-            return None;
-        }
+        let ptr = aligned_host_ptr(t)? as *const u8;
         let len = ty.nbytes() as usize;
         Some(HostTensor {
             ty,
@@ -376,6 +365,26 @@ impl HostTensor {
 }
 
 /// Read a device tensor (any layout) into a contiguous host tensor.
+/// `t`'s first element, when its memory is host memory (the host
+/// platform's device memory).
+pub(crate) fn host_ptr(t: &crate::tensor::DeviceTensor) -> Option<*mut u8> {
+    let seg = t
+        .buffer
+        .segment()
+        .as_any()
+        .downcast_ref::<super::HostSegment>()?;
+    let offset = t.buffer.segment_offset() + t.layout.offset;
+    // SAFETY: the offset lies inside the segment: the tensor's layout was
+    // checked against its buffer, and the buffer against its segment.
+    Some(unsafe { seg.as_ptr().add(offset as usize) })
+}
+
+/// As [`host_ptr`], when the pointer is aligned to the element type (a
+/// typed slice may start there).
+pub(crate) fn aligned_host_ptr(t: &crate::tensor::DeviceTensor) -> Option<*mut u8> {
+    host_ptr(t).filter(|p| (*p as usize).is_multiple_of(t.dtype.size()))
+}
+
 pub fn read_device_tensor(t: &crate::tensor::DeviceTensor) -> Result<HostTensor> {
     super::executable::read_tensor(t)
 }
@@ -401,25 +410,9 @@ pub fn contiguous_strides(dims: &[u64]) -> Vec<u64> {
 pub fn eval_dot_into(prim: &Prim, inputs: &[&HostTensor], dst: &mut [u8]) -> Result<()> {
     let types: Vec<TensorType> = inputs.iter().map(|t| t.ty.clone()).collect();
     let out = crate::ir::graph::infer_types(prim, &types)?;
-    let Prim::DotGeneral {
-        lhs_batch,
-        rhs_batch,
-        lhs_contract,
-        rhs_contract,
-    } = prim
-    else {
-        return Err(Error::Internal(format!("{} is not a product", prim.name())));
-    };
-    dot::dot_general_into(
-        inputs[0],
-        inputs[1],
-        lhs_batch,
-        rhs_batch,
-        lhs_contract,
-        rhs_contract,
-        &out[0],
-        dst,
-    )
+    let dims = dot::DotDims::of(prim)
+        .ok_or_else(|| Error::Internal(format!("{} is not a product", prim.name())))?;
+    dot::dot_general_into(inputs[0], inputs[1], dims, &out[0], dst)
 }
 
 pub fn eval(prim: &Prim, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>> {
@@ -489,20 +482,9 @@ pub fn eval(prim: &Prim, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>> {
             one(structural::concatenate(inputs, *dimension, &out_types[0]))
         }
         Prim::Reverse { dimensions } => one(structural::reverse(inputs[0], dimensions)),
-        Prim::DotGeneral {
-            lhs_batch,
-            rhs_batch,
-            lhs_contract,
-            rhs_contract,
-        } => one(dot::dot_general(
-            inputs[0],
-            inputs[1],
-            lhs_batch,
-            rhs_batch,
-            lhs_contract,
-            rhs_contract,
-            &out_types[0],
-        )),
+        Prim::DotGeneral { .. } => one(dot::DotDims::of(prim)
+            .ok_or_else(|| Error::Internal("a product without dimensions".into()))
+            .and_then(|dims| dot::dot_general(inputs[0], inputs[1], dims, &out_types[0]))),
         Prim::Convolution {
             stride,
             padding,

@@ -58,6 +58,59 @@ def tiny_add() -> None:
     row("torch_tiny_add_16_strict", ours / n * 1e6, peer / n * 1e6, "torch CPU eager", "us/op")
 
 
+def sdpa_forward() -> None:
+    """scaled_dot_product_attention forward at the attention block's shape
+    of ANCHORS.md (q, k, v 8x8x256x64 f32, no mask): the runtime's
+    attention op on tpu (strict, synchronized) against torch's CPU SDPA."""
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(8, 8, 256, 64) for _ in range(3))
+    qt, kt, vt = (t.to("tpu") for t in (q, k, v))
+
+    def on_tpu():
+        F.scaled_dot_product_attention(qt, kt, vt)
+        torch.tpu.synchronize()
+
+    def on_cpu():
+        F.scaled_dot_product_attention(q, k, v)
+
+    on_tpu()
+    on_cpu()
+    ours, peer = interleaved(on_tpu, on_cpu, 15)
+    row("torch_sdpa_forward_8x8x256x64", ours * 1e3, peer * 1e3, "torch CPU SDPA", "ms")
+
+
+def sdpa_train() -> None:
+    """Causal grouped-query attention forward and backward at the Llama
+    step's shape (q 8x8x128x32, k and v 8x4x128x32): tpu against torch's
+    CPU SDPA (its flash kernel)."""
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    q, g = torch.randn(8, 8, 128, 32), torch.randn(8, 8, 128, 32)
+    k, v = torch.randn(8, 4, 128, 32), torch.randn(8, 4, 128, 32)
+
+    def step(q, k, v, g):
+        def run():
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            torch.autograd.grad(out, (q, k, v), g)
+        return run
+
+    on_cpu = step(*(t.clone().requires_grad_() for t in (q, k, v)), g)
+    inner = step(*(t.to("tpu").requires_grad_() for t in (q, k, v)), g.to("tpu"))
+
+    def on_tpu():
+        inner()
+        torch.tpu.synchronize()
+
+    on_tpu()
+    on_cpu()
+    ours, peer = interleaved(on_tpu, on_cpu, 15)
+    row("torch_sdpa_causal_gqa_fwd_bwd_8x8x128x32", ours * 1e3, peer * 1e3,
+        "torch CPU SDPA (flash kernel)", "ms")
+
+
 def llama_step(platform: str) -> None:
     """The Llama training step of ANCHORS.md under defer-and-fuse, in a
     child process (the platform is chosen per process), against torch CPU
@@ -114,6 +167,8 @@ def llama_first_step() -> None:
 
 BENCHES = {
     "torch_tiny_add_16_strict": tiny_add,
+    "torch_sdpa_forward_8x8x256x64": sdpa_forward,
+    "torch_sdpa_causal_gqa_fwd_bwd_8x8x128x32": sdpa_train,
     "torch_llama_train_step_defer_host": lambda: llama_step("host"),
     "torch_llama_train_step_defer_xla": lambda: llama_step("xla"),
     "torch_llama_compiled": llama_compiled,

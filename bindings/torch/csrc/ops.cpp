@@ -23,9 +23,11 @@
 #include <ATen/native/transformers/attention.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <limits>
+#include <numeric>
 
 #include "common.h"
 #include "generator.h"
@@ -1074,6 +1076,22 @@ Attrs sdpa_attrs(const Tensor& q, const Tensor& k, double dropout_p, bool is_cau
   return a;
 }
 
+// A tensor of `sizes` whose strides follow `like`'s order (torch's
+// alloc_with_matching_layout and empty_like: the layout the meta functions
+// of the attention ops promise, which compiled graphs rely on).
+Tensor empty_in_layout_of(const Tensor& like, at::IntArrayRef sizes, at::ScalarType dtype) {
+  std::vector<int64_t> order(like.dim());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return like.stride(a) > like.stride(b); });
+  std::vector<int64_t> permuted, back(like.dim());
+  for (size_t i = 0; i < order.size(); ++i) {
+    permuted.push_back(sizes[order[i]]);
+    back[order[i]] = static_cast<int64_t>(i);
+  }
+  return empty(permuted, dtype, dev(like)).permute(back);
+}
+
 std::tuple<Tensor, Tensor, Tensor, Tensor, c10::SymInt, c10::SymInt, Tensor, Tensor, Tensor> sdpa_fwd(
     const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& bias, double dropout_p, bool is_causal,
     bool return_debug_mask, std::optional<double> scale) {
@@ -1090,9 +1108,32 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, c10::SymInt, c10::SymInt, Tensor, Ten
     seed = empty({}, at::kLong, dev(q));
     offset = empty({}, at::kLong, dev(q));
   }
-  auto r = call("scaled_dot_product_attention", ins, sdpa_attrs(q, k, dropout_p, is_causal, scale));
+  // The output takes the query's layout, as torch's meta function for this
+  // op says (a query that is a transposed [B, L, H, E] view gives an output
+  // laid out as [B, L, H, Ev]): compiled graphs view it with those strides.
+  std::vector<int64_t> out_sizes(q.sizes().begin(), q.sizes().end());
+  out_sizes.back() = v.size(-1);
+  auto attrs = sdpa_attrs(q, k, dropout_p, is_causal, scale);
   Tensor none;
-  return {r[0], r[1], none, none, c10::SymInt(q.size(-2)), c10::SymInt(k.size(-2)), seed, offset, none};
+  const int64_t r = q.dim();
+  const bool plain = !(bias.has_value() && bias->defined()) && r >= 3 && k.dim() == r && v.dim() == r &&
+                     q.sizes().slice(0, r - 3) == k.sizes().slice(0, r - 3) &&
+                     k.sizes().slice(0, r - 3) == v.sizes().slice(0, r - 3);
+  if (plain) {
+    // The result's shape is the query's (no batch broadcasting): written
+    // straight into the output.
+    Tensor out = empty_in_layout_of(q, out_sizes, q.scalar_type());
+    Tensor lse = empty(q.sizes().slice(0, r - 1), q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat, dev(q));
+    call_into("scaled_dot_product_attention", ins, {out, lse}, attrs);
+    return {out, lse, none, none, c10::SymInt(q.size(-2)), c10::SymInt(k.size(-2)), seed, offset, none};
+  }
+  auto res = call("scaled_dot_product_attention", ins, attrs);
+  if (!q.is_contiguous() && res[0].sizes() == at::IntArrayRef(out_sizes)) {
+    Tensor out = empty_in_layout_of(q, out_sizes, q.scalar_type());
+    copy_into(out, res[0], false);
+    res[0] = out;
+  }
+  return {res[0], res[1], none, none, c10::SymInt(q.size(-2)), c10::SymInt(k.size(-2)), seed, offset, none};
 }
 
 std::tuple<Tensor, Tensor, Tensor, Tensor> sdpa_bwd(const Tensor& g, const Tensor& q, const Tensor& k,
@@ -1107,7 +1148,10 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> sdpa_bwd(const Tensor& g, const Tenso
     ins.push_back(seed);
     ins.push_back(offset);
   }
-  auto r = call("scaled_dot_product_attention_backward", ins, sdpa_attrs(q, k, dropout_p, is_causal, scale));
+  // Gradients in their inputs' layouts (the meta function's empty_like).
+  std::vector<Tensor> r;
+  for (const Tensor* t : {&q, &k, &v}) r.push_back(empty_in_layout_of(*t, t->sizes(), t->scalar_type()));
+  call_into("scaled_dot_product_attention_backward", ins, r, sdpa_attrs(q, k, dropout_p, is_causal, scale));
   // The bias gets no gradient (as torch's fused kernels: masks are inputs).
   return {mask[0] ? r[0] : Tensor(), mask[1] ? r[1] : Tensor(), mask[2] ? r[2] : Tensor(), Tensor()};
 }

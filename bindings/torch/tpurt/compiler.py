@@ -48,4 +48,15 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
     global _tpu_aot
     if _tpu_aot is None:
         _tpu_aot = _make_backend()
-    return _tpu_aot(gm, example_inputs)
+    # AOTAutograd traces here. scaled_dot_product_attention is traced to
+    # torch's math decomposition, not to the runtime's attention op: that
+    # op's meta function lays its output out like the query, and the query's
+    # traced layout follows torch's stride propagation through elementwise
+    # ops, which the tpu kernels (contiguous results) do not reproduce, so a
+    # later view in the graph would not fit the real strides.
+    was = _C.fused_attention_enabled()
+    _C.set_fused_attention_enabled(False)
+    try:
+        return _tpu_aot(gm, example_inputs)
+    finally:
+        _C.set_fused_attention_enabled(was)

@@ -43,29 +43,33 @@ impl PartialEq for AlignedBytes {
     }
 }
 
-/// Large host buffers are kept per thread after use and handed out again:
-/// a fresh multi-megabyte allocation costs a page fault per 4 KiB on first
-/// touch, which dominated big elementwise kernels. Bounded per thread.
+/// Large host buffers are kept after use and handed out again: a fresh
+/// multi-megabyte allocation costs a page fault per 4 KiB on first touch,
+/// which dominated big elementwise kernels. One cache for the process, not
+/// one per thread: a plan runs on whichever pool worker picks it up, and
+/// its values are dropped on the stream's executor thread, so per-thread
+/// caches missed (four to six times the page faults of a deferred block).
 const SCRATCH_MIN_BYTES: usize = 1 << 20;
-const SCRATCH_MAX_BUFFERS: usize = 6;
+const SCRATCH_MAX_BUFFERS: usize = 8;
 const SCRATCH_MAX_BYTES: usize = 384 << 20;
 
-thread_local! {
-    static SCRATCH: std::cell::RefCell<Vec<Vec<u64>>> = const { std::cell::RefCell::new(Vec::new()) };
+static SCRATCH: std::sync::Mutex<Vec<Vec<u64>>> = std::sync::Mutex::new(Vec::new());
+
+fn scratch() -> std::sync::MutexGuard<'static, Vec<Vec<u64>>> {
+    // The cache holds plain buffers: one left by a panicking holder is fine.
+    SCRATCH.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn take_scratch(words: usize) -> Option<Vec<u64>> {
-    SCRATCH.with(|s| {
-        let mut s = s.borrow_mut();
-        // Smallest cached buffer that fits without wasting more than half.
-        let best = s
-            .iter()
-            .enumerate()
-            .filter(|(_, v)| v.capacity() >= words && v.capacity() <= words * 2)
-            .min_by_key(|(_, v)| v.capacity())
-            .map(|(i, _)| i)?;
-        Some(s.swap_remove(best))
-    })
+    let mut s = scratch();
+    // Smallest cached buffer that fits without wasting more than half.
+    let best = s
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| v.capacity() >= words && v.capacity() <= words * 2)
+        .min_by_key(|(_, v)| v.capacity())
+        .map(|(i, _)| i)?;
+    Some(s.swap_remove(best))
 }
 
 impl Drop for AlignedBytes {
@@ -75,13 +79,11 @@ impl Drop for AlignedBytes {
             return;
         }
         let words = std::mem::take(&mut self.words);
-        let _ = SCRATCH.try_with(|s| {
-            let mut s = s.borrow_mut();
-            let held: usize = s.iter().map(|v| v.capacity() * 8).sum();
-            if s.len() < SCRATCH_MAX_BUFFERS && held + bytes <= SCRATCH_MAX_BYTES {
-                s.push(words);
-            }
-        });
+        let mut s = scratch();
+        let held: usize = s.iter().map(|v| v.capacity() * 8).sum();
+        if s.len() < SCRATCH_MAX_BUFFERS && held + bytes <= SCRATCH_MAX_BYTES {
+            s.push(words);
+        }
     }
 }
 
@@ -562,4 +564,34 @@ pub fn eval_graph(graph: &Graph, inputs: &[HostTensor]) -> Result<Vec<HostTensor
         .iter()
         .map(|v| values[v.0 as usize].clone().expect("outputs are defined"))
         .collect())
+}
+
+#[cfg(test)]
+mod scratch_tests {
+    use super::AlignedBytes;
+
+    #[test]
+    fn a_buffer_dropped_on_one_thread_is_reused_on_another() {
+        // A plan's values are made on a pool worker and dropped on the
+        // stream's executor thread; the next plan may run on another
+        // worker. An odd size, so no other test's buffer fits it; a marker,
+        // since fresh memory comes zeroed and a reused buffer keeps it.
+        let len = (5 << 20) + 24;
+        let mark = *b"scratch!";
+        let made = std::thread::spawn(move || {
+            let mut b = AlignedBytes::for_overwrite(len);
+            b.as_bytes_mut()[..8].copy_from_slice(&mark);
+            b
+        })
+        .join()
+        .unwrap();
+        std::thread::spawn(move || drop(made)).join().unwrap();
+        let head = std::thread::spawn(move || {
+            let b = AlignedBytes::for_overwrite(len);
+            b.as_bytes()[..8].to_vec()
+        })
+        .join()
+        .unwrap();
+        assert_eq!(head, mark, "the cached buffer was not handed out again");
+    }
 }

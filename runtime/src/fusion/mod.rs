@@ -112,28 +112,34 @@ pub fn plan(graph: &Graph) -> Plan {
         if elementwise {
             // Loops read through loads, so a load's own kernel (if it gets
             // one) never orders a loop: look at what the load reads.
-            let newest = n
+            // (producer's kernel, reached through a load) of each input.
+            let roots: Vec<(usize, bool)> = n
                 .inputs
                 .iter()
                 .filter_map(|v| {
-                    let mut v = *v;
+                    let (mut v, mut loaded) = (*v, false);
                     loop {
                         let p = producer[v.0 as usize]?;
                         if !is_load(&nodes[p].prim) {
-                            return Some(p);
+                            return Some((kernel_of[p], loaded));
                         }
+                        loaded = true;
                         v = *nodes[p].inputs.first()?;
                     }
                 })
-                .map(|p| kernel_of[p])
-                .max();
+                .collect();
+            let newest = roots.iter().map(|&(k, _)| k).max();
+            // A load reads a stored value: a node that reads a value of a
+            // group through a load (a reshape there and back) cannot join
+            // that group, whose pass has the value only in registers.
+            let loaded_from = |k: usize| roots.iter().any(|&(r, loaded)| loaded && r == k);
             let open = |k: usize| matches!(&kernels[k].kind, KernelKind::Loop { shape, reduce_dims: 0 } if *shape == out.dims);
             // The newest producer's group when it is open; else the newest
             // open group that runs after every producer (a node that reads
             // only parameters, say `x * 0.5` beside `erf(x)`, joins the pass
             // that is already reading `x`).
             let joinable = match newest {
-                Some(k) if open(k) => Some(k),
+                Some(k) if open(k) && !loaded_from(k) => Some(k),
                 _ => (0..kernels.len())
                     .rev()
                     .take_while(|&k| newest.is_none_or(|n| k > n))

@@ -143,3 +143,50 @@ fn a_node_reading_only_parameters_joins_the_open_pass() {
     assert_eq!(abs, neg, "{p:#?}");
     assert_eq!(p.kernels.len(), 3, "{p:#?}");
 }
+
+#[test]
+fn a_node_reading_a_pass_value_through_a_load_starts_a_new_pass() {
+    // rsqrt(broadcast(reshape(x + eps))): the reshape there and back maps
+    // [8, 1] onto itself, but a load reads a stored value, so rsqrt cannot
+    // join the add's pass (the loop engine failed: "loop source is not
+    // stored"). Deferred reads derived through view primitives build this
+    // shape, and so can a graph from the C ABI.
+    let mut g = GraphBuilder::new();
+    let x = g.param(TensorType::new(DType::F32, &[8, 1]));
+    let a = g.binary(BinaryOp::Add, x, x).unwrap();
+    let r = g.op(Prim::Reshape { dims: vec![8] }, &[a]).unwrap();
+    let b = g
+        .op(
+            Prim::BroadcastInDim {
+                dims: vec![8, 1],
+                mapping: vec![0],
+            },
+            &[r],
+        )
+        .unwrap();
+    let y = g.unary(UnaryOp::Rsqrt, b).unwrap();
+    let graph = g.build(&[y]).unwrap();
+    let p = plan(&graph);
+    assert_eq!(p.loop_count(), 2, "{p:#?}");
+    let vals: Vec<f64> = (1..=8).map(|i| i as f64).collect();
+    let input =
+        crate::platform::host::kernels::HostTensor::from_f64(DType::F32, &[8, 1], &vals).unwrap();
+    let want =
+        crate::platform::host::kernels::eval_graph(&graph, std::slice::from_ref(&input)).unwrap();
+    let programs: Vec<_> = p
+        .kernels
+        .iter()
+        .map(|k| match k.kind {
+            KernelKind::Loop { .. } => {
+                crate::platform::host::fused::LoopProgram::compile(&graph, k).ok()
+            }
+            KernelKind::Single => None,
+        })
+        .collect();
+    let mut values = vec![None; graph.num_values()];
+    values[graph.params()[0].0 as usize] = Some(input);
+    crate::platform::host::fused::run_plan(&graph, &p, &programs, &mut values, &Default::default())
+        .unwrap();
+    let got = values[graph.outputs()[0].0 as usize].clone().unwrap();
+    assert_eq!(got.to_f64_vec(), want[0].to_f64_vec());
+}

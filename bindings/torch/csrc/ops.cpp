@@ -1056,14 +1056,17 @@ void set_fused_attention_enabled(bool on) { fused_attention_flag().store(on); }
 // with a blocked host kernel that skips the causal half; in the Llama
 // training step it is about 10% faster than the decomposition on host
 // and on xla.
-// A mask that requires grad (T5's learned position bias) goes to the math
-// decomposition too: the runtime's op, like torch's flash kernel, gives
-// the mask no gradient.
+// Only that plain case goes to the runtime's op: with a mask, dropout or
+// half precision the op is its own math decomposition, which has no
+// kernel of its own and rounds differently from torch's (one f32 pass
+// against fp16 steps: a T5 fp16 eager-vs-sdpa check on xla went past its
+// tolerance), and a mask that requires grad (T5's learned position bias)
+// would get no gradient from it.
 int64_t sdp_choice_stub(const Tensor& q, const Tensor& k, const Tensor& v, const OptTensor& mask, double p,
                         bool causal, std::optional<double> scale, bool gqa) {
-  const bool mask_needs_grad =
-      mask.has_value() && mask->defined() && mask->requires_grad() && at::GradMode::is_enabled();
-  return fused_attention_enabled() && !mask_needs_grad ? sdp_choice(q, k, v, mask, p, causal, scale, gqa) : 0;
+  const bool plain = !(mask.has_value() && mask->defined()) && p == 0.0 && q.scalar_type() == at::kFloat &&
+                     k.scalar_type() == at::kFloat && v.scalar_type() == at::kFloat;
+  return fused_attention_enabled() && plain ? sdp_choice(q, k, v, mask, p, causal, scale, gqa) : 0;
 }
 
 namespace {
@@ -1072,7 +1075,10 @@ Attrs sdpa_attrs(const Tensor& q, const Tensor& k, double dropout_p, bool is_cau
   Attrs a;
   a.b("is_causal", is_causal).f("dropout_p", dropout_p);
   if (scale.has_value()) a.f("scale", *scale);
-  if (q.dim() >= 3 && k.dim() >= 3 && q.size(-3) != k.size(-3)) a.b("enable_gqa", true);
+  // Grouped heads (more query heads than key/value heads, a multiple);
+  // fewer query heads broadcast instead, as in torch's math path.
+  if (q.dim() >= 3 && k.dim() >= 3 && k.size(-3) > 0 && q.size(-3) > k.size(-3) && q.size(-3) % k.size(-3) == 0)
+    a.b("enable_gqa", true);
   return a;
 }
 
@@ -1116,9 +1122,12 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, c10::SymInt, c10::SymInt, Tensor, Ten
   auto attrs = sdpa_attrs(q, k, dropout_p, is_causal, scale);
   Tensor none;
   const int64_t r = q.dim();
+  // No mask, one batch shape, and key/value heads that divide the query's
+  // (equal, broadcast from one, or grouped): the result has q's shape.
   const bool plain = !(bias.has_value() && bias->defined()) && r >= 3 && k.dim() == r && v.dim() == r &&
                      q.sizes().slice(0, r - 3) == k.sizes().slice(0, r - 3) &&
-                     k.sizes().slice(0, r - 3) == v.sizes().slice(0, r - 3);
+                     k.sizes().slice(0, r - 2) == v.sizes().slice(0, r - 2) && k.size(r - 3) > 0 &&
+                     q.size(r - 3) % k.size(r - 3) == 0;
   if (plain) {
     // The result's shape is the query's (no batch broadcasting): written
     // straight into the output.

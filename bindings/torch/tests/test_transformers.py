@@ -107,15 +107,16 @@ def _check_sdpa(fused):
         qt, kt, vt = (t.detach().to("tpu").requires_grad_() for t in (q, k, v))
         kw = {n: (m.to("tpu") if torch.is_tensor(m) else m) for n, m in kwargs.items()}
         out = F.scaled_dot_product_attention(qt, kt, vt, **kw)
-        # Fused: the runtime's attention ran (one op), not torch's math decomposition.
+        # Fused: the runtime's attention ran (one op), not torch's math
+        # decomposition; only for the plain case (no mask, f32).
         fused_ran = type(out.grad_fn).__name__ == "ScaledDotProductFusedAttentionOverrideableBackward0"
-        assert fused_ran == fused
+        assert fused_ran == (fused and "attn_mask" not in kwargs)
         (dq, dk, dv) = torch.autograd.grad(out.sum(), (qt, kt, vt))
         torch.testing.assert_close(out.detach().cpu(), ref.detach(), atol=1e-5, rtol=1e-4)
         for a, b in ((gq, dq), (gk, dk), (gv, dv)):
             torch.testing.assert_close(b.cpu(), a, atol=1e-5, rtol=1e-4)
     # A mask that requires grad (T5's position bias) gets its gradient:
-    # that case always runs torch's math decomposition.
+    # masks always run torch's math decomposition.
     bias = (torch.randn(4, 6, 6) * 0.5).requires_grad_()
     ref = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
     (gb,) = torch.autograd.grad(ref.sum(), (bias,))
@@ -124,6 +125,13 @@ def _check_sdpa(fused):
     assert type(out.grad_fn).__name__ != "ScaledDotProductFusedAttentionOverrideableBackward0"
     (db,) = torch.autograd.grad(out.sum(), (bt,))
     torch.testing.assert_close(db.cpu(), gb, atol=1e-5, rtol=1e-4)
+    # Heads that broadcast (one query head against four key/value heads,
+    # no enable_gqa): the output takes the broadcast shape.
+    qb = torch.randn(2, 1, 6, 8)
+    kb, vb = torch.randn(2, 4, 6, 8), torch.randn(2, 4, 6, 8)
+    ref = F.scaled_dot_product_attention(qb, kb, vb)
+    out = F.scaled_dot_product_attention(qb.to("tpu"), kb.to("tpu"), vb.to("tpu"))
+    torch.testing.assert_close(out.cpu(), ref, atol=1e-5, rtol=1e-4)
     # The composite's kernel: grouped heads, rows over one block, a query
     # read through a transposed view (as models lay out heads).
     qs = torch.randn(2, 70, 4, 8).transpose(1, 2).requires_grad_()

@@ -15,7 +15,7 @@
 //!   intermediate): those writes are skipped, the point of deferring.
 //! - Flushes happen on anything that observes the stream: a host copy, a
 //!   synchronize, a query, an event, a wait, any other task; on the op-count
-//!   limit (`TPURT_DEFER_MAX_OPS`, default 512); and when an allocation
+//!   limit (`TPURT_DEFER_MAX_OPS`, default 4096); and when an allocation
 //!   would fail, so deferred work never causes an out-of-memory.
 
 use std::collections::HashMap;
@@ -44,6 +44,8 @@ pub(crate) struct LazyQueue {
     pub memo: HashMap<Vec<u64>, MemoEntry>,
     /// The views written so far, by buffer, for the conflict check.
     written: HashMap<usize, Vec<DeviceTensor>>,
+    /// Every buffer the recorded ops read or write.
+    touched: std::collections::HashSet<usize>,
 }
 
 pub(crate) fn max_ops() -> usize {
@@ -53,7 +55,7 @@ pub(crate) fn max_ops() -> usize {
             .ok()
             .and_then(|v| v.trim().parse().ok())
             .filter(|&n: &usize| n > 0)
-            .unwrap_or(512)
+            .unwrap_or(4096)
     })
 }
 
@@ -72,7 +74,16 @@ impl LazyQueue {
         })
     }
 
+    /// Whether a recorded op reads or writes any of `buffers` (by id): a
+    /// task touching none of them may run before the recording.
+    pub fn touches(&self, buffers: &[usize]) -> bool {
+        buffers.iter().any(|b| self.touched.contains(b))
+    }
+
     pub fn push(&mut self, op: Deferred) {
+        for t in op.inputs.iter().chain(&op.outputs) {
+            self.touched.insert(t.buffer.id());
+        }
         for t in &op.outputs {
             let ws = self.written.entry(t.buffer.id()).or_default();
             if !ws.iter().any(|w| same_view(w, t)) {
@@ -85,6 +96,7 @@ impl LazyQueue {
     /// The recorded ops, leaving the queue empty.
     pub fn take(&mut self) -> Vec<Deferred> {
         self.written.clear();
+        self.touched.clear();
         std::mem::take(&mut self.ops)
     }
 
@@ -587,6 +599,41 @@ mod tests {
             before,
             "nothing was compiled or run"
         );
+    }
+
+    /// A queued upload into a buffer no recorded op touches (a Python
+    /// scalar's, between an optimizer's ops) leaves the recording whole;
+    /// one into a buffer a recorded op reads flushes the recording first,
+    /// so the op still reads the old bytes.
+    #[test]
+    fn an_upload_flushes_only_when_a_deferred_op_touches_its_buffer() {
+        let r = rt();
+        let s = r.default_stream(0).unwrap();
+        let x = upload(&r, &s, &[4], &[1., 2., 3., 4.]);
+        let y = in_mode(EagerMode::DeferAndFuse, || {
+            op(&r, &s, "mul", &[&x, &x], Attrs::new())
+        });
+        assert_eq!(s.deferred_ops(), 1);
+        let bytes = |v: &[f32]| bytemuck::cast_slice::<f32, u8>(v).to_vec();
+        let c = r.allocate(0, 16, &s).unwrap();
+        r.copy_host_to_device_async(bytes(&[10., 20., 30., 40.]), &c, &Layout::bytes(16), &s)
+            .unwrap();
+        assert_eq!(
+            s.deferred_ops(),
+            1,
+            "a fresh buffer's upload keeps the recording"
+        );
+        let c = DeviceTensor::contiguous(c, DType::F32, &[4]).unwrap();
+        let z = in_mode(EagerMode::DeferAndFuse, || {
+            op(&r, &s, "add", &[&y, &c], Attrs::new())
+        });
+        assert_eq!(s.deferred_ops(), 2);
+        r.copy_host_to_device_async(bytes(&[0.; 4]), &x.buffer, &Layout::bytes(16), &s)
+            .unwrap();
+        assert_eq!(s.deferred_ops(), 0, "x is read by a recorded op");
+        assert_eq!(download(&r, &s, &z), vec![11., 24., 39., 56.]);
+        assert_eq!(download(&r, &s, &y), vec![1., 4., 9., 16.]);
+        assert_eq!(download(&r, &s, &x), vec![0.; 4]);
     }
 
     #[test]

@@ -350,8 +350,9 @@ impl Runtime {
     ) -> Result<()> {
         check_host_side(src.bytes().len(), layout, "host source")?;
         layout.check_within(dst.len(), "device destination")?;
+        let touched = [dst];
         let (dst, layout) = (dst.for_work(stream.clock()), layout.clone());
-        stream.submit("copy_host_to_device", move || {
+        stream.submit_touching(&touched, "copy_host_to_device", move || {
             write_runs(src.bytes(), &dst, &layout)
         })
     }

@@ -169,6 +169,27 @@ impl Executor {
         self.push_raw(stream, name, kind)
     }
 
+    /// As [`Self::push`], for a task that touches only `buffers` (by id):
+    /// the stream's deferred ops stay recorded when none of them touches
+    /// those buffers, since running the task first is then unobservable.
+    /// (A host-to-device copy of a scalar between deferred ops would
+    /// otherwise split the recording in two.)
+    pub fn push_touching(
+        &self,
+        stream: &StreamQueue,
+        buffers: &[usize],
+        name: Cow<'static, str>,
+        kind: TaskKind,
+    ) -> Result<()> {
+        if stream.has_lazy.load(Ordering::SeqCst) {
+            let mut q = stream.lazy.lock().unwrap_or_else(|e| e.into_inner());
+            if q.touches(buffers) {
+                self.flush_locked(stream, &mut q)?;
+            }
+        }
+        self.push_raw(stream, name, kind)
+    }
+
     /// Launch `stream`'s deferred ops as one fused program, if it has any.
     pub fn flush(&self, stream: &StreamQueue) -> Result<()> {
         if !stream.has_lazy.load(Ordering::SeqCst) {

@@ -102,6 +102,25 @@ impl Stream {
         self.push(name.into(), TaskKind::Run(Box::new(work)))
     }
 
+    /// As [`Self::submit`], for work that touches only `buffers`: deferred
+    /// ops that touch none of them stay recorded (see
+    /// `Executor::push_touching`).
+    pub fn submit_touching(
+        &self,
+        buffers: &[&crate::buffer::Buffer],
+        name: impl Into<Cow<'static, str>>,
+        work: impl FnOnce() -> Result<()> + Send + 'static,
+    ) -> Result<()> {
+        self.clock().error_up_to(u64::MAX)?;
+        let ids: Vec<usize> = buffers.iter().map(|b| b.id()).collect();
+        self.inner.executor.push_touching(
+            &self.inner.queue,
+            &ids,
+            name.into(),
+            TaskKind::Run(Box::new(work)),
+        )
+    }
+
     pub(crate) fn push(&self, name: Cow<'static, str>, kind: TaskKind) -> Result<()> {
         self.inner.executor.push(&self.inner.queue, name, kind)
     }

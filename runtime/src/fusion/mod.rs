@@ -28,7 +28,7 @@ pub use simplify::{dot_operand_through_transpose, simplify};
 
 use std::collections::HashSet;
 
-use crate::ir::{DType, Graph, Prim, ReduceOp, RngDistribution, ValueId};
+use crate::ir::{DType, Graph, Node, Prim, ReduceOp, RngDistribution, ValueId};
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum KernelKind {
@@ -70,13 +70,30 @@ fn loop_dtype(d: DType) -> bool {
 }
 
 /// A node a loop group reads through instead of reading its result: a
-/// scalar constant, a broadcast or a reshape.
-pub fn is_load(prim: &Prim) -> bool {
-    match prim {
+/// scalar constant, a broadcast, a reshape, or a conversion to f32 of a
+/// dtype loops do not hold (a pass reads such a value widened to f32,
+/// which is what the conversion computes). The last keeps a Python
+/// scalar's upload (an f64 converted to f32) from ordering the passes
+/// that use it: an optimizer's per-parameter updates then share passes.
+pub fn is_load(graph: &Graph, node: &Node) -> bool {
+    match &node.prim {
         Prim::Constant { dims, dtype, .. } => dims.is_empty() && loop_dtype(*dtype),
         Prim::BroadcastInDim { .. } | Prim::Reshape { .. } => true,
+        Prim::Convert { to: DType::F32 } => node
+            .inputs
+            .first()
+            .is_some_and(|v| widens_exactly(graph.value_type(*v).dtype)),
         _ => false,
     }
+}
+
+/// Dtypes a pass reads converted to f32 the way `convert` does (rounded
+/// to nearest), that loop groups do not otherwise hold.
+fn widens_exactly(d: DType) -> bool {
+    matches!(
+        d,
+        DType::F64 | DType::I64 | DType::I32 | DType::I8 | DType::U8
+    )
 }
 
 pub fn plan(graph: &Graph) -> Plan {
@@ -100,6 +117,8 @@ pub fn plan(graph: &Graph) -> Plan {
     // 1. Kernels, in graph order.
     let mut kernel_of: Vec<usize> = vec![usize::MAX; nodes.len()];
     let mut kernels: Vec<Kernel> = Vec::new();
+    // The full-size values each loop group reads (only grows with kernels).
+    let mut reads: Vec<HashSet<ValueId>> = Vec::new();
     let is_loop =
         |kernels: &Vec<Kernel>, k: usize| matches!(kernels[k].kind, KernelKind::Loop { .. });
     for (i, n) in nodes.iter().enumerate() {
@@ -120,7 +139,7 @@ pub fn plan(graph: &Graph) -> Plan {
                     let (mut v, mut loaded) = (*v, false);
                     loop {
                         let p = producer[v.0 as usize]?;
-                        if !is_load(&nodes[p].prim) {
+                        if !is_load(graph, &nodes[p]) {
                             return Some((kernel_of[p], loaded));
                         }
                         loaded = true;
@@ -134,16 +153,28 @@ pub fn plan(graph: &Graph) -> Plan {
             // that group, whose pass has the value only in registers.
             let loaded_from = |k: usize| roots.iter().any(|&(r, loaded)| loaded && r == k);
             let open = |k: usize| matches!(&kernels[k].kind, KernelKind::Loop { shape, reduce_dims: 0 } if *shape == out.dims);
+            // What the node reads at full size (through loads), which a
+            // pass it joins beside its producers should already be reading.
+            let full: Vec<ValueId> = n
+                .inputs
+                .iter()
+                .map(|v| under_loads(graph, &producer, *v))
+                .filter(|v| graph.value_type(*v).dims == out.dims)
+                .collect();
             // The newest producer's group when it is open; else the newest
-            // open group that runs after every producer (a node that reads
-            // only parameters, say `x * 0.5` beside `erf(x)`, joins the pass
-            // that is already reading `x`).
+            // open group that runs after every producer and already reads
+            // one of the node's full-size operands (a node that reads only
+            // parameters, say `x * 0.5` beside `erf(x)`, joins the pass that
+            // is already reading `x`; unrelated work of the same shape, an
+            // optimizer's update of another parameter, stays apart: a pass
+            // over many unrelated tensors reads too many streams at once).
+            reads.resize_with(kernels.len(), HashSet::new);
             let joinable = match newest {
                 Some(k) if open(k) && !loaded_from(k) => Some(k),
                 _ => (0..kernels.len())
                     .rev()
                     .take_while(|&k| newest.is_none_or(|n| k > n))
-                    .find(|&k| open(k)),
+                    .find(|&k| open(k) && full.iter().any(|v| reads[k].contains(v))),
             };
             let k = joinable.unwrap_or_else(|| {
                 kernels.push(Kernel {
@@ -158,6 +189,8 @@ pub fn plan(graph: &Graph) -> Plan {
             });
             kernel_of[i] = k;
             kernels[k].nodes.push(i);
+            reads.resize_with(kernels.len(), HashSet::new);
+            reads[k].extend(full);
             continue;
         }
         // A uniform draw depends only on its position: it joins the newest
@@ -247,26 +280,29 @@ pub fn plan(graph: &Graph) -> Plan {
         });
     }
 
-    // 2. Loads read through by loop groups. Reverse graph order, so each
+    // 2. Vertical merges: see `merge_into_consumers`.
+    merge_into_consumers(graph, &producer, &consumers, &mut kernels, &mut kernel_of);
+
+    // 3. Loads read through by loop groups. Reverse graph order, so each
     //    consumer's decision is known: a load folds when every consumer is
     //    a loop node or a folded load (chains of loads compose).
     let mut folded: HashSet<usize> = HashSet::new();
     for (i, n) in nodes.iter().enumerate().rev() {
-        if !is_load(&n.prim)
+        if !is_load(graph, n)
             || n.outputs.iter().any(|o| returned.contains(o))
             || consumers[i].is_empty()
         {
             continue;
         }
         let feeds_loops = consumers[i].iter().all(|&c| {
-            folded.contains(&c) || (is_loop(&kernels, kernel_of[c]) && !is_load(&nodes[c].prim))
+            folded.contains(&c) || (is_loop(&kernels, kernel_of[c]) && !is_load(graph, &nodes[c]))
         });
         if feeds_loops {
             folded.insert(i);
         }
     }
 
-    // 3. Stores: a value crossing kernels (a folded load's use counts as a
+    // 4. Stores: a value crossing kernels (a folded load's use counts as a
     //    use of its operand by the consumer's kernel), or returned.
     let mut stores: Vec<HashSet<ValueId>> = vec![HashSet::new(); kernels.len()];
     let need = |v: ValueId, user: usize, stores: &mut Vec<HashSet<ValueId>>| {
@@ -280,13 +316,13 @@ pub fn plan(graph: &Graph) -> Plan {
         if folded.contains(&i) {
             continue;
         }
-        let in_loop = is_loop(&kernels, kernel_of[i]) && !is_load(&n.prim);
+        let in_loop = is_loop(&kernels, kernel_of[i]) && !is_load(graph, n);
         for v in &n.inputs {
             // A loop reads through loads (folded or not) to the value
             // underneath; other kernels read through folded loads only.
             let mut v = *v;
             while let Some(p) = producer[v.0 as usize]
-                .filter(|p| folded.contains(p) || (in_loop && is_load(&nodes[*p].prim)))
+                .filter(|p| folded.contains(p) || (in_loop && is_load(graph, &nodes[*p])))
             {
                 match nodes[p].inputs.first() {
                     Some(u) => v = *u,
@@ -304,7 +340,12 @@ pub fn plan(graph: &Graph) -> Plan {
     let kernels = kernels
         .into_iter()
         .enumerate()
-        .filter(|(_, k)| !(k.nodes.len() == 1 && folded.contains(&k.nodes[0])))
+        // Emptied by a merge, or a lone load that loops read through.
+        .filter(|(_, k)| match k.nodes[..] {
+            [] => false,
+            [only] => !folded.contains(&only),
+            _ => true,
+        })
         .map(|(idx, mut k)| {
             let mut s: Vec<ValueId> = stores[idx].iter().copied().collect();
             s.sort();
@@ -315,6 +356,89 @@ pub fn plan(graph: &Graph) -> Plan {
     Plan {
         kernels,
         folded_loads: folded,
+    }
+}
+
+/// The value `v` reads through a chain of loads.
+fn under_loads(graph: &Graph, producer: &[Option<usize>], v: ValueId) -> ValueId {
+    let mut v = v;
+    while let Some(p) = producer[v.0 as usize].filter(|&p| is_load(graph, &graph.nodes()[p])) {
+        match graph.nodes()[p].inputs.first() {
+            Some(u) => v = *u,
+            None => break,
+        }
+    }
+    v
+}
+
+/// Merge a loop group into a later loop group over the same shape that
+/// consumes its values, when no kernel in between reads them: the merged
+/// pass computes them in registers instead of storing and reloading them.
+/// Graph order interleaves independent chains (a foreach optimizer issues
+/// one op for every parameter, then the next op for every parameter), so
+/// a chain's groups are apart in the kernel list; this joins each chain
+/// back into one pass.
+fn merge_into_consumers(
+    graph: &Graph,
+    producer: &[Option<usize>],
+    consumers: &[Vec<usize>],
+    kernels: &mut [Kernel],
+    kernel_of: &mut [usize],
+) {
+    let nodes = graph.nodes();
+    let loop_shape = |k: &Kernel| match &k.kind {
+        KernelKind::Loop { shape, .. } => Some(shape.clone()),
+        KernelKind::Single => None,
+    };
+    // Kernels reading each node's result, directly or through loads.
+    let readers = |i: usize, kernel_of: &[usize]| -> Vec<(usize, bool)> {
+        let mut out = Vec::new();
+        let mut stack: Vec<(usize, bool)> = consumers[i].iter().map(|&c| (c, false)).collect();
+        while let Some((c, loaded)) = stack.pop() {
+            if is_load(graph, &nodes[c]) {
+                stack.extend(consumers[c].iter().map(|&d| (d, true)));
+            } else {
+                out.push((kernel_of[c], loaded));
+            }
+        }
+        out
+    };
+    for k in 0..kernels.len() {
+        let Some(shape) = loop_shape(&kernels[k]) else {
+            continue;
+        };
+        loop {
+            // The newest earlier open group over this shape that `k` reads
+            // directly, whose values no kernel between them reads.
+            let mut candidates: Vec<usize> = kernels[k]
+                .nodes
+                .iter()
+                .flat_map(|&i| nodes[i].inputs.iter())
+                .filter_map(|v| producer[v.0 as usize])
+                .map(|p| kernel_of[p])
+                .filter(|&j| j < k)
+                .collect();
+            candidates.sort_unstable();
+            candidates.dedup();
+            let mergeable = candidates.into_iter().rev().find(|&j| {
+                matches!(&kernels[j].kind, KernelKind::Loop { shape: s, reduce_dims: 0 } if *s == shape)
+                    && !kernels[j].nodes.is_empty()
+                    && kernels[j].nodes.iter().all(|&i| {
+                        readers(i, kernel_of)
+                            .iter()
+                            .all(|&(r, loaded)| r == j || (r == k && !loaded) || r > k)
+                    })
+            });
+            let Some(j) = mergeable else {
+                break;
+            };
+            let moved = std::mem::take(&mut kernels[j].nodes);
+            for &i in &moved {
+                kernel_of[i] = k;
+            }
+            kernels[k].nodes.extend(moved);
+            kernels[k].nodes.sort_unstable();
+        }
     }
 }
 

@@ -106,7 +106,7 @@ fn a_node_reading_only_parameters_joins_the_open_pass() {
     }
     // It never joins a pass that runs before its operand exists: `neg`
     // reads the reverse of `exp(x)`, so it cannot join exp's pass, and
-    // `abs(x)` (parameters only) may join exp's pass but not an earlier one.
+    // `abs(x)` (parameters only) joins the pass that already reads `x`.
     let mut g = GraphBuilder::new();
     let x = g.param(TensorType::new(DType::F32, &[8]));
     let a = g.unary(UnaryOp::Exp, x).unwrap();
@@ -139,8 +139,9 @@ fn a_node_reading_only_parameters_joins_the_open_pass() {
         kernel_of(Prim::Unary(UnaryOp::Abs)),
     );
     assert!(exp < rev && rev < neg, "{p:#?}");
-    // abs joins the newest open pass over [8]: neg's, after the reverse.
-    assert_eq!(abs, neg, "{p:#?}");
+    // abs joins the pass already reading x (exp's), not neg's, which
+    // reads other values: unrelated work of one shape stays apart.
+    assert_eq!(abs, exp, "{p:#?}");
     assert_eq!(p.kernels.len(), 3, "{p:#?}");
 }
 
@@ -189,4 +190,52 @@ fn a_node_reading_a_pass_value_through_a_load_starts_a_new_pass() {
         .unwrap();
     let got = values[graph.outputs()[0].0 as usize].clone().unwrap();
     assert_eq!(got.to_f64_vec(), want[0].to_f64_vec());
+}
+
+#[test]
+fn a_pass_merges_into_its_consumer_unless_a_kernel_between_reads_it() {
+    // exp(x) and neg(y) start passes of their own (they share no operand);
+    // exp(x) + neg(y) joins neg's pass and pulls exp's pass in, unless a
+    // kernel between them (here a reverse) reads exp(x).
+    for read_between in [false, true] {
+        let mut g = GraphBuilder::new();
+        let x = g.param(TensorType::new(DType::F32, &[8]));
+        let y = g.param(TensorType::new(DType::F32, &[8]));
+        let a = g.unary(UnaryOp::Exp, x).unwrap();
+        let mut outs = vec![];
+        if read_between {
+            let r = g
+                .op(
+                    Prim::Reverse {
+                        dimensions: vec![0],
+                    },
+                    &[a],
+                )
+                .unwrap();
+            outs.push(r);
+        }
+        let b = g.unary(UnaryOp::Neg, y).unwrap();
+        let c = g.binary(BinaryOp::Add, a, b).unwrap();
+        outs.push(c);
+        let graph = g.build(&outs).unwrap();
+        let p = plan(&graph);
+        let kernel_of = |v: ValueId| {
+            let node = graph
+                .nodes()
+                .iter()
+                .position(|n| n.outputs.contains(&v))
+                .unwrap();
+            p.kernels
+                .iter()
+                .position(|k| k.nodes.contains(&node))
+                .unwrap()
+        };
+        if read_between {
+            assert_ne!(kernel_of(a), kernel_of(c), "{p:#?}");
+            assert!(p.kernels[kernel_of(a)].stores.contains(&a), "{p:#?}");
+        } else {
+            assert_eq!(p.kernels.len(), 1, "{p:#?}");
+            assert_eq!(p.kernels[0].stores, vec![c], "{p:#?}");
+        }
+    }
 }

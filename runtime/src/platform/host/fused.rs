@@ -85,6 +85,198 @@ enum Inst {
         offset: Scalar,
         dtype: DType,
     },
+    /// Write a register to the pass's `sink`-th stored output.
+    Store {
+        reg: usize,
+        sink: usize,
+    },
+}
+
+impl Inst {
+    /// The register this instruction gives a new value (a `Round` rounds
+    /// its register in place).
+    fn def(&self) -> Option<usize> {
+        match *self {
+            Inst::Load { dst, .. }
+            | Inst::Move { dst, .. }
+            | Inst::Unary { dst, .. }
+            | Inst::Binary { dst, .. }
+            | Inst::Compare { dst, .. }
+            | Inst::Select { dst, .. }
+            | Inst::Clamp { dst, .. }
+            | Inst::Uniform { dst, .. } => Some(dst),
+            Inst::Round { .. } | Inst::Store { .. } => None,
+        }
+    }
+
+    /// The registers this instruction reads.
+    fn uses(&self) -> Vec<usize> {
+        match *self {
+            Inst::Load { .. } | Inst::Uniform { .. } => vec![],
+            Inst::Move { a, .. } | Inst::Unary { a, .. } => vec![a],
+            Inst::Binary { a, b, .. } | Inst::Compare { a, b, .. } => vec![a, b],
+            Inst::Select { p, a, b, .. } => vec![p, a, b],
+            Inst::Clamp { lo, x, hi, .. } => vec![lo, x, hi],
+            Inst::Round { reg, .. } | Inst::Store { reg, .. } => vec![reg],
+        }
+    }
+
+    /// The same instruction over registers renamed by `f`.
+    fn renamed(&self, f: impl Fn(usize) -> usize) -> Inst {
+        let mut i = self.clone();
+        match &mut i {
+            Inst::Load { dst, .. } | Inst::Uniform { dst, .. } => *dst = f(*dst),
+            Inst::Move { dst, a } | Inst::Unary { dst, a, .. } => {
+                (*dst, *a) = (f(*dst), f(*a));
+            }
+            Inst::Binary { dst, a, b, .. } | Inst::Compare { dst, a, b, .. } => {
+                (*dst, *a, *b) = (f(*dst), f(*a), f(*b));
+            }
+            Inst::Select { dst, p, a, b } => {
+                (*dst, *p, *a, *b) = (f(*dst), f(*p), f(*a), f(*b));
+            }
+            Inst::Clamp { dst, lo, x, hi } => {
+                (*dst, *lo, *x, *hi) = (f(*dst), f(*lo), f(*x), f(*hi));
+            }
+            Inst::Round { reg, .. } | Inst::Store { reg, .. } => *reg = f(*reg),
+        }
+        i
+    }
+}
+
+/// The group's nodes in an order that finishes each result (a stored
+/// value, a reduction's operand) before starting the next, any order the
+/// values allow: a pass computing many independent results (an
+/// optimizer's update of every parameter of one shape) then holds few
+/// values at once, where graph order would hold every parameter's.
+fn depth_first(graph: &Graph, kernel: &Kernel, producer: &[Option<usize>]) -> Vec<usize> {
+    let nodes = graph.nodes();
+    let in_group: std::collections::HashSet<usize> = kernel.nodes.iter().copied().collect();
+    let mut used_in_group: std::collections::HashSet<usize> = std::collections::HashSet::new();
+    for &i in &kernel.nodes {
+        for v in &nodes[i].inputs {
+            if let Some(p) = producer[v.0 as usize].filter(|p| in_group.contains(p)) {
+                used_in_group.insert(p);
+            }
+        }
+    }
+    let mut order = Vec::with_capacity(kernel.nodes.len());
+    let mut done: std::collections::HashSet<usize> = std::collections::HashSet::new();
+    let results = kernel.nodes.iter().filter(|i| !used_in_group.contains(i));
+    for &root in results.chain(&kernel.nodes) {
+        // Post-order, with an explicit stack (chains can be long).
+        let mut stack = vec![(root, false)];
+        while let Some((i, expanded)) = stack.pop() {
+            if done.contains(&i) {
+                continue;
+            }
+            if expanded {
+                done.insert(i);
+                order.push(i);
+                continue;
+            }
+            stack.push((i, true));
+            for v in nodes[i].inputs.iter().rev() {
+                if let Some(p) =
+                    producer[v.0 as usize].filter(|p| in_group.contains(p) && !done.contains(p))
+                {
+                    stack.push((p, false));
+                }
+            }
+        }
+    }
+    order
+}
+
+/// Stores each stored value right after the instructions computing it,
+/// and gives each value a register only from its definition to its last
+/// use, lowest free first (the compiler numbers one register per value).
+/// A destination never shares a register with its operands. Returns the
+/// instructions and the register count.
+fn allocate(
+    insts: Vec<Inst>,
+    values: usize,
+    stores: &mut [(usize, ValueId, DType)],
+    epilogues: &mut [Epilogue],
+) -> Result<(Vec<Inst>, usize)> {
+    // Where each value is complete (after its rounding, if any).
+    let mut complete = vec![usize::MAX; values];
+    for (k, inst) in insts.iter().enumerate() {
+        if let Some(d) = inst.def() {
+            complete[d] = k;
+        }
+        if let Inst::Round { reg, .. } = inst {
+            complete[*reg] = k;
+        }
+    }
+    let mut store_after: HashMap<usize, Vec<usize>> = HashMap::new();
+    for (sink, (reg, v, _)) in stores.iter().enumerate() {
+        let k = complete[*reg];
+        if k == usize::MAX {
+            return Err(Error::Internal(format!(
+                "stored value %{} is not computed by its pass",
+                v.0
+            )));
+        }
+        store_after.entry(k).or_default().push(sink);
+    }
+    let mut with_stores = Vec::with_capacity(insts.len() + stores.len());
+    for (k, inst) in insts.into_iter().enumerate() {
+        with_stores.push(inst);
+        for &sink in store_after.get(&k).into_iter().flatten() {
+            with_stores.push(Inst::Store {
+                reg: stores[sink].0,
+                sink,
+            });
+        }
+    }
+    // Last use of each value; reductions read theirs after every chunk.
+    let mut last = vec![None; values];
+    for (k, inst) in with_stores.iter().enumerate() {
+        for u in inst.uses() {
+            last[u] = Some(k);
+        }
+    }
+    for e in epilogues.iter() {
+        last[e.reg] = Some(usize::MAX);
+    }
+    let mut phys = vec![usize::MAX; values];
+    let mut free = std::collections::BTreeSet::new();
+    let mut count = 0usize;
+    for (k, inst) in with_stores.iter().enumerate() {
+        for u in inst.uses() {
+            if phys[u] == usize::MAX {
+                return Err(Error::Internal(format!(
+                    "register {u} read before it is set"
+                )));
+            }
+        }
+        // The destination is taken while the operands still hold theirs.
+        if let Some(d) = inst.def() {
+            phys[d] = free.pop_first().unwrap_or_else(|| {
+                count += 1;
+                count - 1
+            });
+        }
+        for u in inst.uses() {
+            if last[u] == Some(k) {
+                free.insert(phys[u]);
+            }
+        }
+        if let Some(d) = inst.def() {
+            if last[d].is_none() {
+                free.insert(phys[d]);
+            }
+        }
+    }
+    let insts = with_stores.iter().map(|i| i.renamed(|r| phys[r])).collect();
+    for s in stores.iter_mut() {
+        s.0 = phys[s.0];
+    }
+    for e in epilogues.iter_mut() {
+        e.reg = phys[e.reg];
+    }
+    Ok((insts, count))
 }
 
 /// An i64 scalar operand: known when compiling, or read when the pass runs.
@@ -268,6 +460,8 @@ struct ChunkAt<'a> {
     row_bases: &'a [u64],
     flat0: u64,
     scalars: &'a HashMap<ValueId, u64>,
+    /// The pass's stored outputs.
+    sinks: &'a [Sink],
 }
 
 /// Part of a chunk inside one row: chunk elements `off..off + len` are
@@ -365,12 +559,9 @@ impl Pass<'_> {
                     row_bases: &row_bases,
                     flat0,
                     scalars: self.scalars,
+                    sinks: self.sinks,
                 };
                 p.exec(inst, &mut regs, &mut views, &at)?;
-            }
-            for ((reg, _, _), sink) in p.stores.iter().zip(self.sinks) {
-                let vals = register(&regs, &views, *reg, len);
-                store_device(sink.ptr, sink.len, sink.dtype, flat0 as usize, vals);
             }
             for (k, e) in p.epilogues.iter().enumerate() {
                 let r = register(&regs, &views, e.reg, len);
@@ -393,6 +584,33 @@ impl Pass<'_> {
             flat += len as u64;
         }
         Ok(())
+    }
+}
+
+/// The operand registers of an instruction writing register `dst`: those
+/// below it and those above it in the register file, or views.
+struct Operands<'a> {
+    lo: &'a [f32],
+    hi: &'a [f32],
+    dst: usize,
+    views: &'a [Option<*const f32>],
+    len: usize,
+}
+
+impl<'a> Operands<'a> {
+    #[inline(always)]
+    fn get(&self, reg: usize) -> &'a [f32] {
+        if let Some(p) = self.views[reg] {
+            // SAFETY: as in `register`.
+            return unsafe { std::slice::from_raw_parts(p, self.len) };
+        }
+        if reg < self.dst {
+            &self.lo[reg * CHUNK..reg * CHUNK + self.len]
+        } else {
+            // `allocate` never gives an operand its destination's register.
+            let at = (reg - self.dst - 1) * CHUNK;
+            &self.hi[at..at + self.len]
+        }
     }
 }
 
@@ -467,7 +685,7 @@ fn contiguous(dims: &[u64]) -> Vec<u64> {
 fn splat_through(graph: &Graph, producer: &[Option<usize>], v: ValueId) -> Option<f32> {
     let mut cur = v;
     loop {
-        let p = producer[cur.0 as usize].filter(|p| is_load(&graph.nodes()[*p].prim))?;
+        let p = producer[cur.0 as usize].filter(|p| is_load(graph, &graph.nodes()[*p]))?;
         match &graph.nodes()[p].prim {
             Prim::Constant { dtype, bytes, .. } => {
                 return Some(crate::ir::literal::decode(*dtype, bytes, 0) as f32)
@@ -488,7 +706,7 @@ fn strides_through(
     // Walk down to the stored value, remembering the loads on the way.
     let mut chain = Vec::new();
     let mut cur = v;
-    while let Some(p) = producer[cur.0 as usize].filter(|p| is_load(&graph.nodes()[*p].prim)) {
+    while let Some(p) = producer[cur.0 as usize].filter(|p| is_load(graph, &graph.nodes()[*p])) {
         chain.push(p);
         cur = *graph.nodes()[p].inputs.first()?;
     }
@@ -505,6 +723,8 @@ fn strides_through(
                 dims = nd.clone();
                 strides = contiguous(&dims);
             }
+            // Read widened to f32, element for element.
+            Prim::Convert { .. } => {}
             Prim::BroadcastInDim { dims: nd, mapping } => {
                 let mut ns = vec![0u64; nd.len()];
                 for (i, &m) in mapping.iter().enumerate() {
@@ -541,7 +761,7 @@ impl LoopProgram {
         let mut materialize = Vec::new();
         let reduce_len: u64 = shape[shape.len() - reduce_dims..].iter().product();
 
-        for &i in &kernel.nodes {
+        for i in depth_first(graph, kernel, &producer) {
             let n = &nodes[i];
             // Operand registers, loading outside values on first use.
             let mut operand =
@@ -561,7 +781,7 @@ impl LoopProgram {
                                     let mut chain = vec![];
                                     let mut cur = v;
                                     while let Some(p) = producer[cur.0 as usize]
-                                        .filter(|p| is_load(&nodes[*p].prim))
+                                        .filter(|p| is_load(graph, &nodes[*p]))
                                     {
                                         chain.push(p);
                                         match nodes[p].inputs.first() {
@@ -667,7 +887,7 @@ impl LoopProgram {
             }
             reg_of.insert(n.outputs[0], dst);
         }
-        let stores = kernel
+        let mut stores: Vec<(usize, ValueId, DType)> = kernel
             .stores
             .iter()
             .filter(|v| {
@@ -676,6 +896,7 @@ impl LoopProgram {
             })
             .map(|v| (reg_of[v], *v, graph.value_type(*v).dtype))
             .collect();
+        let (insts, registers) = allocate(insts, registers, &mut stores, &mut epilogues)?;
         Ok(LoopProgram {
             shape: shape.clone(),
             reduce_len,
@@ -920,27 +1141,26 @@ impl LoopProgram {
             row_bases,
             flat0,
             scalars,
+            sinks,
         } = *at;
-        // An operand: its register, or the source memory a load pointed it
-        // at (`lo` holds the registers below the destination).
-        macro_rules! arg {
-            ($lo:expr, $a:expr) => {
-                register($lo, views, $a, len)
-            };
-        }
         // Split the register file so a destination and its operands can be
-        // borrowed at once (operands are always earlier registers or equal).
-        macro_rules! two {
-            ($dst:expr, $a:expr) => {{
-                views[$dst] = None;
-                let (lo, hi) = regs.split_at_mut($dst * CHUNK);
-                (&mut hi[..len], arg!(lo, $a))
-            }};
-        }
+        // borrowed at once (an operand's register is never the
+        // destination's: see `allocate`).
         macro_rules! split {
             ($dst:expr) => {{
                 views[$dst] = None;
-                regs.split_at_mut($dst * CHUNK)
+                let (lo, rest) = regs.split_at_mut($dst * CHUNK);
+                let (mid, hi) = rest.split_at_mut(CHUNK);
+                (
+                    Operands {
+                        lo,
+                        hi,
+                        dst: $dst,
+                        views: &*views,
+                        len,
+                    },
+                    &mut mid[..len],
+                )
             }};
         }
         match *inst {
@@ -975,22 +1195,20 @@ impl LoopProgram {
                 }
             }
             Inst::Unary { op, dst, a } => {
-                let (out, x) = two!(dst, a);
-                unary(op, out, x);
+                let (ops, out) = split!(dst);
+                unary(op, out, ops.get(a));
             }
             Inst::Move { dst, a } => {
-                let (out, x) = two!(dst, a);
-                out.copy_from_slice(x);
+                let (ops, out) = split!(dst);
+                out.copy_from_slice(ops.get(a));
             }
             Inst::Binary { op, dst, a, b } => {
-                let (lo, hi) = split!(dst);
-                let (x, y) = (arg!(lo, a), arg!(lo, b));
-                binary(op, &mut hi[..len], x, y);
+                let (ops, out) = split!(dst);
+                binary(op, out, ops.get(a), ops.get(b));
             }
             Inst::Compare { op, dst, a, b } => {
-                let (lo, hi) = split!(dst);
-                let (x, y) = (arg!(lo, a), arg!(lo, b));
-                let out = &mut hi[..len];
+                let (ops, out) = split!(dst);
+                let (x, y) = (ops.get(a), ops.get(b));
                 for j in 0..len {
                     let r = match op {
                         CompareOp::Eq => x[j] == y[j],
@@ -1004,9 +1222,8 @@ impl LoopProgram {
                 }
             }
             Inst::Select { dst, p, a, b } => {
-                let (lo, hi) = split!(dst);
-                let out = &mut hi[..len];
-                let (pr, x, y) = (arg!(lo, p), arg!(lo, a), arg!(lo, b));
+                let (ops, out) = split!(dst);
+                let (pr, x, y) = (ops.get(p), ops.get(a), ops.get(b));
                 for j in 0..len {
                     out[j] = if pr[j] != 0.0 { x[j] } else { y[j] };
                 }
@@ -1017,9 +1234,8 @@ impl LoopProgram {
                 x,
                 hi: h,
             } => {
-                let (lo, hi) = split!(dst);
-                let out = &mut hi[..len];
-                let (a, v, b) = (arg!(lo, l), arg!(lo, x), arg!(lo, h));
+                let (ops, out) = split!(dst);
+                let (a, v, b) = (ops.get(l), ops.get(x), ops.get(h));
                 for j in 0..len {
                     out[j] = if v[j].is_nan() {
                         v[j]
@@ -1072,6 +1288,11 @@ impl LoopProgram {
                     }),
                     _ => {}
                 }
+            }
+            Inst::Store { reg, sink } => {
+                let s = &sinks[sink];
+                let vals = register(regs, views, reg, len);
+                store_device(s.ptr, s.len, s.dtype, flat0 as usize, vals);
             }
             Inst::Round { reg, dtype } => {
                 // Rounds follow computing instructions, never loads; a view
@@ -1522,6 +1743,74 @@ mod tests {
                 assert!(ok, "element {i}: fused {a} vs reference {b}\n{graph}");
             }
         }
+    }
+
+    /// Independent chains issued op by op across tensors (as a foreach
+    /// optimizer issues them) merge into one pass per chain; in each, a
+    /// register freed early is reused, so destinations come below their
+    /// operands too, and stored values are written as soon as they exist.
+    #[test]
+    fn interleaved_chains_reuse_registers_and_equal_the_reference() {
+        let t = TensorType::new(DType::F32, &[37, 50]);
+        let s = TensorType::new(DType::F64, &[]);
+        let mut g = crate::ir::GraphBuilder::new();
+        let chains = 3;
+        let p: Vec<ValueId> = (0..chains).map(|_| g.param(t.clone())).collect();
+        let m: Vec<ValueId> = (0..chains).map(|_| g.param(t.clone())).collect();
+        let c: Vec<ValueId> = (0..chains).map(|_| g.param(s.clone())).collect();
+        let scalar = |g: &mut crate::ir::GraphBuilder, v: ValueId| {
+            let f = g.op(Prim::Convert { to: DType::F32 }, &[v]).unwrap();
+            g.op(
+                Prim::BroadcastInDim {
+                    dims: vec![37, 50],
+                    mapping: vec![],
+                },
+                &[f],
+            )
+            .unwrap()
+        };
+        // p * c, then exp(m), then sqrt(|p * c| + exp(m)) - p * c, op by op.
+        let a: Vec<ValueId> = (0..chains)
+            .map(|i| {
+                let b = scalar(&mut g, c[i]);
+                g.binary(BinaryOp::Mul, p[i], b).unwrap()
+            })
+            .collect();
+        let e: Vec<ValueId> = (0..chains)
+            .map(|i| g.unary(UnaryOp::Exp, m[i]).unwrap())
+            .collect();
+        let q: Vec<ValueId> = (0..chains)
+            .map(|i| {
+                let abs = g.unary(UnaryOp::Abs, a[i]).unwrap();
+                let sum = g.binary(BinaryOp::Add, abs, e[i]).unwrap();
+                let root = g.unary(UnaryOp::Sqrt, sum).unwrap();
+                g.binary(BinaryOp::Sub, root, a[i]).unwrap()
+            })
+            .collect();
+        let mut outs = e.clone();
+        outs.extend(&q);
+        let graph = g.build(&outs).unwrap();
+        let plan = crate::fusion::plan(&graph);
+        assert_eq!(plan.loop_count(), chains, "one pass per chain: {plan:#?}");
+        for k in &plan.kernels {
+            let program = LoopProgram::compile(&graph, k).unwrap();
+            assert_eq!(program.stores.len(), 2, "exp(m) and the result");
+            let values = program.insts.iter().filter(|i| i.def().is_some()).count();
+            assert!(
+                program.registers < values,
+                "{} registers for {values} values",
+                program.registers
+            );
+            assert!(
+                program
+                    .insts
+                    .iter()
+                    .any(|i| i.def().is_some_and(|d| i.uses().iter().any(|&u| u > d))),
+                "some destination sits below an operand: {:?}",
+                program.insts
+            );
+        }
+        check(&graph, 1e-6);
     }
 
     /// A pass's stored results start from a reused scratch buffer that is

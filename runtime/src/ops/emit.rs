@@ -160,6 +160,12 @@ impl Emitter {
         self.binary(op, x, s)
     }
 
+    /// A new value equal to `x`, bit for bit (a conversion to its dtype).
+    pub fn identity(&mut self, x: ValueId) -> Result<ValueId> {
+        let to = self.dtype(x);
+        self.g.op(Prim::Convert { to }, &[x])
+    }
+
     pub fn convert(&mut self, x: ValueId, to: DType) -> Result<ValueId> {
         if self.dtype(x) == to {
             return Ok(x);

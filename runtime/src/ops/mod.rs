@@ -214,13 +214,11 @@ pub fn expand_composites(graph: &Graph) -> Result<Graph> {
     e.g.build(&outputs)
 }
 
-/// A fresh copy of `v` (an op whose output must not be its input).
+/// A fresh copy of `v` (an op whose output must not be its input): a
+/// conversion to its own dtype, which keeps every bit (`v + 0` turned
+/// -0.0 into +0.0) and which a fused pass reads as `v` itself.
 pub(crate) fn pointwise_copy(e: &mut Emitter, v: ValueId) -> Result<Vec<ValueId>> {
-    let zero = e.full_like(v, 0.0)?;
-    if e.dtype(v) == crate::ir::DType::Bool {
-        return Ok(vec![e.binary(crate::ir::BinaryOp::Or, v, zero)?]);
-    }
-    Ok(vec![e.add(v, zero)?])
+    Ok(vec![e.identity(v)?])
 }
 
 /// The result types of `op` for these inputs (to allocate outputs).

@@ -69,6 +69,21 @@ fn arity_and_attribute_errors_name_the_op() {
     assert!(e.contains("cannot be broadcast"), "{e}");
 }
 
+/// copy_ keeps every bit: it was `x + 0`, which turned -0.0 into +0.0
+/// (the fused pass's side: `a_copy_in_a_pass_keeps_every_bit`).
+#[test]
+fn copy_keeps_negative_zero() {
+    let x = f32s(&[4], &[-0.0, 0.0, -1.5, f64::NEG_INFINITY]);
+    let bits = |t: &HostTensor| {
+        t.as_slice::<f32>()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect::<Vec<_>>()
+    };
+    let y = run1("copy", &[&x], Attrs::new());
+    assert_eq!(bits(&y), bits(&x));
+}
+
 #[test]
 fn add_broadcasts_promotes_and_scales() {
     let a = t(DType::I32, &[2, 1], &[1., 2.]);

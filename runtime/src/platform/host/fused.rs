@@ -190,12 +190,14 @@ fn depth_first(graph: &Graph, kernel: &Kernel, producer: &[Option<usize>]) -> Ve
 
 /// Stores each stored value right after the instructions computing it,
 /// and gives each value a register only from its definition to its last
-/// use, lowest free first (the compiler numbers one register per value).
-/// A destination never shares a register with its operands. Returns the
+/// use, lowest free first (the compiler numbers one register per value);
+/// the first `constants` instructions' registers are never reused. A
+/// destination never shares a register with its operands. Returns the
 /// instructions and the register count.
 fn allocate(
     insts: Vec<Inst>,
     values: usize,
+    constants: usize,
     stores: &mut [(usize, ValueId, DType)],
     epilogues: &mut [Epilogue],
 ) -> Result<(Vec<Inst>, usize)> {
@@ -218,7 +220,12 @@ fn allocate(
                 v.0
             )));
         }
-        store_after.entry(k).or_default().push(sink);
+        // A copy of a constant is stored at each chunk, after the
+        // once-per-range loads.
+        store_after
+            .entry(k.max(constants.saturating_sub(1)))
+            .or_default()
+            .push(sink);
     }
     let mut with_stores = Vec::with_capacity(insts.len() + stores.len());
     for (k, inst) in insts.into_iter().enumerate() {
@@ -239,6 +246,11 @@ fn allocate(
     }
     for e in epilogues.iter() {
         last[e.reg] = Some(usize::MAX);
+    }
+    for inst in &with_stores[..constants] {
+        if let Some(d) = inst.def() {
+            last[d] = Some(usize::MAX);
+        }
     }
     let mut phys = vec![usize::MAX; values];
     let mut free = std::collections::BTreeSet::new();
@@ -517,6 +529,17 @@ impl Pass<'_> {
         let sources = p.sources.len();
         let mut rows: Vec<RowPiece> = Vec::new();
         let mut row_bases: Vec<u64> = Vec::new();
+        let (constants, body) = p.insts.split_at(p.constants);
+        for inst in constants {
+            if let Inst::Load { dst, src } = *inst {
+                let out = &mut regs[dst * CHUNK..(dst + 1) * CHUNK];
+                match &p.sources[src] {
+                    Source::Splat(v) => out.fill(*v),
+                    // All strides 0 (checked in `run`): element 0 everywhere.
+                    Source::Strided { .. } => self.src[src].read(0, 0, out),
+                }
+            }
+        }
         while flat < f1 {
             let len = (f1 - flat).min(CHUNK as u64) as usize;
             rows.clear();
@@ -550,7 +573,7 @@ impl Pass<'_> {
             }
             debug_assert_eq!(row_bases.len(), rows.len() * sources);
             let flat0 = flat;
-            for inst in &p.insts {
+            for inst in body {
                 let at = ChunkAt {
                     len,
                     src: self.src,
@@ -667,7 +690,12 @@ pub struct LoopProgram {
     /// Elements reduced per epilogue output (1 without epilogues).
     reduce_len: u64,
     sources: Vec<Source>,
+    /// The first `constants` instructions load values that are the same
+    /// at every position (scalars, broadcast or constant): they run once
+    /// per range and their registers are never reused; the rest run per
+    /// chunk.
     insts: Vec<Inst>,
+    constants: usize,
     registers: usize,
     /// Stored loop values: (register, value, dtype).
     stores: Vec<(usize, ValueId, DType)>,
@@ -845,6 +873,14 @@ impl LoopProgram {
                 .iter()
                 .map(|v| operand(*v, &mut insts, &mut registers))
                 .collect::<Result<_>>()?;
+            // A conversion to the operand's own dtype (a copy) is the
+            // operand's register.
+            if let Prim::Convert { to } = &n.prim {
+                if graph.value_type(n.inputs[0]).dtype == *to {
+                    reg_of.insert(n.outputs[0], ins[0]);
+                    continue;
+                }
+            }
             let dst = registers;
             registers += 1;
             let inst = match &n.prim {
@@ -896,12 +932,25 @@ impl LoopProgram {
             })
             .map(|v| (reg_of[v], *v, graph.value_type(*v).dtype))
             .collect();
-        let (insts, registers) = allocate(insts, registers, &mut stores, &mut epilogues)?;
+        // Loads of one value for every position go first, once per range.
+        let constant = |i: &Inst| match i {
+            Inst::Load { src, .. } => match &sources[*src] {
+                Source::Splat(_) => true,
+                Source::Strided { strides, .. } => strides.iter().all(|&s| s == 0),
+            },
+            _ => false,
+        };
+        let (mut ordered, rest): (Vec<Inst>, Vec<Inst>) = insts.into_iter().partition(constant);
+        let constants = ordered.len();
+        ordered.extend(rest);
+        let (insts, registers) =
+            allocate(ordered, registers, constants, &mut stores, &mut epilogues)?;
         Ok(LoopProgram {
             shape: shape.clone(),
             reduce_len,
             sources,
             insts,
+            constants,
             registers,
             stores,
             epilogues,
@@ -991,6 +1040,16 @@ impl LoopProgram {
             }
         }
         let strides: Vec<&[u64]> = strides.iter().map(|s| &s[..]).collect();
+        for inst in &self.insts[..self.constants] {
+            if let Inst::Load { src, .. } = inst {
+                if strides[*src].iter().any(|&s| s != 0) {
+                    return Err(Error::Internal(format!(
+                        "loop source {src} is loaded once but has strides {:?}",
+                        strides[*src]
+                    )));
+                }
+            }
+        }
         // Source data as f32 views (converted once if not f32).
         let src_data: Vec<SourceData<'_>> = self
             .sources
@@ -1795,6 +1854,7 @@ mod tests {
         for k in &plan.kernels {
             let program = LoopProgram::compile(&graph, k).unwrap();
             assert_eq!(program.stores.len(), 2, "exp(m) and the result");
+            assert_eq!(program.constants, 1, "the scalar is loaded once per range");
             let values = program.insts.iter().filter(|i| i.def().is_some()).count();
             assert!(
                 program.registers < values,
@@ -1811,6 +1871,36 @@ mod tests {
             );
         }
         check(&graph, 1e-6);
+    }
+
+    /// A copy in a pass is its operand's register: every bit is kept
+    /// (-0.0 too), stored beside a value computed from it.
+    #[test]
+    fn a_copy_in_a_pass_keeps_every_bit() {
+        let t = TensorType::new(DType::F32, &[4]);
+        let mut g = crate::ir::GraphBuilder::new();
+        let x = g.param(t.clone());
+        let c = g.op(Prim::Convert { to: DType::F32 }, &[x]).unwrap();
+        let e = g.unary(UnaryOp::Exp, c).unwrap();
+        let graph = g.build(&[c, e]).unwrap();
+        let plan = crate::fusion::plan(&graph);
+        assert_eq!(plan.loop_count(), 1, "{plan:?}");
+        let xs = [-0.0f32, 0.0, -1.5, f32::NEG_INFINITY];
+        let mut values: Vec<Option<HostTensor>> = vec![None; graph.num_values()];
+        values[x.0 as usize] = Some(HostTensor::from_slice(DType::F32, &[4], &xs).unwrap());
+        let programs: Vec<Option<LoopProgram>> = plan
+            .kernels
+            .iter()
+            .map(|k| Some(LoopProgram::compile(&graph, k).unwrap()))
+            .collect();
+        run_plan(&graph, &plan, &programs, &mut values, &DeviceIo::default()).unwrap();
+        let got = values[c.0 as usize]
+            .as_ref()
+            .unwrap()
+            .as_slice::<f32>()
+            .to_vec();
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&got), bits(&xs));
     }
 
     /// A pass's stored results start from a reused scratch buffer that is

@@ -1071,14 +1071,19 @@ int64_t sdp_choice_stub(const Tensor& q, const Tensor& k, const Tensor& v, const
 
 namespace {
 
+// Whether k's heads (dimension -3) divide q's: equal, broadcast from one,
+// or grouped.
+bool heads_divide(const Tensor& q, const Tensor& k) {
+  return q.dim() >= 3 && k.dim() >= 3 && k.size(-3) > 0 && q.size(-3) % k.size(-3) == 0;
+}
+
 Attrs sdpa_attrs(const Tensor& q, const Tensor& k, double dropout_p, bool is_causal, std::optional<double> scale) {
   Attrs a;
   a.b("is_causal", is_causal).f("dropout_p", dropout_p);
   if (scale.has_value()) a.f("scale", *scale);
   // Grouped heads (more query heads than key/value heads, a multiple);
   // fewer query heads broadcast instead, as in torch's math path.
-  if (q.dim() >= 3 && k.dim() >= 3 && k.size(-3) > 0 && q.size(-3) > k.size(-3) && q.size(-3) % k.size(-3) == 0)
-    a.b("enable_gqa", true);
+  if (heads_divide(q, k) && q.size(-3) > k.size(-3)) a.b("enable_gqa", true);
   return a;
 }
 
@@ -1126,8 +1131,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, c10::SymInt, c10::SymInt, Tensor, Ten
   // (equal, broadcast from one, or grouped): the result has q's shape.
   const bool plain = !(bias.has_value() && bias->defined()) && r >= 3 && k.dim() == r && v.dim() == r &&
                      q.sizes().slice(0, r - 3) == k.sizes().slice(0, r - 3) &&
-                     k.sizes().slice(0, r - 2) == v.sizes().slice(0, r - 2) && k.size(r - 3) > 0 &&
-                     q.size(r - 3) % k.size(r - 3) == 0;
+                     k.sizes().slice(0, r - 2) == v.sizes().slice(0, r - 2) && heads_divide(q, k);
   if (plain) {
     // The result's shape is the query's (no batch broadcasting): written
     // straight into the output.

@@ -30,7 +30,7 @@ use super::emit::{broadcast_shapes, Emitter};
 use super::support::{compute_dtype, need_float, rng_keys, sum_to};
 use super::{Arity, OpDef};
 use crate::error::{Error, Result};
-use crate::ir::{BinaryOp, CompareOp, DType, Prim, ReduceOp, UnaryOp, ValueId};
+use crate::ir::{BinaryOp, CompareOp, DType, Prim, ReduceOp, TensorType, UnaryOp, ValueId};
 
 /// q, k, v prepared: in the compute dtype, k and v repeated for GQA, all
 /// broadcast to the common batch dimensions.
@@ -329,24 +329,26 @@ fn composite_case(
     if mask.is_some() || o.dropout_p != 0.0 {
         return Ok(None);
     }
-    if [q, k, v].iter().any(|&t| e.dtype(t) != DType::F32) {
-        return Ok(None);
-    }
-    let (qd, kd, vd) = (e.dims(q), e.dims(k), e.dims(v));
+    let (qd, kd) = (e.dims(q), e.dims(k));
     let r = qd.len();
-    if r < 3 || kd.len() != r || vd.len() != r {
+    // Fewer key/value heads only when asked for (the primitive takes any
+    // divisor); the primitive's own checks settle the rest.
+    if r >= 3 && kd.len() == r && qd[r - 3] != kd[r - 3] && !a.bool_or("enable_gqa", false)? {
         return Ok(None);
     }
-    let (hq, hk) = (qd[r - 3], kd[r - 3]);
-    let heads_fit = hq == hk || (a.bool_or("enable_gqa", false)? && hk > 0 && hq % hk == 0);
-    let fits = heads_fit
-        && qd[..r - 3] == kd[..r - 3]
-        && kd[..r - 1] == vd[..r - 1]
-        && qd[r - 1] == kd[r - 1];
-    let scale = a
-        .float_opt("scale")?
-        .unwrap_or(1.0 / (qd[r - 1] as f64).sqrt());
-    Ok((fits && scale.is_finite()).then_some(scale))
+    let scale = match a.float_opt("scale")? {
+        Some(s) => s,
+        None if r > 0 => 1.0 / (qd[r - 1] as f64).sqrt(),
+        None => return Ok(None),
+    };
+    let prim = Prim::Attention {
+        scale,
+        causal: o.causal,
+    };
+    let types: Vec<TensorType> = [q, k, v].iter().map(|&t| e.ty(t)).collect();
+    Ok(crate::ir::graph::infer_types(&prim, &types)
+        .is_ok()
+        .then_some(scale))
 }
 
 /// scaled_dot_product_attention(q, k, v, mask?, seed?, offset?; is_causal,
@@ -405,16 +407,15 @@ fn sdpa_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueI
     let o = options(a, mask)?;
     if let Some(scale) = composite_case(e, (q, k, v), mask, &o, a)? {
         // The composite takes grad_out and out of the output's exact type
-        // and an f32 logsumexp of the rows; anything else (a broadcast
-        // grad_out, say) goes through the math below.
-        let qd = e.dims(q);
-        let mut out_dims = qd[..qd.len() - 1].to_vec();
-        out_dims.push(*e.dims(v).last().unwrap_or(&0));
-        let out_ty = crate::ir::TensorType::new(DType::F32, &out_dims);
-        let lse_ty = crate::ir::TensorType::new(DType::F32, &qd[..qd.len() - 1]);
-        if e.ty(g) == out_ty && e.ty(out) == out_ty && e.ty(lse) == lse_ty {
-            let causal = o.causal;
-            return e.g.node(Prim::AttentionBackward { scale, causal }, &x[..6]);
+        // and an f32 logsumexp of the rows (its own checks); anything else
+        // (a broadcast grad_out, say) goes through the math below.
+        let prim = Prim::AttentionBackward {
+            scale,
+            causal: o.causal,
+        };
+        let types: Vec<TensorType> = [g, q, k, v, out, lse].iter().map(|&t| e.ty(t)).collect();
+        if crate::ir::graph::infer_types(&prim, &types).is_ok() {
+            return e.g.node(prim, &x[..6]);
         }
     }
     sdpa_backward_math(e, x, a)

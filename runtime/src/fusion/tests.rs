@@ -6,6 +6,17 @@ fn op_graph(name: &str, inputs: &[TensorType], attrs: Attrs) -> Graph {
     ops::build_graph(ops::lookup(name).unwrap(), inputs, &attrs).unwrap()
 }
 
+/// `v` reversed along its first dimension: a kernel of its own.
+fn reverse(g: &mut GraphBuilder, v: ValueId) -> ValueId {
+    g.op(
+        Prim::Reverse {
+            dimensions: vec![0],
+        },
+        &[v],
+    )
+    .unwrap()
+}
+
 #[test]
 fn an_elementwise_chain_is_one_loop_with_folded_broadcasts() {
     // gelu(x + b) with b broadcast: one loop, the broadcast and scalars folded.
@@ -110,14 +121,7 @@ fn a_node_reading_only_parameters_joins_the_open_pass() {
     let mut g = GraphBuilder::new();
     let x = g.param(TensorType::new(DType::F32, &[8]));
     let a = g.unary(UnaryOp::Exp, x).unwrap();
-    let r = g
-        .op(
-            Prim::Reverse {
-                dimensions: vec![0],
-            },
-            &[a],
-        )
-        .unwrap();
+    let r = reverse(&mut g, a);
     let b = g.unary(UnaryOp::Neg, r).unwrap();
     let c = g.unary(UnaryOp::Abs, x).unwrap();
     let graph = g.build(&[b, c]).unwrap();
@@ -204,15 +208,7 @@ fn a_pass_merges_into_its_consumer_unless_a_kernel_between_reads_it() {
         let a = g.unary(UnaryOp::Exp, x).unwrap();
         let mut outs = vec![];
         if read_between {
-            let r = g
-                .op(
-                    Prim::Reverse {
-                        dimensions: vec![0],
-                    },
-                    &[a],
-                )
-                .unwrap();
-            outs.push(r);
+            outs.push(reverse(&mut g, a));
         }
         let b = g.unary(UnaryOp::Neg, y).unwrap();
         let c = g.binary(BinaryOp::Add, a, b).unwrap();

@@ -117,7 +117,8 @@ pub fn plan(graph: &Graph) -> Plan {
     // 1. Kernels, in graph order.
     let mut kernel_of: Vec<usize> = vec![usize::MAX; nodes.len()];
     let mut kernels: Vec<Kernel> = Vec::new();
-    // The full-size values each loop group reads (only grows with kernels).
+    // The full-size values each loop group reads (sized up to the kernels
+    // as loop nodes join; a kernel past its end reads nothing yet).
     let mut reads: Vec<HashSet<ValueId>> = Vec::new();
     let is_loop =
         |kernels: &Vec<Kernel>, k: usize| matches!(kernels[k].kind, KernelKind::Loop { .. });
@@ -131,20 +132,20 @@ pub fn plan(graph: &Graph) -> Plan {
         if elementwise {
             // Loops read through loads, so a load's own kernel (if it gets
             // one) never orders a loop: look at what the load reads.
-            // (producer's kernel, reached through a load) of each input.
+            let under: Vec<ValueId> = n
+                .inputs
+                .iter()
+                .map(|v| under_loads(graph, &producer, *v))
+                .collect();
+            // (producer's kernel, reached through a load) of each input;
+            // parameters and scalar constants have none.
             let roots: Vec<(usize, bool)> = n
                 .inputs
                 .iter()
-                .filter_map(|v| {
-                    let (mut v, mut loaded) = (*v, false);
-                    loop {
-                        let p = producer[v.0 as usize]?;
-                        if !is_load(graph, &nodes[p]) {
-                            return Some((kernel_of[p], loaded));
-                        }
-                        loaded = true;
-                        v = *nodes[p].inputs.first()?;
-                    }
+                .zip(&under)
+                .filter_map(|(v, u)| {
+                    let p = producer[u.0 as usize].filter(|&p| !is_load(graph, &nodes[p]))?;
+                    Some((kernel_of[p], u != v))
                 })
                 .collect();
             let newest = roots.iter().map(|&(k, _)| k).max();
@@ -155,10 +156,8 @@ pub fn plan(graph: &Graph) -> Plan {
             let open = |k: usize| matches!(&kernels[k].kind, KernelKind::Loop { shape, reduce_dims: 0 } if *shape == out.dims);
             // What the node reads at full size (through loads), which a
             // pass it joins beside its producers should already be reading.
-            let full: Vec<ValueId> = n
-                .inputs
-                .iter()
-                .map(|v| under_loads(graph, &producer, *v))
+            let full: Vec<ValueId> = under
+                .into_iter()
                 .filter(|v| graph.value_type(*v).dims == out.dims)
                 .collect();
             // The newest producer's group when it is open; else the newest
@@ -168,13 +167,17 @@ pub fn plan(graph: &Graph) -> Plan {
             // is already reading `x`; unrelated work of the same shape, an
             // optimizer's update of another parameter, stays apart: a pass
             // over many unrelated tensors reads too many streams at once).
-            reads.resize_with(kernels.len(), HashSet::new);
             let joinable = match newest {
                 Some(k) if open(k) && !loaded_from(k) => Some(k),
                 _ => (0..kernels.len())
                     .rev()
                     .take_while(|&k| newest.is_none_or(|n| k > n))
-                    .find(|&k| open(k) && full.iter().any(|v| reads[k].contains(v))),
+                    .find(|&k| {
+                        open(k)
+                            && reads
+                                .get(k)
+                                .is_some_and(|r| full.iter().any(|v| r.contains(v)))
+                    }),
             };
             let k = joinable.unwrap_or_else(|| {
                 kernels.push(Kernel {
@@ -360,8 +363,7 @@ pub fn plan(graph: &Graph) -> Plan {
 }
 
 /// The value `v` reads through a chain of loads.
-fn under_loads(graph: &Graph, producer: &[Option<usize>], v: ValueId) -> ValueId {
-    let mut v = v;
+fn under_loads(graph: &Graph, producer: &[Option<usize>], mut v: ValueId) -> ValueId {
     while let Some(p) = producer[v.0 as usize].filter(|&p| is_load(graph, &graph.nodes()[p])) {
         match graph.nodes()[p].inputs.first() {
             Some(u) => v = *u,

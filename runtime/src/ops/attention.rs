@@ -345,10 +345,13 @@ fn composite_case(
         scale,
         causal: o.causal,
     };
-    let types: Vec<TensorType> = [q, k, v].iter().map(|&t| e.ty(t)).collect();
-    Ok(crate::ir::graph::infer_types(&prim, &types)
-        .is_ok()
-        .then_some(scale))
+    Ok(takes(e, &prim, &[q, k, v]).then_some(scale))
+}
+
+/// Whether `prim` takes these operands (its own type checks pass).
+fn takes(e: &Emitter, prim: &Prim, operands: &[ValueId]) -> bool {
+    let types: Vec<TensorType> = operands.iter().map(|&t| e.ty(t)).collect();
+    crate::ir::graph::infer_types(prim, &types).is_ok()
 }
 
 /// scaled_dot_product_attention(q, k, v, mask?, seed?, offset?; is_causal,
@@ -413,8 +416,7 @@ fn sdpa_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueI
             scale,
             causal: o.causal,
         };
-        let types: Vec<TensorType> = [g, q, k, v, out, lse].iter().map(|&t| e.ty(t)).collect();
-        if crate::ir::graph::infer_types(&prim, &types).is_ok() {
+        if takes(e, &prim, &[g, q, k, v, out, lse]) {
             return e.g.node(prim, &x[..6]);
         }
     }

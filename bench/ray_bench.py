@@ -74,24 +74,16 @@ def slice_startup(rounds: int = 3) -> None:
 
 def recover_killed_host(rounds: int = 3) -> None:
     from tpurt_ray import TpuSlice
+    from tpurt_ray.emulate import kill_host
 
     ours, peer = [], []
     with TpuSlice("2x2x2", "v4") as s:
         s.init_collectives()
         for _ in range(rounds):
-            host = s._hosts[1]
-            ray.kill(host, no_restart=True)
-            # ray.kill returns before the actor is gone: a ping sent right
-            # after it may still be answered, and recover() would then see
-            # every host alive and find the dead one only when it calls it.
-            # Wait until the kill is seen, as a real failure would be.
-            deadline = time.monotonic() + 10.0
-            while time.monotonic() < deadline:
-                try:
-                    ray.get(host.ping.remote(), timeout=1.0)
-                except Exception:
-                    break
-                time.sleep(0.05)
+            # Wait until the kill is seen, as a real failure would be:
+            # otherwise recover() could see every host alive and find the
+            # dead one only when it calls it.
+            kill_host(s._hosts[1], timeout_s=10.0, call_timeout_s=1.0)
             s.recover("host")
             ours.append(s.last_recovery_s)
     for _ in range(rounds):

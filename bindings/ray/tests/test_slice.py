@@ -2,15 +2,13 @@
 
 import itertools
 import sys
-import time
 
 import pytest
-
 import ray
 import ray.cloudpickle
 
 from tpurt_ray import HostFailed, SliceError, TpuSlice
-from tpurt_ray.emulate import add_slice
+from tpurt_ray.emulate import add_slice, kill_host
 
 # Functions run on the slice travel by value (workers cannot import tests).
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -70,28 +68,13 @@ def test_run_calls_every_host_and_returns_in_worker_order(emulated):
     assert all(total == 256 * 3.0 * rank for rank, _, total in flat)
 
 
-def _wait_until_dead(actor, timeout_s=30.0):
-    """ray.kill returns before the actor is gone: a probe sent right after
-    it could still be answered (CI saw `health()` call the killed host
-    healthy once). Wait until a call to the actor fails."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            ray.get(actor.probe.remote(), timeout=5)
-        except Exception:
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"actor still answers {timeout_s} s after ray.kill")
-
-
 def test_health_probes_every_chip_and_names_a_dead_host(emulated):
     with TpuSlice("2x2x2", "v4") as s:
         h = s.health()
         assert h.healthy, h
         assert [len(x.chips) for x in h.hosts] == [4, 4]
         assert all(c["ok"] and c["ms"] >= 0 for x in h.hosts for c in x.chips)
-        ray.kill(s._hosts[1], no_restart=True)
-        _wait_until_dead(s._hosts[1])
+        assert kill_host(s._hosts[1]), "host 1 still answers after ray.kill"
         h = s.health(timeout_s=20)
         assert not h.healthy and h.failed() == [1]
         assert not h.hosts[1].alive and "Actor" in h.hosts[1].error

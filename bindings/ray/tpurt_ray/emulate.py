@@ -20,6 +20,7 @@ import dataclasses
 import itertools
 import logging
 import os
+import time
 from typing import Dict, Iterator, List, Optional
 
 from .topology import SliceShape, slice_shape
@@ -89,3 +90,22 @@ def add_slice(
     nodes = [_add_host(cluster, shape, name, w, num_cpus_per_host, env) for w in range(shape.num_hosts)]
     cluster.wait_for_nodes()
     return EmulatedSlice(name=name, shape=shape, nodes=nodes)
+
+
+def kill_host(actor, timeout_s: float = 30.0, call_timeout_s: float = 5.0) -> bool:
+    """Kill a slice's host actor (``ray.kill``, no restart) and wait until a
+    call to it fails, as a real host failure would be seen. ``ray.kill``
+    returns before the actor is gone: a call sent right after it may still
+    be answered (a health probe then called the killed host healthy). True
+    once a call fails; False if the actor still answers after `timeout_s`."""
+    import ray
+
+    ray.kill(actor, no_restart=True)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.ping.remote(), timeout=call_timeout_s)
+        except Exception:
+            return True
+        time.sleep(0.05)
+    return False

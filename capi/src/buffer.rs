@@ -91,7 +91,7 @@ fn layout_of(layout: *const tpurt_layout, buffer_len: u64, what: &str) -> Result
         let mut l = Layout::contiguous(&sizes, elem as u64);
         l.offset = offset;
         if !strides.is_null() && ndim > 0 {
-            l.strides = std::slice::from_raw_parts(strides, ndim as usize).to_vec();
+            l.strides = std::slice::from_raw_parts(strides, ndim as usize).into();
         }
         Ok(l)
     }

@@ -7,13 +7,17 @@
 
 use crate::error::{Error, Result};
 
+/// A layout's sizes or strides: inline up to six dimensions (the heap
+/// beyond), so making or cloning a tensor descriptor allocates nothing.
+pub type Dims = smallvec::SmallVec<[u64; 6]>;
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Layout {
     /// Byte offset of element [0, 0, ...] in the buffer.
     pub offset: u64,
-    pub sizes: Vec<u64>,
+    pub sizes: Dims,
     /// In elements, one per dimension.
-    pub strides: Vec<u64>,
+    pub strides: Dims,
     /// Bytes per element.
     pub elem_size: u64,
 }
@@ -21,15 +25,19 @@ pub struct Layout {
 impl Layout {
     /// Row-major contiguous layout.
     pub fn contiguous(sizes: &[u64], elem_size: u64) -> Layout {
-        let mut strides = vec![0; sizes.len()];
+        // Built without `vec![0; n]`, which is a calloc: glibc serves that
+        // from its arena under a lock instead of the thread's cache, and a
+        // layout is made for every tensor of every op.
+        let mut strides = Dims::with_capacity(sizes.len());
         let mut acc = 1u64;
-        for (i, &s) in sizes.iter().enumerate().rev() {
-            strides[i] = acc;
+        for &s in sizes.iter().rev() {
+            strides.push(acc);
             acc = acc.saturating_mul(s);
         }
+        strides.reverse();
         Layout {
             offset: 0,
-            sizes: sizes.to_vec(),
+            sizes: Dims::from_slice(sizes),
             strides,
             elem_size,
         }
@@ -199,8 +207,8 @@ mod tests {
         let src = Layout::contiguous(&[2, 3], 4);
         let dst = Layout {
             offset: 8,
-            sizes: vec![2, 3],
-            strides: vec![1, 2],
+            sizes: smallvec::smallvec![2, 3],
+            strides: smallvec::smallvec![1, 2],
             elem_size: 4,
         };
         let r = runs(&src, &dst);
@@ -214,8 +222,8 @@ mod tests {
         // Columns 1..3 of a 4x4 matrix: rows of 2 elements, 4 apart.
         let src = Layout {
             offset: 4,
-            sizes: vec![4, 2],
-            strides: vec![4, 1],
+            sizes: smallvec::smallvec![4, 2],
+            strides: smallvec::smallvec![4, 1],
             elem_size: 4,
         };
         let dst = Layout::contiguous(&[4, 2], 4);
@@ -233,8 +241,8 @@ mod tests {
         assert!(e.contains("reaches byte 64 of a 63-byte buffer"), "{e}");
         let bad = Layout {
             offset: 0,
-            sizes: vec![2],
-            strides: vec![u64::MAX],
+            sizes: smallvec::smallvec![2],
+            strides: smallvec::smallvec![u64::MAX],
             elem_size: 4,
         };
         assert!(bad

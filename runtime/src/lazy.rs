@@ -119,8 +119,8 @@ struct ViewKey {
     buffer: usize,
     dtype: u32,
     offset: u64,
-    sizes: Vec<u64>,
-    strides: Vec<u64>,
+    sizes: crate::copy::Dims,
+    strides: crate::copy::Dims,
 }
 
 fn view_key(t: &DeviceTensor) -> ViewKey {

@@ -11,7 +11,7 @@ use crate::compile::{CacheConfig, CacheStats, CompileCache, Compiler};
 use crate::copy::{for_each_run, Layout};
 use crate::eager::{current_mode, EagerMode};
 use crate::error::{Error, Result};
-use crate::ir::{Graph, TensorType};
+use crate::ir::{DType, Graph, TensorType};
 use crate::memory::{HbmPool, MemoryStats, PoolSnapshot};
 use crate::ops::{self, Attrs, OpId};
 use crate::platform::host::{HostConfig, HostPlatform};
@@ -96,12 +96,15 @@ struct Chip {
     default_stream: Stream,
 }
 
-/// An op's executable for one signature (op, input types, attributes).
-type OpSignature = (OpId, Vec<TensorType>, String);
-
-/// An op's graph for one signature, and its executable once compiled.
+/// An op's graph for one signature (op, input types, attributes), and its
+/// executable once compiled.
 struct OpEntry {
+    op: OpId,
+    inputs: Vec<TensorType>,
+    attrs: Attrs,
     graph: Arc<Graph>,
+    /// The graph's result types.
+    outputs: Vec<TensorType>,
     exe: std::sync::OnceLock<Arc<dyn Executable>>,
 }
 
@@ -113,7 +116,9 @@ pub struct Runtime {
     platform: Arc<dyn Platform>,
     chips: Vec<Chip>,
     compiler: Arc<Compiler>,
-    op_memo: Mutex<HashMap<OpSignature, Arc<OpEntry>>>,
+    /// Entries by the hash of their signature ([`signature_hash`]); a list
+    /// holds the entries whose signatures collide.
+    op_memo: Mutex<HashMap<u64, Vec<Arc<OpEntry>>>>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -454,24 +459,47 @@ impl Runtime {
     }
 
     fn op_entry(&self, op: OpId, inputs: &[TensorType], attrs: &Attrs) -> Result<Arc<OpEntry>> {
-        let sig: OpSignature = (op, inputs.to_vec(), attrs.canonical());
-        if let Some(e) = self
-            .op_memo
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&sig)
+        self.op_entry_of(op, inputs.iter().map(|t| (t.dtype, &t.dims[..])), attrs)
+    }
+
+    /// The memo's entry for `op` over inputs of these (dtype, dims). A hit
+    /// allocates nothing: the signature is hashed and compared in place,
+    /// which is what keeps an eager op's dispatch cheap.
+    fn op_entry_of<'a, I>(&self, op: OpId, inputs: I, attrs: &Attrs) -> Result<Arc<OpEntry>>
+    where
+        I: Iterator<Item = (DType, &'a [u64])> + Clone,
+    {
+        let key = signature_hash(op, inputs.clone(), attrs);
+        let matches = |e: &OpEntry| {
+            e.op == op
+                && e.inputs.len() == inputs.clone().count()
+                && e.inputs
+                    .iter()
+                    .zip(inputs.clone())
+                    .all(|(t, (d, dims))| t.dtype == d && t.dims == dims)
+                && e.attrs.same_bits(attrs)
+        };
         {
-            return Ok(Arc::clone(e));
+            let memo = self.op_memo.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(e) = memo.get(&key).and_then(|l| l.iter().find(|e| matches(e))) {
+                return Ok(Arc::clone(e));
+            }
         }
+        let types: Vec<TensorType> = inputs.map(|(d, dims)| TensorType::new(d, dims)).collect();
+        let graph = ops::build_graph(op, &types, attrs)?;
         let entry = Arc::new(OpEntry {
-            graph: Arc::new(ops::build_graph(op, inputs, attrs)?),
+            op,
+            outputs: graph.output_types(),
+            graph: Arc::new(graph),
+            inputs: types,
+            attrs: attrs.clone(),
             exe: std::sync::OnceLock::new(),
         });
         let mut memo = self.op_memo.lock().unwrap_or_else(|e| e.into_inner());
         if memo.len() >= OP_MEMO_ENTRIES {
             memo.clear();
         }
-        memo.insert(sig, Arc::clone(&entry));
+        memo.entry(key).or_default().push(Arc::clone(&entry));
         Ok(entry)
     }
 
@@ -490,7 +518,7 @@ impl Runtime {
         inputs: &[TensorType],
         attrs: &Attrs,
     ) -> Result<Vec<TensorType>> {
-        Ok(self.op_entry(op, inputs, attrs)?.graph.output_types())
+        Ok(self.op_entry(op, inputs, attrs)?.outputs.clone())
     }
 
     /// The executable of `op` for these input types and attributes.
@@ -517,9 +545,17 @@ impl Runtime {
     ) -> Result<()> {
         check_devices(name, inputs, outputs, stream)?;
         crate::platform::check_io(name, exe.as_ref(), inputs, outputs)?;
-        let ins = DeviceTensor::all_for_work(inputs, stream.clock());
-        let outs = DeviceTensor::all_for_work(outputs, stream.clock());
-        stream.submit(name, move || exe.execute(&ins, &outs))
+        // Inputs then outputs, inline in the task: the worker frees what
+        // the task holds, and every allocation it frees is one the caller's
+        // thread must make afresh (under its arena's lock).
+        let clock = stream.clock();
+        let io: smallvec::SmallVec<[DeviceTensor; 4]> = inputs
+            .iter()
+            .chain(outputs)
+            .map(|t| t.for_work(clock))
+            .collect();
+        let n = inputs.len();
+        stream.submit(name, move || exe.execute(&io[..n], &io[n..]))
     }
 
     /// Run one op of the op library on `stream`, writing `outputs` (whose
@@ -534,8 +570,7 @@ impl Runtime {
         attrs: &Attrs,
         stream: &Stream,
     ) -> Result<()> {
-        let types: Vec<TensorType> = inputs.iter().map(DeviceTensor::ty).collect();
-        let entry = self.op_entry(op, &types, attrs)?;
+        let entry = self.op_entry_of(op, dtypes_and_dims(inputs), attrs)?;
         self.call_entry(op, &entry, inputs, outputs, stream)
     }
 
@@ -552,7 +587,7 @@ impl Runtime {
         let mode = current_mode();
         if mode == EagerMode::DeferAndFuse {
             check_devices(name, inputs, outputs, stream)?;
-            crate::platform::check_types(name, "output", outputs, &entry.graph.output_types())?;
+            crate::platform::check_types(name, "output", outputs, &entry.outputs)?;
             let op = crate::lazy::Deferred {
                 name,
                 graph: Arc::clone(&entry.graph),
@@ -607,9 +642,8 @@ impl Runtime {
         stream: &Stream,
         max_outputs: usize,
     ) -> Result<Vec<DeviceTensor>> {
-        let types: Vec<TensorType> = inputs.iter().map(DeviceTensor::ty).collect();
-        let entry = self.op_entry(op, &types, attrs)?;
-        let out_types = entry.graph.output_types();
+        let entry = self.op_entry_of(op, dtypes_and_dims(inputs), attrs)?;
+        let out_types = &entry.outputs;
         if out_types.len() > max_outputs {
             return Err(Error::invalid(format!(
                 "{}: the op has {} outputs, more than the {max_outputs} there is room for",
@@ -643,6 +677,29 @@ impl Drop for Runtime {
             chip.sparse_core.shutdown();
         }
     }
+}
+
+/// The memo key of an op signature: op, each input's dtype and dims, and
+/// the attributes, hashed in place.
+fn signature_hash<'a>(
+    op: OpId,
+    inputs: impl Iterator<Item = (DType, &'a [u64])>,
+    attrs: &Attrs,
+) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    op.0.hash(&mut h);
+    for (d, dims) in inputs {
+        d.hash(&mut h);
+        dims.hash(&mut h);
+    }
+    attrs.hash_bits(&mut h);
+    h.finish()
+}
+
+/// Each tensor's (dtype, dims), as the op memo reads a signature.
+fn dtypes_and_dims(ts: &[DeviceTensor]) -> impl Iterator<Item = (DType, &[u64])> + Clone {
+    ts.iter().map(|t| (t.dtype, t.dims()))
 }
 
 fn check_devices(
@@ -803,6 +860,44 @@ mod tests {
     /// after that work is done. Before work references, every queued op
     /// kept its buffers from the pool, so a frontend running ahead of the
     /// device grew the pool by a block per queued op.
+    #[test]
+    fn the_op_memo_keeps_one_entry_per_signature() {
+        use crate::ops::Attr;
+        let r = rt(1, 64 << 20);
+        let clamp = ops::lookup("clamp").unwrap();
+        let f32s = |dims: &[u64]| vec![TensorType::new(DType::F32, dims)];
+        let lo = |v: f64| Attrs::new().with("min", Attr::Float(v));
+        let a = r.op_entry(clamp, &f32s(&[4]), &lo(0.0)).unwrap();
+        let again = r.op_entry(clamp, &f32s(&[4]), &lo(0.0)).unwrap();
+        assert!(Arc::ptr_eq(&a, &again), "a repeat signature is a hit");
+        for (dims, attrs, what) in [
+            (&[5][..], lo(0.0), "other dims"),
+            (&[2, 2][..], lo(0.0), "other rank"),
+            (&[4][..], lo(-0.0), "-0.0 is not 0.0"),
+            (
+                &[4][..],
+                Attrs::new().with("max", Attr::Float(0.0)),
+                "other name",
+            ),
+        ] {
+            let e = r.op_entry(clamp, &f32s(dims), &attrs).unwrap();
+            assert!(!Arc::ptr_eq(&a, &e), "{what}");
+            assert_eq!(e.inputs, f32s(dims), "{what}");
+            assert!(e.attrs.same_bits(&attrs), "{what}");
+        }
+        let as_f64 = r
+            .op_entry(clamp, &[TensorType::new(DType::F64, &[4])], &lo(0.0))
+            .unwrap();
+        assert_eq!(as_f64.outputs, vec![TensorType::new(DType::F64, &[4])]);
+        // The tensor form of the lookup finds the same entry.
+        let x = r.allocate(0, 16, &r.default_stream(0).unwrap()).unwrap();
+        let x = DeviceTensor::contiguous(x, DType::F32, &[4]).unwrap();
+        let via_tensors = r
+            .op_entry_of(clamp, dtypes_and_dims(std::slice::from_ref(&x)), &lo(0.0))
+            .unwrap();
+        assert!(Arc::ptr_eq(&a, &via_tensors));
+    }
+
     #[test]
     fn freed_buffers_are_reused_in_stream_order_while_work_is_queued() {
         let r = rt(1, 1 << 30);
@@ -1235,8 +1330,8 @@ mod tests {
         // Read the 2x3 matrix transposed.
         let t = Layout {
             offset: 0,
-            sizes: vec![3, 2],
-            strides: vec![1, 3],
+            sizes: smallvec::smallvec![3, 2],
+            strides: smallvec::smallvec![1, 3],
             elem_size: 4,
         };
         let mut out = vec![0u8; 24];
@@ -1248,8 +1343,8 @@ mod tests {
         // Write one column (strided destination).
         let col = Layout {
             offset: 4,
-            sizes: vec![2],
-            strides: vec![3],
+            sizes: smallvec::smallvec![2],
+            strides: smallvec::smallvec![3],
             elem_size: 4,
         };
         r.copy_host_to_device(&floats(&[20., 50.]), &b, &col, &s)

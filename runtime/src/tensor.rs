@@ -41,7 +41,7 @@ impl DeviceTensor {
                     dims.len()
                 )));
             }
-            layout.strides = s.to_vec();
+            layout.strides = crate::copy::Dims::from_slice(s);
         }
         if !offset.is_multiple_of(dtype.size() as u64) {
             return Err(Error::invalid(format!(

@@ -8,6 +8,7 @@
 #include <c10/core/Stream.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <deque>
 #include <list>
 #include <string>
@@ -112,13 +113,34 @@ class Attrs {
   std::list<std::vector<double>> floats_;
 };
 
+// An op's input as `call` takes it: a tensor borrowed from the caller, or
+// a temporary moved in. Borrowing matters: copying an at::Tensor whose only
+// owner is a Python object makes torch take the GIL (which the dispatcher
+// has released) to keep that object alive, and again to let it go; that
+// was four GIL round trips for a tiny `x + y`.
+class In {
+ public:
+  In(const at::Tensor& t) : borrowed_(&t) {}  // NOLINT: implicit by design
+  In(at::Tensor&& t) : owned_(std::move(t)) {}  // NOLINT
+  const at::Tensor& get() const { return borrowed_ != nullptr ? *borrowed_ : owned_; }
+
+ private:
+  at::Tensor owned_;
+  const at::Tensor* borrowed_ = nullptr;
+};
+using Ins = std::initializer_list<In>;
+
 // Run a runtime op on tpu tensors (0-dim CPU tensors are moved over;
 // wrapped Python numbers are marked as such), returning new outputs.
+std::vector<at::Tensor> call(const char* op, Ins inputs, const Attrs& attrs = Attrs());
 std::vector<at::Tensor> call(const char* op, const std::vector<at::Tensor>& inputs,
                              const Attrs& attrs = Attrs());
+at::Tensor call1(const char* op, Ins inputs, const Attrs& attrs = Attrs());
 at::Tensor call1(const char* op, const std::vector<at::Tensor>& inputs,
                  const Attrs& attrs = Attrs());
 // As call, writing into `outputs` (whose types must be the op's results).
+void call_into(const char* op, Ins inputs, const std::vector<at::Tensor>& outputs,
+               const Attrs& attrs = Attrs());
 void call_into(const char* op, const std::vector<at::Tensor>& inputs,
                const std::vector<at::Tensor>& outputs, const Attrs& attrs = Attrs());
 // The device a set of tensors runs on (the first tpu tensor's).

@@ -80,7 +80,11 @@ Attrs dims_attrs(at::OptionalIntArrayRef dim, bool keepdim) {
 bool is_one(const Scalar& s) { return s.isIntegral(true) ? s.toLong() == 1 : s.toDouble() == 1.0; }
 
 // b * alpha with alpha a wrapped number (as torch computes `a + alpha * b`).
-Tensor scaled(const Tensor& b, const Scalar& alpha) { return is_one(alpha) ? b : call1("mul", {b, S(alpha, b)}); }
+// (`b` itself is borrowed, not copied: see `In`.)
+In scaled(const Tensor& b, const Scalar& alpha) {
+  if (is_one(alpha)) return In(b);
+  return In(call1("mul", {b, S(alpha, b)}));
+}
 
 void check_alpha(const Tensor& a, const Tensor& b, const Scalar& alpha) {
   bool integral = !a.is_floating_point() && !b.is_floating_point();

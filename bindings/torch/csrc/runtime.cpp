@@ -1,5 +1,6 @@
 // The runtime, errors, dtypes, devices, streams and op calls.
 #include <c10/util/Exception.h>
+#include <c10/util/SmallVector.h>
 
 #include <array>
 #include <atomic>
@@ -348,14 +349,38 @@ uint32_t op_id(const char* name) {
   return id;
 }
 
-// Inputs moved to `device` (0-dim CPU tensors only) and the indices of the
-// wrapped numbers among them.
-std::vector<at::Tensor> on_device(const std::vector<at::Tensor>& inputs, int device, const char* op,
-                                  std::vector<int64_t>& wrapped) {
-  std::vector<at::Tensor> out;
-  out.reserve(inputs.size());
+// Tensors as the op calls see them: pointers, so nothing's reference count
+// moves (see `In`).
+using Ptrs = c10::SmallVector<const at::Tensor*, 8>;
+
+Ptrs ptrs_of(Ins ts) {
+  Ptrs p;
+  for (const In& t : ts) p.push_back(&t.get());
+  return p;
+}
+Ptrs ptrs_of(const std::vector<at::Tensor>& ts) {
+  Ptrs p;
+  for (const at::Tensor& t : ts) p.push_back(&t);
+  return p;
+}
+
+int device_of(const Ptrs& inputs, const char* op) {
+  for (const at::Tensor* x : inputs) {
+    if (x->defined() && x->device().type() == c10::DeviceType::PrivateUse1) {
+      return x->device().index();
+    }
+  }
+  TORCH_CHECK(false, "tpu: ", op, ": no input is a tpu tensor");
+}
+
+// The inputs with 0-dim CPU tensors moved to `device` (kept alive in
+// `moved`), and the indices of the wrapped numbers among them.
+Ptrs on_device(const Ptrs& inputs, int device, const char* op, std::vector<at::Tensor>& moved,
+               std::vector<int64_t>& wrapped) {
+  Ptrs out;
+  moved.reserve(inputs.size());  // pointers into it stay valid
   for (size_t i = 0; i < inputs.size(); ++i) {
-    const at::Tensor& x = inputs[i];
+    const at::Tensor& x = *inputs[i];
     TORCH_CHECK(x.defined(), "tpu: ", op, ": input ", i, " is undefined");
     if (x.unsafeGetTensorImpl()->is_wrapped_number()) {
       wrapped.push_back(static_cast<int64_t>(i));
@@ -363,13 +388,14 @@ std::vector<at::Tensor> on_device(const std::vector<at::Tensor>& inputs, int dev
     if (x.device().type() == c10::DeviceType::PrivateUse1) {
       TORCH_CHECK(x.device().index() == device, "tpu: ", op, ": expected all tensors on tpu:", device,
                   ", but input ", i, " is on ", x.device());
-      out.push_back(x);
+      out.push_back(&x);
     } else {
       TORCH_CHECK(x.dim() == 0, "tpu: ", op, ": expected all tensors on tpu:", device, ", but input ",
                   i, " is on ", x.device(), " (only 0-dim CPU tensors may join tpu tensors)");
-      at::Tensor moved = empty({}, x.scalar_type(), device);
-      copy_into(moved, x, false);
-      out.push_back(moved);
+      at::Tensor m = empty({}, x.scalar_type(), device);
+      copy_into(m, x, false);
+      moved.push_back(std::move(m));
+      out.push_back(&moved.back());
     }
   }
   return out;
@@ -391,7 +417,7 @@ const Attrs& with_wrapped(const Attrs& attrs, const std::vector<int64_t>& wrappe
 // a typical op call allocates nothing for them.
 class Descs {
  public:
-  explicit Descs(const std::vector<at::Tensor>& ts) : n_(ts.size()) {
+  explicit Descs(const Ptrs& ts) : n_(ts.size()) {
     if (n_ > kInline) {
       big_.reset(new Desc[n_]);
       big_t_.resize(n_);
@@ -399,7 +425,7 @@ class Descs {
     Desc* d = big_ ? big_.get() : small_;
     tpurt_tensor* t = data();
     for (size_t i = 0; i < n_; ++i) {
-      d[i].fill(ts[i]);
+      d[i].fill(*ts[i]);
       t[i] = d[i].t;
     }
   }
@@ -415,33 +441,12 @@ class Descs {
   std::vector<tpurt_tensor> big_t_;
 };
 
-void launch(uint32_t id, const char* op, const std::vector<at::Tensor>& ins,
-            const std::vector<at::Tensor>& outs, const Attrs& attrs, int device) {
-  Descs in_d(ins);
-  Descs out_d(outs);
-  const auto& a = attrs.items();
-  check(tpurt_op_launch(runtime(), id, in_d.data(), in_d.size(), out_d.data(), out_d.size(), a.data(), a.size(),
-                        stream_handle(current_stream(device))),
-        op);
-}
-
-}  // namespace
-
-int device_of(const std::vector<at::Tensor>& inputs, const char* op) {
-  for (const auto& x : inputs) {
-    if (x.defined() && x.device().type() == c10::DeviceType::PrivateUse1) {
-      return x.device().index();
-    }
-  }
-  TORCH_CHECK(false, "tpu: ", op, ": no input is a tpu tensor");
-}
-
-std::vector<at::Tensor> call(const char* op, const std::vector<at::Tensor>& inputs,
-                             const Attrs& attrs) {
+std::vector<at::Tensor> call_ptrs(const char* op, const Ptrs& inputs, const Attrs& attrs) {
   int device = inputs.empty() ? current_device() : device_of(inputs, op);
   uint32_t id = op_id(op);
   std::vector<int64_t> wrapped;
-  auto ins = on_device(inputs, device, op, wrapped);
+  std::vector<at::Tensor> moved;
+  Ptrs ins = on_device(inputs, device, op, moved, wrapped);
   std::optional<Attrs> extended;
   const Attrs& a = with_wrapped(attrs, wrapped, extended);
   // One call: the runtime allocates the outputs from the device's pool and
@@ -464,19 +469,50 @@ std::vector<at::Tensor> call(const char* op, const std::vector<at::Tensor>& inpu
   return outs;
 }
 
-at::Tensor call1(const char* op, const std::vector<at::Tensor>& inputs, const Attrs& attrs) {
-  auto outs = call(op, inputs, attrs);
+at::Tensor only(const char* op, std::vector<at::Tensor> outs) {
   TORCH_CHECK(outs.size() == 1, "tpu: op ", op, " returned ", outs.size(), " outputs, expected 1");
-  return outs[0];
+  return std::move(outs[0]);
 }
 
-void call_into(const char* op, const std::vector<at::Tensor>& inputs,
-               const std::vector<at::Tensor>& outputs, const Attrs& attrs) {
-  int device = device_of(inputs.empty() ? outputs : inputs, op);
+void call_into_ptrs(const char* op, const Ptrs& inputs, const std::vector<at::Tensor>& outputs,
+                    const Attrs& attrs) {
+  Ptrs outs = ptrs_of(outputs);
+  int device = device_of(inputs.empty() ? outs : inputs, op);
   std::vector<int64_t> wrapped;
-  auto ins = on_device(inputs, device, op, wrapped);
+  std::vector<at::Tensor> moved;
+  Ptrs ins = on_device(inputs, device, op, moved, wrapped);
   std::optional<Attrs> extended;
-  launch(op_id(op), op, ins, outputs, with_wrapped(attrs, wrapped, extended), device);
+  const Attrs& a = with_wrapped(attrs, wrapped, extended);
+  Descs in_d(ins);
+  Descs out_d(outs);
+  const auto& items = a.items();
+  check(tpurt_op_launch(runtime(), op_id(op), in_d.data(), in_d.size(), out_d.data(), out_d.size(), items.data(),
+                        items.size(), stream_handle(current_stream(device))),
+        op);
+}
+
+}  // namespace
+
+int device_of(const std::vector<at::Tensor>& inputs, const char* op) { return device_of(ptrs_of(inputs), op); }
+
+std::vector<at::Tensor> call(const char* op, Ins inputs, const Attrs& attrs) {
+  return call_ptrs(op, ptrs_of(inputs), attrs);
+}
+std::vector<at::Tensor> call(const char* op, const std::vector<at::Tensor>& inputs, const Attrs& attrs) {
+  return call_ptrs(op, ptrs_of(inputs), attrs);
+}
+at::Tensor call1(const char* op, Ins inputs, const Attrs& attrs) {
+  return only(op, call_ptrs(op, ptrs_of(inputs), attrs));
+}
+at::Tensor call1(const char* op, const std::vector<at::Tensor>& inputs, const Attrs& attrs) {
+  return only(op, call_ptrs(op, ptrs_of(inputs), attrs));
+}
+void call_into(const char* op, Ins inputs, const std::vector<at::Tensor>& outputs, const Attrs& attrs) {
+  call_into_ptrs(op, ptrs_of(inputs), outputs, attrs);
+}
+void call_into(const char* op, const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
+               const Attrs& attrs) {
+  call_into_ptrs(op, ptrs_of(inputs), outputs, attrs);
 }
 
 at::Tensor scalar_on(const at::Scalar& s, int device) {

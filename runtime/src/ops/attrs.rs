@@ -76,6 +76,52 @@ impl Attrs {
         serde_json::to_string(&self.items).unwrap_or_default()
     }
 
+    /// Feed the attributes to a hasher, floats by their bits (as
+    /// [`Attrs::same_bits`] compares them): a memo key that needs no text.
+    pub fn hash_bits<H: std::hash::Hasher>(&self, h: &mut H) {
+        use std::hash::Hash;
+        self.items.len().hash(h);
+        for (k, v) in &self.items {
+            k.hash(h);
+            std::mem::discriminant(v).hash(h);
+            match v {
+                Attr::Bool(b) => b.hash(h),
+                Attr::Int(i) => i.hash(h),
+                Attr::Float(f) => f.to_bits().hash(h),
+                Attr::Ints(v) => v.hash(h),
+                Attr::Floats(v) => {
+                    v.len().hash(h);
+                    v.iter().for_each(|f| f.to_bits().hash(h));
+                }
+                Attr::DType(d) => d.hash(h),
+                Attr::Str(s) => s.hash(h),
+                Attr::None => {}
+            }
+        }
+    }
+
+    /// Equal names and values, floats compared by their bits (so -0.0 and
+    /// 0.0 differ, and a NaN equals itself): two attribute sets that build
+    /// the same graph.
+    pub fn same_bits(&self, other: &Attrs) -> bool {
+        fn floats_eq(a: &[f64], b: &[f64]) -> bool {
+            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+        }
+        self.items.len() == other.items.len()
+            && self
+                .items
+                .iter()
+                .zip(&other.items)
+                .all(|((ka, a), (kb, b))| {
+                    ka == kb
+                        && match (a, b) {
+                            (Attr::Float(x), Attr::Float(y)) => x.to_bits() == y.to_bits(),
+                            (Attr::Floats(x), Attr::Floats(y)) => floats_eq(x, y),
+                            _ => a == b,
+                        }
+                })
+    }
+
     fn wrong(name: &str, want: &str, got: &Attr) -> Error {
         Error::invalid(format!(
             "attribute {name} must be {want}, got {} ({got:?})",
@@ -157,5 +203,45 @@ impl Attrs {
             Some(Attr::Str(s)) => Ok(s),
             Some(other) => Err(Self::wrong(name, "a string", other)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::hash::{DefaultHasher, Hasher};
+
+    fn hash(a: &Attrs) -> u64 {
+        let mut h = DefaultHasher::new();
+        a.hash_bits(&mut h);
+        h.finish()
+    }
+
+    #[test]
+    fn bitwise_equality_and_hash_agree() {
+        let f = |v: f64| Attrs::new().with("x", Attr::Float(v));
+        let nan = f(f64::NAN);
+        assert!(nan.same_bits(&nan.clone()), "a NaN attribute equals itself");
+        assert_eq!(hash(&nan), hash(&nan.clone()));
+        assert!(
+            !f(0.0).same_bits(&f(-0.0)),
+            "-0.0 and 0.0 build different graphs"
+        );
+        assert_ne!(hash(&f(0.0)), hash(&f(-0.0)));
+        // The order attributes are set in does not matter; kinds do.
+        let ab = Attrs::new()
+            .with("a", Attr::Int(1))
+            .with("b", Attr::Bool(true));
+        let ba = Attrs::new()
+            .with("b", Attr::Bool(true))
+            .with("a", Attr::Int(1));
+        assert!(ab.same_bits(&ba));
+        assert_eq!(hash(&ab), hash(&ba));
+        let int = Attrs::new().with("x", Attr::Int(1));
+        let ints = Attrs::new().with("x", Attr::Ints(vec![1]));
+        assert!(!int.same_bits(&ints));
+        let fl = |v: Vec<f64>| Attrs::new().with("x", Attr::Floats(v));
+        assert!(fl(vec![1.0, f64::NAN]).same_bits(&fl(vec![1.0, f64::NAN])));
+        assert!(!fl(vec![1.0]).same_bits(&fl(vec![1.0, 2.0])));
     }
 }

@@ -203,8 +203,8 @@ fn upload(r: &Runtime, st: &Stream, t: &HostTensor, strided: bool) -> Result<Dev
     r.copy_host_to_device(&vec![0xFF; bytes as usize], &buf, &Layout::bytes(bytes), st)?;
     let layout = Layout {
         offset: offset * es,
-        sizes: dims.clone(),
-        strides: strides.clone(),
+        sizes: dims.as_slice().into(),
+        strides: strides.as_slice().into(),
         elem_size: es,
     };
     r.copy_host_to_device(t.bytes(), &buf, &layout, st)?;

@@ -140,7 +140,7 @@ pub fn check_types(
         )));
     }
     for (i, (g, w)) in given.iter().zip(want).enumerate() {
-        if &g.ty() != w {
+        if g.dtype != w.dtype || g.dims() != &w.dims[..] {
             return Err(Error::invalid(format!(
                 "{name}: {what} {i} is {} but must be {w}",
                 g.ty()

@@ -47,9 +47,14 @@ pub struct StreamClock {
     id: StreamId,
     submitted: AtomicU64,
     completed: AtomicU64,
-    /// Threads (workers or hosts) to wake when a task completes.
-    waiters: Mutex<Vec<(u64, Unparker)>>,
-    has_waiters: AtomicBool,
+    /// Threads (workers or hosts) to wake, each once the stream has
+    /// finished the number of tasks it waits for: (token, until, thread).
+    waiters: Mutex<Vec<(u64, u64, Unparker)>>,
+    /// The smallest `until` among the waiters (`u64::MAX`: none). A
+    /// completion below it takes no lock and wakes no one, so a thread
+    /// waiting for the end of a long queue sleeps until then instead of
+    /// waking (and stealing a core from the worker) at every task.
+    wake_at: AtomicU64,
     poisoned: AtomicBool,
     failure: Mutex<Option<Failure>>,
 }
@@ -61,7 +66,7 @@ impl StreamClock {
             submitted: AtomicU64::new(0),
             completed: AtomicU64::new(0),
             waiters: Mutex::new(Vec::new()),
-            has_waiters: AtomicBool::new(false),
+            wake_at: AtomicU64::new(u64::MAX),
             poisoned: AtomicBool::new(false),
             failure: Mutex::new(None),
         })
@@ -84,31 +89,51 @@ impl StreamClock {
         self.submitted.fetch_add(1, Ordering::SeqCst) + 1
     }
 
-    /// Mark task `seq` finished. Tasks finish in order, so this is a store.
+    /// Mark task `seq` finished. Tasks finish in order, so this is a store;
+    /// the waiters whose count it reaches are woken.
     pub fn complete(&self, seq: u64) {
         self.completed.store(seq, Ordering::SeqCst);
-        if self.has_waiters.load(Ordering::SeqCst) {
-            let waiters = {
+        if seq >= self.wake_at.load(Ordering::SeqCst) {
+            let due: Vec<Unparker> = {
                 let mut w = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
-                self.has_waiters.store(false, Ordering::SeqCst);
-                std::mem::take(&mut *w)
+                let mut due = Vec::new();
+                w.retain(|(_, until, u)| {
+                    if *until <= seq {
+                        due.push(u.clone());
+                        false
+                    } else {
+                        true
+                    }
+                });
+                let next = w.iter().map(|(_, until, _)| *until).min();
+                self.wake_at
+                    .store(next.unwrap_or(u64::MAX), Ordering::SeqCst);
+                due
             };
-            for (_, w) in waiters {
-                w.unpark();
+            for u in due {
+                u.unpark();
             }
         }
     }
 
-    /// Ask to be woken at the next completion. Register first, then check
-    /// the condition, then park: a completion in between is never lost.
-    /// A waiter that registers again under the same `token` before being
-    /// woken is kept once.
-    pub fn add_waiter(&self, token: u64, waiter: &Unparker) {
+    /// Ask to be woken once the stream has finished its first `until`
+    /// tasks. Register first, then check the condition, then park: a
+    /// completion in between is never lost. A waiter that registers again
+    /// under the same nonzero `token` before being woken is kept once, for
+    /// the earlier of its two counts.
+    pub fn add_waiter(&self, token: u64, until: u64, waiter: &Unparker) {
         let mut w = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
-        if token == 0 || !w.iter().any(|(t, _)| *t == token) {
-            w.push((token, waiter.clone()));
+        match w.iter_mut().find(|(t, _, _)| token != 0 && *t == token) {
+            Some(entry) => entry.1 = entry.1.min(until),
+            None => w.push((token, until, waiter.clone())),
         }
-        self.has_waiters.store(true, Ordering::SeqCst);
+        self.wake_at.fetch_min(until, Ordering::SeqCst);
+    }
+
+    /// Waiters registered and not yet woken (for tests).
+    #[cfg(test)]
+    fn waiting(&self) -> usize {
+        self.waiters.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
     /// Block the calling thread until the first `seq` tasks have finished.
@@ -118,7 +143,7 @@ impl StreamClock {
         }
         let parker = Parker::new();
         loop {
-            self.add_waiter(0, parker.unparker());
+            self.add_waiter(0, seq, parker.unparker());
             if self.completed() >= seq {
                 return;
             }
@@ -258,6 +283,33 @@ mod tests {
         });
         f.wait().unwrap();
         t.join().unwrap();
+    }
+
+    #[test]
+    fn a_waiter_is_woken_only_when_its_count_is_reached() {
+        let c = StreamClock::new(StreamId::fresh());
+        let seqs: Vec<u64> = (0..3).map(|_| c.submit()).collect();
+        let parker = Parker::new();
+        c.add_waiter(0, seqs[2], parker.unparker());
+        c.complete(seqs[0]);
+        c.complete(seqs[1]);
+        assert_eq!(
+            c.waiting(),
+            1,
+            "completions before the count leave the waiter asleep"
+        );
+        assert_eq!(c.wake_at.load(Ordering::SeqCst), seqs[2]);
+        c.complete(seqs[2]);
+        assert_eq!(c.waiting(), 0);
+        assert_eq!(c.wake_at.load(Ordering::SeqCst), u64::MAX);
+
+        // One token registered twice keeps one entry, for the earlier count.
+        let more: Vec<u64> = (0..2).map(|_| c.submit()).collect();
+        c.add_waiter(7, more[1], parker.unparker());
+        c.add_waiter(7, more[0], parker.unparker());
+        assert_eq!(c.waiting(), 1);
+        c.complete(more[0]);
+        assert_eq!(c.waiting(), 0);
     }
 
     #[test]

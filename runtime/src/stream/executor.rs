@@ -452,7 +452,9 @@ impl Executor {
         };
         if let TaskKind::Wait(fence) = &task.kind {
             if !fence.is_complete() {
-                fence.clock().add_waiter(self.token, &self.unparker);
+                fence
+                    .clock()
+                    .add_waiter(self.token, fence.seq(), &self.unparker);
                 if !fence.is_complete() {
                     slot.held = Some(task);
                     return false;

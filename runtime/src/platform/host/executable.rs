@@ -382,8 +382,8 @@ mod gather_tests {
             for es in [2u64, 4, 8] {
                 let layout = Layout {
                     offset: offset_elems * es,
-                    sizes: sizes.to_vec(),
-                    strides: strides.to_vec(),
+                    sizes: sizes.into(),
+                    strides: strides.into(),
                     elem_size: es,
                 };
                 let (lo, hi) = layout.byte_span().unwrap();

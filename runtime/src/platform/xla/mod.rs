@@ -34,6 +34,8 @@ use super::slice::SliceLayout;
 use super::{DeviceInfo, Executable, Platform, Segment};
 use crate::error::{Error, Result};
 use crate::ir::Graph;
+use crate::tensor::DeviceTensor;
+use smallvec::SmallVec;
 
 /// The plugin library's file in a package's install directory.
 const KNOWN_PLUGINS: &[&str] = &[
@@ -107,7 +109,45 @@ pub struct XlaPlatform {
     topology: Vec<u32>,
     devices: Vec<DeviceInfo>,
     slice: Option<SliceLayout>,
+    /// The plugin's devices address host memory (the CPU plugin), so a
+    /// tensor in the pool can be handed to XLA as a view, with no copy.
+    zero_copy: bool,
+    transfers: TransferCounters,
 }
+
+/// How inputs and outputs crossed between the pool and XLA: counters for
+/// tests and for anyone checking that the copies they expect are gone.
+#[derive(Debug, Default)]
+struct TransferCounters {
+    input_views: std::sync::atomic::AtomicU64,
+    staged_inputs: std::sync::atomic::AtomicU64,
+    staged_input_bytes: std::sync::atomic::AtomicU64,
+    direct_outputs: std::sync::atomic::AtomicU64,
+    staged_outputs: std::sync::atomic::AtomicU64,
+}
+
+/// A snapshot of [`XlaPlatform::transfer_stats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TransferStats {
+    /// Inputs XLA read in place, through a view of the pool's memory.
+    pub input_views: u64,
+    /// Inputs copied into a plugin-owned buffer first, and their bytes
+    /// (strided, misaligned or empty inputs, and every input on a plugin
+    /// with memory of its own).
+    pub staged_inputs: u64,
+    pub staged_input_bytes: u64,
+    /// Outputs copied from XLA's buffer straight into their place in the
+    /// pool, and those that went through a host tensor (strided outputs).
+    pub direct_outputs: u64,
+    pub staged_outputs: u64,
+}
+
+/// Views need this alignment (a misaligned view is refused by the plugin).
+const VIEW_ALIGN: usize = 64;
+
+/// A view's delete callback: the memory is the pool's, so nothing to do
+/// (the plugin requires a callback; a null one crashes at destroy).
+unsafe extern "C" fn view_released(_ptr: *mut std::ffi::c_void, _arg: *mut std::ffi::c_void) {}
 
 // SAFETY: a PJRT client is thread-safe by the PJRT C API's contract; the
 // api table is immutable and the library stays loaded for the process.
@@ -214,6 +254,8 @@ impl XlaPlatform {
             topology: Vec::new(),
             devices: Vec::new(),
             slice: None,
+            zero_copy: false,
+            transfers: TransferCounters::default(),
         };
         let mut init = args!(PJRT_Plugin_Initialize_Args {});
         platform.call(
@@ -269,6 +311,7 @@ impl XlaPlatform {
         )?;
         // SAFETY: the plugin returns platform_name_size bytes it owns for the client's life.
         platform.name = unsafe { bytes_to_string(name.platform_name, name.platform_name_size) };
+        platform.zero_copy = platform.name == "cpu";
         let mut devs = args!(PJRT_Client_AddressableDevices_Args {
             client: platform.client
         });
@@ -329,6 +372,19 @@ impl XlaPlatform {
         &self.plugin
     }
 
+    /// Counts of inputs read in place and of copies made, since load.
+    pub fn transfer_stats(&self) -> TransferStats {
+        use std::sync::atomic::Ordering::Relaxed;
+        let c = &self.transfers;
+        TransferStats {
+            input_views: c.input_views.load(Relaxed),
+            staged_inputs: c.staged_inputs.load(Relaxed),
+            staged_input_bytes: c.staged_input_bytes.load(Relaxed),
+            direct_outputs: c.direct_outputs.load(Relaxed),
+            staged_outputs: c.staged_outputs.load(Relaxed),
+        }
+    }
+
     pub fn api_version(&self) -> (i32, i32) {
         self.version
     }
@@ -386,6 +442,21 @@ impl XlaPlatform {
             text
         }
     }
+}
+
+/// Where `t`'s bytes lie in host memory: the xla platform's pool segments
+/// are host memory. None when the segment is not one, or when the view
+/// reaches past it (never for a checked tensor).
+fn pool_bytes(t: &DeviceTensor) -> Option<*mut u8> {
+    use super::DeviceMemory;
+    let seg = t.buffer.segment().as_any().downcast_ref::<HostSegment>()?;
+    let (lo, hi) = t.byte_range();
+    let base = t.buffer.segment_offset();
+    let end = base.checked_add(hi)?;
+    if end > seg.len() || hi > t.buffer.len() {
+        return None;
+    }
+    Some(seg.as_ptr().wrapping_add((base + lo) as usize))
 }
 
 /// Whether this machine has TPU device nodes (a TPU VM).
@@ -638,23 +709,203 @@ fn buffer_type(d: crate::ir::DType) -> sys::PJRT_Buffer_Type {
 }
 
 impl XlaPlatform {
-    /// Copy a PJRT buffer into `dst` (its size exactly) and wait for it;
-    /// `what` names the copy in errors.
-    fn to_host(&self, src: *mut sys::PJRT_Buffer, dst: &mut [u8], what: &str) -> Result<()> {
+    /// Copy a PJRT buffer into the `len` bytes at `dst` (its size exactly)
+    /// and wait for it; `what` names the copy in errors.
+    ///
+    /// # Safety
+    /// `dst` must be valid for writes of `len` bytes until this returns.
+    unsafe fn to_host(
+        &self,
+        src: *mut sys::PJRT_Buffer,
+        dst: *mut u8,
+        len: usize,
+        what: &str,
+    ) -> Result<()> {
         let mut a = args!(PJRT_Buffer_ToHostBuffer_Args {
             src: src,
-            dst: dst.as_mut_ptr() as *mut std::ffi::c_void,
-            dst_size: dst.len(),
+            dst: dst as *mut std::ffi::c_void,
+            dst_size: len,
         });
         self.call(
             "PJRT_Buffer_ToHostBuffer",
             std::mem::offset_of!(sys::PJRT_Api, PJRT_Buffer_ToHostBuffer),
             |api| {
-                // SAFETY: dst holds dst_size bytes until the event completes (awaited below).
+                // SAFETY: dst holds dst_size bytes until the event completes
+                // (awaited below), as the caller promised.
                 unsafe { api.PJRT_Buffer_ToHostBuffer.map(|f| f(&mut a)) }
             },
         )?;
         self.await_event(a.event, &format!("PJRT_Event_Await ({what})"))
+    }
+
+    /// Wait until `buffer` (an execution's output) is ready.
+    fn await_ready(&self, buffer: *mut sys::PJRT_Buffer) -> Result<()> {
+        if buffer.is_null() {
+            return Ok(());
+        }
+        let mut a = args!(PJRT_Buffer_ReadyEvent_Args { buffer: buffer });
+        self.call(
+            "PJRT_Buffer_ReadyEvent",
+            std::mem::offset_of!(sys::PJRT_Api, PJRT_Buffer_ReadyEvent),
+            |api| {
+                // SAFETY: a live output buffer of ours.
+                unsafe { api.PJRT_Buffer_ReadyEvent.map(|f| f(&mut a)) }
+            },
+        )?;
+        self.await_event(a.event, "PJRT_Event_Await (output ready)")
+    }
+
+    /// A view of `t`'s bytes in the pool as a PJRT buffer on `device`, when
+    /// the plugin addresses host memory and `t` is contiguous, non-empty
+    /// and 64-byte aligned; None otherwise.
+    fn view_of(
+        &self,
+        t: &DeviceTensor,
+        device: *mut sys::PJRT_Device,
+    ) -> Result<Option<*mut sys::PJRT_Buffer>> {
+        if !self.zero_copy || !t.is_contiguous() || t.numel() == 0 {
+            return Ok(None);
+        }
+        let Some(ptr) = pool_bytes(t) else {
+            return Ok(None);
+        };
+        if !(ptr as usize).is_multiple_of(VIEW_ALIGN) {
+            return Ok(None);
+        }
+        let dims: SmallVec<[i64; 6]> = t.dims().iter().map(|&d| d as i64).collect();
+        let mut a = args!(PJRT_Client_CreateViewOfDeviceBuffer_Args {
+            client: self.client,
+            device_buffer_ptr: ptr as *mut std::ffi::c_void,
+            dims: dims.as_ptr(),
+            num_dims: dims.len(),
+            element_type: buffer_type(t.dtype),
+            device: device,
+            on_delete_callback: Some(view_released),
+        });
+        self.call(
+            "PJRT_Client_CreateViewOfDeviceBuffer",
+            std::mem::offset_of!(sys::PJRT_Api, PJRT_Client_CreateViewOfDeviceBuffer),
+            |api| {
+                // SAFETY: ptr addresses the tensor's bytes in a live pool
+                // segment (the task holds its buffer until the view is
+                // destroyed, after the execution that reads it completes);
+                // dims outlive the call; the callback is a valid no-op.
+                unsafe { api.PJRT_Client_CreateViewOfDeviceBuffer.map(|f| f(&mut a)) }
+            },
+        )?;
+        self.transfers
+            .input_views
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(Some(a.buffer))
+    }
+
+    /// A plugin-owned copy of `t` on `device`. The plugin copies straight
+    /// from the pool, gathering a strided view by its byte strides (one
+    /// copy); a view with broadcast (zero) strides is gathered on the host
+    /// first.
+    fn stage(
+        &self,
+        t: &DeviceTensor,
+        device: *mut sys::PJRT_Device,
+    ) -> Result<*mut sys::PJRT_Buffer> {
+        use crate::platform::host::executable::read_tensor;
+        let dims: SmallVec<[i64; 6]> = t.dims().iter().map(|&d| d as i64).collect();
+        let es = t.layout.elem_size;
+        let strided = t.numel() > 0
+            && t.layout
+                .sizes
+                .iter()
+                .zip(&t.layout.strides)
+                .all(|(&n, &s)| n <= 1 || s > 0);
+        let in_pool = if strided { pool_bytes(t) } else { None };
+        let gathered;
+        let (data, strides, bytes): (*const u8, SmallVec<[i64; 6]>, u64) = match in_pool {
+            Some(ptr) => {
+                // A size-1 dimension's stride is never stepped; give it a
+                // dense one so the plugin's checks see a valid layout.
+                let strides = t
+                    .layout
+                    .sizes
+                    .iter()
+                    .zip(&t.layout.strides)
+                    .map(|(&n, &s)| (if n <= 1 && s == 0 { 1 } else { s } * es) as i64)
+                    .collect();
+                (ptr as *const u8, strides, t.numel() * es)
+            }
+            None => {
+                gathered = read_tensor(t)?;
+                let b = gathered.bytes();
+                (b.as_ptr(), SmallVec::new(), b.len() as u64)
+            }
+        };
+        let mut a = args!(PJRT_Client_BufferFromHostBuffer_Args {
+            client: self.client,
+            data: data as *const std::ffi::c_void,
+            type_: buffer_type(t.dtype),
+            dims: dims.as_ptr(),
+            num_dims: dims.len(),
+            byte_strides: if strides.is_empty() {
+                std::ptr::null()
+            } else {
+                strides.as_ptr()
+            },
+            num_byte_strides: strides.len(),
+            host_buffer_semantics:
+                sys::PJRT_HostBufferSemantics_PJRT_HostBufferSemantics_kImmutableOnlyDuringCall,
+            device: device,
+        });
+        self.call(
+            "PJRT_Client_BufferFromHostBuffer",
+            std::mem::offset_of!(sys::PJRT_Api, PJRT_Client_BufferFromHostBuffer),
+            |api| {
+                // SAFETY: `data` addresses every element the dims and byte
+                // strides reach (inside the tensor's live pool segment, see
+                // `pool_bytes`, or a gathered copy), and it and the dims
+                // and strides outlive the call; the plugin is done with the
+                // data once `done_with_host_buffer` fires (awaited below).
+                unsafe { api.PJRT_Client_BufferFromHostBuffer.map(|f| f(&mut a)) }
+            },
+        )?;
+        let c = &self.transfers;
+        c.staged_inputs
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        c.staged_input_bytes
+            .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
+        let done = self.await_event(a.done_with_host_buffer, "PJRT_Event_Await (input copy)");
+        if let Err(e) = done {
+            self.destroy_buffer(a.buffer);
+            return Err(e);
+        }
+        Ok(a.buffer)
+    }
+
+    /// Copy an execution's output into `t`: straight into the pool when
+    /// `t` is contiguous, else through a host tensor.
+    fn write_output(
+        &self,
+        src: *mut sys::PJRT_Buffer,
+        ty: &crate::ir::TensorType,
+        t: &DeviceTensor,
+    ) -> Result<()> {
+        use crate::platform::host::executable::write_tensor;
+        use crate::platform::host::kernels::HostTensor;
+        use std::sync::atomic::Ordering::Relaxed;
+        let bytes = ty.nbytes() as usize;
+        if t.is_contiguous() && bytes > 0 {
+            if let Some(ptr) = pool_bytes(t) {
+                self.transfers.direct_outputs.fetch_add(1, Relaxed);
+                // SAFETY: `pool_bytes` bounds the tensor's `bytes` bytes
+                // inside its live segment; the stream orders this task's
+                // writes there before any later reader.
+                return unsafe { self.to_host(src, ptr, bytes, "output copy") };
+            }
+        }
+        self.transfers.staged_outputs.fetch_add(1, Relaxed);
+        let mut host = HostTensor::zeros(ty.clone());
+        let dst = host.bytes_mut();
+        // SAFETY: `dst` is a live slice of exactly its length.
+        unsafe { self.to_host(src, dst.as_mut_ptr(), dst.len(), "output copy") }?;
+        write_tensor(&host, t)
     }
 
     /// Wait for a PJRT event, then destroy it.
@@ -708,48 +959,34 @@ impl Executable for XlaExecutable {
         &self.outputs
     }
 
-    fn execute(
-        &self,
-        inputs: &[crate::tensor::DeviceTensor],
-        outputs: &[crate::tensor::DeviceTensor],
-    ) -> Result<()> {
-        use crate::platform::host::executable::{read_tensor, write_tensor};
-        use crate::platform::host::kernels::HostTensor;
+    fn execute(&self, inputs: &[DeviceTensor], outputs: &[DeviceTensor]) -> Result<()> {
         crate::platform::check_io("xla executable", self, inputs, outputs)?;
         let p = &self.platform;
         let device = *p
             .device_ptrs
             .first()
             .ok_or_else(|| Error::Internal("no xla device".into()))?;
-        // Inputs: staged on the host, handed to the plugin (it copies them).
-        let host_in: Vec<HostTensor> = inputs.iter().map(read_tensor).collect::<Result<_>>()?;
-        let mut bufs: Vec<*mut sys::PJRT_Buffer> = Vec::new();
+        let mut bufs: SmallVec<[*mut sys::PJRT_Buffer; 8]> = SmallVec::new();
+        let mut views = 0usize;
         let result = (|| -> Result<()> {
-            for h in &host_in {
-                let dims: Vec<i64> = h.dims().iter().map(|&d| d as i64).collect();
-                let mut a = args!(PJRT_Client_BufferFromHostBuffer_Args {
-                    client: p.client,
-                    data: h.bytes().as_ptr() as *const std::ffi::c_void,
-                    type_: buffer_type(h.dtype()),
-                    dims: dims.as_ptr(),
-                    num_dims: dims.len(),
-                    host_buffer_semantics: sys::PJRT_HostBufferSemantics_PJRT_HostBufferSemantics_kImmutableOnlyDuringCall,
-                    device: device,
-                });
-                p.call(
-                    "PJRT_Client_BufferFromHostBuffer",
-                    std::mem::offset_of!(sys::PJRT_Api, PJRT_Client_BufferFromHostBuffer),
-                    |api| {
-                        // SAFETY: the data and dims outlive the call (the plugin copies during it).
-                        unsafe { api.PJRT_Client_BufferFromHostBuffer.map(|f| f(&mut a)) }
-                    },
-                )?;
-                bufs.push(a.buffer);
-                p.await_event(a.done_with_host_buffer, "PJRT_Event_Await (input copy)")?;
+            // Inputs: read in place through a view where the plugin allows
+            // it, else copied into a plugin-owned buffer. An input that an
+            // output overwrites may be a view too: XLA writes every output
+            // into a buffer of its own (a result never aliases an argument
+            // that was not donated), and outputs are copied into the pool
+            // only once the whole execution is done (awaited below).
+            for t in inputs {
+                match p.view_of(t, device)? {
+                    Some(view) => {
+                        bufs.push(view);
+                        views += 1;
+                    }
+                    None => bufs.push(p.stage(t, device)?),
+                }
             }
             let n_in = bufs.len();
-            let mut outs: Vec<*mut sys::PJRT_Buffer> =
-                vec![std::ptr::null_mut(); self.outputs.len() + self.checks.len()];
+            let mut outs: SmallVec<[*mut sys::PJRT_Buffer; 8]> =
+                smallvec::smallvec![std::ptr::null_mut(); self.outputs.len() + self.checks.len()];
             let arg_list: *const *mut sys::PJRT_Buffer = bufs.as_ptr();
             let out_list: *mut *mut sys::PJRT_Buffer = outs.as_mut_ptr();
             let mut opts = sys::PJRT_ExecuteOptions {
@@ -764,7 +1001,7 @@ impl Executable for XlaExecutable {
                 num_args: n_in,
                 output_lists: &out_list,
             });
-            let ran = p.call(
+            let mut result = p.call(
                 "PJRT_LoadedExecutable_Execute",
                 std::mem::offset_of!(sys::PJRT_Api, PJRT_LoadedExecutable_Execute),
                 |api| {
@@ -772,14 +1009,25 @@ impl Executable for XlaExecutable {
                     unsafe { api.PJRT_LoadedExecutable_Execute.map(|f| f(&mut x)) }
                 },
             );
-            let mut result = ran;
+            // The views must outlive the execution that reads them: wait
+            // for every output before anything is destroyed, whatever fails.
+            if views > 0 {
+                for b in &outs {
+                    let ready = p.await_ready(*b);
+                    if result.is_ok() {
+                        result = ready;
+                    }
+                }
+            }
             // The index checks first: a bad index fails the op before any
             // output is written (as on the host platform).
             let n_out = self.outputs.len();
             for (c, b) in self.checks.iter().zip(&outs[n_out..]) {
                 if result.is_ok() {
                     let mut found = [0u8; 16];
-                    result = p.to_host(*b, &mut found, "index check");
+                    // SAFETY: `found` is a live array of exactly this length.
+                    result =
+                        unsafe { p.to_host(*b, found.as_mut_ptr(), found.len(), "index check") };
                     if result.is_ok() {
                         let v = |k: usize| {
                             i64::from_le_bytes(
@@ -793,12 +1041,9 @@ impl Executable for XlaExecutable {
                 }
                 p.destroy_buffer(*b);
             }
-            for (i, (b, t)) in outs[..n_out].iter().zip(outputs).enumerate() {
+            for ((b, t), ty) in outs[..n_out].iter().zip(outputs).zip(&self.outputs) {
                 if result.is_ok() {
-                    let mut host = HostTensor::zeros(self.outputs[i].clone());
-                    result = p
-                        .to_host(*b, host.bytes_mut(), "output copy")
-                        .and_then(|_| write_tensor(&host, t));
+                    result = p.write_output(*b, ty, t);
                 }
                 p.destroy_buffer(*b);
             }
@@ -971,6 +1216,125 @@ mod tests {
             .unwrap();
         let x = f32::from_le_bytes([7, 7, 7, 7]);
         assert_eq!(f32::from_le_bytes(got[..4].try_into().unwrap()), x + x);
+    }
+
+    /// On the CPU plugin, aligned contiguous inputs are read in place
+    /// (views of the pool) and contiguous outputs are copied straight into
+    /// the pool; strided, misaligned and overwritten inputs, and strided
+    /// outputs, take the staged path; every case computes the same values.
+    #[test]
+    fn inputs_are_read_in_place_and_outputs_land_in_the_pool() {
+        use crate::ir::DType;
+        use crate::ops::{self, Attrs};
+        use crate::runtime::Runtime;
+        let p = XlaPlatform::load(&find_plugin().unwrap(), 1).unwrap();
+        let r = Runtime::with_platform_and_cache(
+            p.clone(),
+            crate::compile::CacheConfig::memory_only(16),
+        )
+        .unwrap();
+        let s = r.default_stream(0).unwrap();
+        let f32s = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        let put = |v: &[f32]| {
+            let b = r.allocate(0, (v.len() * 4) as u64, &s).unwrap();
+            let bytes = f32s(v);
+            r.copy_host_to_device(&bytes, &b, &crate::Layout::bytes(bytes.len() as u64), &s)
+                .unwrap();
+            b
+        };
+        let get = |t: &DeviceTensor| -> Vec<f32> {
+            let mut out = vec![0u8; (t.numel() * 4) as usize];
+            r.copy_device_to_host(&t.buffer, &t.layout, &mut out, &s)
+                .unwrap();
+            out.chunks(4)
+                .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+                .collect()
+        };
+        let add = ops::lookup("add").unwrap();
+        let xs: Vec<f32> = (0..32).map(|i| i as f32).collect();
+        let ys: Vec<f32> = (0..32).map(|i| 100.0 + 2.0 * i as f32).collect();
+        let (xb, yb) = (put(&xs), put(&ys));
+        assert_eq!(
+            xb.address() % VIEW_ALIGN as u64,
+            0,
+            "pool blocks are 64-byte aligned"
+        );
+        let x = DeviceTensor::contiguous(xb.clone(), DType::F32, &[32]).unwrap();
+        let y = DeviceTensor::contiguous(yb.clone(), DType::F32, &[32]).unwrap();
+
+        // Aligned and contiguous: two views, one output straight to the pool.
+        let before = p.transfer_stats();
+        let out = r
+            .call_op_alloc(add, &[x.clone(), y.clone()], &Attrs::new(), &s)
+            .unwrap();
+        s.synchronize().unwrap();
+        let after = p.transfer_stats();
+        assert_eq!(after.input_views - before.input_views, 2);
+        assert_eq!(after.staged_inputs, before.staged_inputs);
+        assert_eq!(after.direct_outputs - before.direct_outputs, 1);
+        let want: Vec<f32> = xs.iter().zip(&ys).map(|(a, b)| a + b).collect();
+        assert_eq!(get(&out[0]), want);
+
+        // Misaligned (4 bytes in) and strided inputs are staged.
+        let x_off = DeviceTensor::new(xb.clone(), DType::F32, 4, &[16], None).unwrap();
+        let y_str = DeviceTensor::new(yb.clone(), DType::F32, 0, &[16], Some(&[2])).unwrap();
+        let before = p.transfer_stats();
+        let out = r
+            .call_op_alloc(add, &[x_off, y_str], &Attrs::new(), &s)
+            .unwrap();
+        s.synchronize().unwrap();
+        let after = p.transfer_stats();
+        assert_eq!(after.input_views, before.input_views);
+        assert_eq!(after.staged_inputs - before.staged_inputs, 2);
+        assert_eq!(
+            after.staged_input_bytes - before.staged_input_bytes,
+            2 * 16 * 4
+        );
+        let want: Vec<f32> = (0..16).map(|i| xs[i + 1] + ys[2 * i]).collect();
+        assert_eq!(get(&out[0]), want);
+
+        // In place, x = x + y reversed into x: both inputs are views, and
+        // x holds the sums.
+        let y_rev_src: Vec<f32> = ys.iter().rev().copied().collect();
+        let yr = DeviceTensor::contiguous(put(&y_rev_src), DType::F32, &[32]).unwrap();
+        let before = p.transfer_stats();
+        r.call_op(
+            add,
+            &[x.clone(), yr],
+            std::slice::from_ref(&x),
+            &Attrs::new(),
+            &s,
+        )
+        .unwrap();
+        s.synchronize().unwrap();
+        let after = p.transfer_stats();
+        assert_eq!(after.input_views - before.input_views, 2);
+        assert_eq!(after.staged_inputs, before.staged_inputs);
+        let want: Vec<f32> = xs.iter().zip(&y_rev_src).map(|(a, b)| a + b).collect();
+        assert_eq!(get(&x), want);
+
+        // A strided output (every other element of a fresh buffer) goes
+        // through a host tensor and leaves the gaps alone.
+        let ob = put(&[-1.0; 32]);
+        let o = DeviceTensor::new(ob.clone(), DType::F32, 0, &[16], Some(&[2])).unwrap();
+        let a = DeviceTensor::new(yb.clone(), DType::F32, 0, &[16], None).unwrap();
+        let before = p.transfer_stats();
+        r.call_op(
+            add,
+            &[a.clone(), a],
+            std::slice::from_ref(&o),
+            &Attrs::new(),
+            &s,
+        )
+        .unwrap();
+        s.synchronize().unwrap();
+        let after = p.transfer_stats();
+        assert_eq!(after.staged_outputs - before.staged_outputs, 1);
+        let whole = DeviceTensor::contiguous(ob, DType::F32, &[32]).unwrap();
+        let want: Vec<f32> = (0..32)
+            .map(|i| if i % 2 == 0 { 2.0 * ys[i / 2] } else { -1.0 })
+            .collect();
+        assert_eq!(get(&whole), want);
     }
 
     /// Ops on the XLA CPU plugin give the host platform's results.

@@ -605,6 +605,18 @@ pub fn lower(graph: &Graph) -> Result<String> {
 /// The module text for `graph`, and its index checks in the order of the
 /// extra results.
 pub fn lower_with_checks(graph: &Graph) -> Result<(String, Vec<IndexCheck>)> {
+    lower_module(graph, false)
+}
+
+/// As [`lower_with_checks`], for execution with outputs in place: after
+/// the graph's parameters come one more per output, of its type and
+/// aliased to it (`tf.aliasing_output`), unused by the body. The caller
+/// passes, donated, the buffer the output is to be written into.
+pub fn lower_aliased(graph: &Graph) -> Result<(String, Vec<IndexCheck>)> {
+    lower_module(graph, true)
+}
+
+fn lower_module(graph: &Graph, aliased: bool) -> Result<(String, Vec<IndexCheck>)> {
     // Composites (attention) become their primitives: XLA fuses those
     // itself, as it inlines a StableHLO composite's decomposition.
     let expanded = crate::ops::expand_composites(graph)?;
@@ -1009,11 +1021,19 @@ pub fn lower_with_checks(graph: &Graph) -> Result<(String, Vec<IndexCheck>)> {
             )),
         }
     }
-    let params: Vec<String> = graph
+    let mut params: Vec<String> = graph
         .params()
         .iter()
         .map(|p| format!("{}: {}", name(*p), t(*p)))
         .collect();
+    if aliased {
+        for (i, v) in graph.outputs().iter().enumerate() {
+            params.push(format!(
+                "%out{i}: {} {{tf.aliasing_output = {i} : i32}}",
+                t(*v)
+            ));
+        }
+    }
     let mut outs: Vec<String> = graph.outputs().iter().map(|v| name(*v)).collect();
     let mut out_types: Vec<String> = graph.outputs().iter().map(|v| t(*v)).collect();
     for c in check_outs {
@@ -1069,6 +1089,9 @@ mod tests {
         ))
         .unwrap();
         insta::assert_snapshot!("linear_4x8_16", linear);
+        // For execution, one aliased parameter per output follows.
+        let (add, _) = lower_aliased(&op("add", &[f(&[2, 3]), f(&[2, 3])], Attrs::new())).unwrap();
+        insta::assert_snapshot!("add_2x3_aliased", add);
     }
 
     /// The lowerings written as regions or index vectors, pinned.

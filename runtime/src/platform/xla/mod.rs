@@ -122,6 +122,7 @@ struct TransferCounters {
     input_views: std::sync::atomic::AtomicU64,
     staged_inputs: std::sync::atomic::AtomicU64,
     staged_input_bytes: std::sync::atomic::AtomicU64,
+    in_place_outputs: std::sync::atomic::AtomicU64,
     direct_outputs: std::sync::atomic::AtomicU64,
     staged_outputs: std::sync::atomic::AtomicU64,
 }
@@ -136,8 +137,13 @@ pub struct TransferStats {
     /// with memory of its own).
     pub staged_inputs: u64,
     pub staged_input_bytes: u64,
-    /// Outputs copied from XLA's buffer straight into their place in the
-    /// pool, and those that went through a host tensor (strided outputs).
+    /// Outputs XLA wrote in place, into their pool bytes (a donated
+    /// zero-copy buffer aliased to the result).
+    pub in_place_outputs: u64,
+    /// Outputs XLA wrote into a buffer of its own, then copied straight
+    /// into their place in the pool (those that overlap an input or
+    /// another output, or are misaligned), and those that went through a
+    /// host tensor (strided outputs).
     pub direct_outputs: u64,
     pub staged_outputs: u64,
 }
@@ -380,6 +386,7 @@ impl XlaPlatform {
             input_views: c.input_views.load(Relaxed),
             staged_inputs: c.staged_inputs.load(Relaxed),
             staged_input_bytes: c.staged_input_bytes.load(Relaxed),
+            in_place_outputs: c.in_place_outputs.load(Relaxed),
             direct_outputs: c.direct_outputs.load(Relaxed),
             staged_outputs: c.staged_outputs.load(Relaxed),
         }
@@ -558,7 +565,7 @@ impl Platform for XlaPlatform {
     }
 
     fn compile(&self, graph: &Graph) -> Result<Arc<dyn Executable>> {
-        let (text, checks) = lower::lower_with_checks(graph)?;
+        let (text, checks) = lower::lower_aliased(graph)?;
         let me = self
             .me
             .upgrade()
@@ -635,9 +642,9 @@ impl Platform for XlaPlatform {
 
 /// Our framing of a PJRT blob: magic, then the JSON of the parameter and
 /// result types and the index checks (length-prefixed), then the plugin's
-/// bytes. (Version 1 had no checks: such a file is refused, and the cache
-/// rebuilds it.)
-const SERIALIZED_MAGIC: &[u8] = b"TPURT-XLA-EXE-2\n";
+/// bytes. (Version 1 had no checks, version 2 no aliased output
+/// parameters: such files are refused, and the cache rebuilds them.)
+const SERIALIZED_MAGIC: &[u8] = b"TPURT-XLA-EXE-3\n";
 
 type Types = Vec<crate::ir::TensorType>;
 type Checks = Vec<lower::IndexCheck>;
@@ -879,6 +886,112 @@ impl XlaPlatform {
         Ok(a.buffer)
     }
 
+    /// A zero-copy buffer over `t`'s pool bytes, for XLA to write an
+    /// output into in place (donated as that output's aliased argument),
+    /// and the event that fires when the plugin lets go of the bytes; None
+    /// where the plugin has memory of its own, or `t` is strided, empty or
+    /// misaligned (the plugin would silently copy a misaligned one).
+    fn zero_copy_target(
+        &self,
+        t: &DeviceTensor,
+        device: *mut sys::PJRT_Device,
+    ) -> Result<Option<(*mut sys::PJRT_Buffer, *mut sys::PJRT_Event)>> {
+        if !self.zero_copy || !t.is_contiguous() || t.numel() == 0 {
+            return Ok(None);
+        }
+        let Some(ptr) = pool_bytes(t) else {
+            return Ok(None);
+        };
+        if !(ptr as usize).is_multiple_of(VIEW_ALIGN) {
+            return Ok(None);
+        }
+        let dims: SmallVec<[i64; 6]> = t.dims().iter().map(|&d| d as i64).collect();
+        let mut a = args!(PJRT_Client_BufferFromHostBuffer_Args {
+            client: self.client,
+            data: ptr as *const std::ffi::c_void,
+            type_: buffer_type(t.dtype),
+            dims: dims.as_ptr(),
+            num_dims: dims.len(),
+            host_buffer_semantics:
+                sys::PJRT_HostBufferSemantics_PJRT_HostBufferSemantics_kMutableZeroCopy,
+            device: device,
+        });
+        self.call(
+            "PJRT_Client_BufferFromHostBuffer",
+            std::mem::offset_of!(sys::PJRT_Api, PJRT_Client_BufferFromHostBuffer),
+            |api| {
+                // SAFETY: `ptr` addresses the tensor's bytes in its live pool
+                // segment (see `pool_bytes`); the task holds the buffer until
+                // `done_with_host_buffer` fires, which `execute` awaits after
+                // destroying every PJRT buffer over these bytes; no input or
+                // other output of the call overlaps them.
+                unsafe { api.PJRT_Client_BufferFromHostBuffer.map(|f| f(&mut a)) }
+            },
+        )?;
+        self.transfers
+            .in_place_outputs
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(Some((a.buffer, a.done_with_host_buffer)))
+    }
+
+    /// A buffer of the plugin's for an output's aliased argument, whose
+    /// contents do not matter (XLA overwrites it).
+    fn scratch(
+        &self,
+        ty: &crate::ir::TensorType,
+        device: *mut sys::PJRT_Device,
+    ) -> Result<*mut sys::PJRT_Buffer> {
+        let dims: SmallVec<[i64; 6]> = ty.dims.iter().map(|&d| d as i64).collect();
+        let mut a = args!(PJRT_Client_CreateUninitializedBuffer_Args {
+            client: self.client,
+            shape_dims: dims.as_ptr(),
+            shape_num_dims: dims.len(),
+            shape_element_type: buffer_type(ty.dtype),
+            device: device,
+        });
+        let made = self.call(
+            "PJRT_Client_CreateUninitializedBuffer",
+            std::mem::offset_of!(sys::PJRT_Api, PJRT_Client_CreateUninitializedBuffer),
+            |api| {
+                // SAFETY: dims outlive the call; the plugin owns the buffer.
+                unsafe { api.PJRT_Client_CreateUninitializedBuffer.map(|f| f(&mut a)) }
+            },
+        );
+        match made {
+            Ok(()) => Ok(a.buffer),
+            // A plugin without it: a copy of zeros serves as well.
+            Err(Error::Unimplemented(_)) => {
+                use crate::platform::host::kernels::HostTensor;
+                let zeros = HostTensor::zeros(ty.clone());
+                let mut b = args!(PJRT_Client_BufferFromHostBuffer_Args {
+                    client: self.client,
+                    data: zeros.bytes().as_ptr() as *const std::ffi::c_void,
+                    type_: buffer_type(ty.dtype),
+                    dims: dims.as_ptr(),
+                    num_dims: dims.len(),
+                    host_buffer_semantics: sys::PJRT_HostBufferSemantics_PJRT_HostBufferSemantics_kImmutableOnlyDuringCall,
+                    device: device,
+                });
+                self.call(
+                    "PJRT_Client_BufferFromHostBuffer",
+                    std::mem::offset_of!(sys::PJRT_Api, PJRT_Client_BufferFromHostBuffer),
+                    |api| {
+                        // SAFETY: the data and dims outlive the call (the plugin copies during it).
+                        unsafe { api.PJRT_Client_BufferFromHostBuffer.map(|f| f(&mut b)) }
+                    },
+                )?;
+                if let Err(e) =
+                    self.await_event(b.done_with_host_buffer, "PJRT_Event_Await (scratch copy)")
+                {
+                    self.destroy_buffer(b.buffer);
+                    return Err(e);
+                }
+                Ok(b.buffer)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Copy an execution's output into `t`: straight into the pool when
     /// `t` is contiguous, else through a host tensor.
     fn write_output(
@@ -967,7 +1080,10 @@ impl Executable for XlaExecutable {
             .first()
             .ok_or_else(|| Error::Internal("no xla device".into()))?;
         let mut bufs: SmallVec<[*mut sys::PJRT_Buffer; 8]> = SmallVec::new();
-        let mut views = 0usize;
+        // The in-place targets' "done with host buffer" events, and which
+        // outputs have one.
+        let mut targets: SmallVec<[*mut sys::PJRT_Event; 4]> = SmallVec::new();
+        let mut in_place: SmallVec<[bool; 4]> = smallvec::smallvec![false; outputs.len()];
         let result = (|| -> Result<()> {
             // Inputs: read in place through a view where the plugin allows
             // it, else copied into a plugin-owned buffer. An input that an
@@ -977,14 +1093,34 @@ impl Executable for XlaExecutable {
             // only once the whole execution is done (awaited below).
             for t in inputs {
                 match p.view_of(t, device)? {
-                    Some(view) => {
-                        bufs.push(view);
-                        views += 1;
-                    }
+                    Some(view) => bufs.push(view),
                     None => bufs.push(p.stage(t, device)?),
                 }
             }
-            let n_in = bufs.len();
+            // Outputs: each has an aliased parameter (`lower_aliased`).
+            // Where XLA may write the output in place, that argument is a
+            // zero-copy buffer over its pool bytes, donated; elsewhere a
+            // buffer of the plugin's, copied out after.
+            for (i, (t, ty)) in outputs.iter().zip(&self.outputs).enumerate() {
+                let alone = !inputs.iter().any(|x| x.may_overlap(t))
+                    && !outputs
+                        .iter()
+                        .enumerate()
+                        .any(|(j, o)| j != i && o.may_overlap(t));
+                match alone
+                    .then(|| p.zero_copy_target(t, device))
+                    .transpose()?
+                    .flatten()
+                {
+                    Some((buf, done)) => {
+                        bufs.push(buf);
+                        targets.push(done);
+                        in_place[i] = true;
+                    }
+                    None => bufs.push(p.scratch(ty, device)?),
+                }
+            }
+            let n_args = bufs.len();
             let mut outs: SmallVec<[*mut sys::PJRT_Buffer; 8]> =
                 smallvec::smallvec![std::ptr::null_mut(); self.outputs.len() + self.checks.len()];
             let arg_list: *const *mut sys::PJRT_Buffer = bufs.as_ptr();
@@ -998,25 +1134,25 @@ impl Executable for XlaExecutable {
                 options: &mut opts,
                 argument_lists: &arg_list,
                 num_devices: 1,
-                num_args: n_in,
+                num_args: n_args,
                 output_lists: &out_list,
             });
             let mut result = p.call(
                 "PJRT_LoadedExecutable_Execute",
                 std::mem::offset_of!(sys::PJRT_Api, PJRT_LoadedExecutable_Execute),
                 |api| {
-                    // SAFETY: the lists point to `n_in` inputs and room for every output.
+                    // SAFETY: the lists point to `n_args` arguments and room for every output.
                     unsafe { api.PJRT_LoadedExecutable_Execute.map(|f| f(&mut x)) }
                 },
             );
-            // The views must outlive the execution that reads them: wait
-            // for every output before anything is destroyed, whatever fails.
-            if views > 0 {
-                for b in &outs {
-                    let ready = p.await_ready(*b);
-                    if result.is_ok() {
-                        result = ready;
-                    }
+            // Views and in-place targets must outlive the execution that
+            // uses them, and no output may be copied into the pool while
+            // XLA still reads a view: wait for every output first,
+            // whatever fails.
+            for b in &outs {
+                let ready = p.await_ready(*b);
+                if result.is_ok() {
+                    result = ready;
                 }
             }
             // The index checks first: a bad index fails the op before any
@@ -1041,8 +1177,13 @@ impl Executable for XlaExecutable {
                 }
                 p.destroy_buffer(*b);
             }
-            for ((b, t), ty) in outs[..n_out].iter().zip(outputs).zip(&self.outputs) {
-                if result.is_ok() {
+            for (i, ((b, t), ty)) in outs[..n_out]
+                .iter()
+                .zip(outputs)
+                .zip(&self.outputs)
+                .enumerate()
+            {
+                if result.is_ok() && !in_place[i] {
                     result = p.write_output(*b, ty, t);
                 }
                 p.destroy_buffer(*b);
@@ -1051,6 +1192,12 @@ impl Executable for XlaExecutable {
         })();
         for b in bufs {
             p.destroy_buffer(b);
+        }
+        // An in-place target's memory is ours again once the plugin has
+        // let go of it: after both the donated argument and the output
+        // that took it over are destroyed (awaiting it before deadlocks).
+        for e in targets {
+            let _ = p.await_event(e, "PJRT_Event_Await (in-place output released)");
         }
         result
     }
@@ -1219,9 +1366,11 @@ mod tests {
     }
 
     /// On the CPU plugin, aligned contiguous inputs are read in place
-    /// (views of the pool) and contiguous outputs are copied straight into
-    /// the pool; strided, misaligned and overwritten inputs, and strided
-    /// outputs, take the staged path; every case computes the same values.
+    /// (views of the pool) and aligned contiguous outputs written in place;
+    /// strided and misaligned inputs are staged, outputs that overlap an
+    /// input or are misaligned are copied straight into the pool, strided
+    /// outputs go through a host tensor; every case computes the same
+    /// values and writes nothing else.
     #[test]
     fn inputs_are_read_in_place_and_outputs_land_in_the_pool() {
         use crate::ir::DType;
@@ -1262,7 +1411,8 @@ mod tests {
         let x = DeviceTensor::contiguous(xb.clone(), DType::F32, &[32]).unwrap();
         let y = DeviceTensor::contiguous(yb.clone(), DType::F32, &[32]).unwrap();
 
-        // Aligned and contiguous: two views, one output straight to the pool.
+        // Aligned and contiguous: two views, and the output written in
+        // place: no copy at all.
         let before = p.transfer_stats();
         let out = r
             .call_op_alloc(add, &[x.clone(), y.clone()], &Attrs::new(), &s)
@@ -1271,7 +1421,8 @@ mod tests {
         let after = p.transfer_stats();
         assert_eq!(after.input_views - before.input_views, 2);
         assert_eq!(after.staged_inputs, before.staged_inputs);
-        assert_eq!(after.direct_outputs - before.direct_outputs, 1);
+        assert_eq!(after.in_place_outputs - before.in_place_outputs, 1);
+        assert_eq!(after.direct_outputs, before.direct_outputs);
         let want: Vec<f32> = xs.iter().zip(&ys).map(|(a, b)| a + b).collect();
         assert_eq!(get(&out[0]), want);
 
@@ -1293,8 +1444,9 @@ mod tests {
         let want: Vec<f32> = (0..16).map(|i| xs[i + 1] + ys[2 * i]).collect();
         assert_eq!(get(&out[0]), want);
 
-        // In place, x = x + y reversed into x: both inputs are views, and
-        // x holds the sums.
+        // In place, x = x + y reversed into x: both inputs are views; the
+        // output, which overlaps an input, is copied in after the
+        // execution; x holds the sums.
         let y_rev_src: Vec<f32> = ys.iter().rev().copied().collect();
         let yr = DeviceTensor::contiguous(put(&y_rev_src), DType::F32, &[32]).unwrap();
         let before = p.transfer_stats();
@@ -1310,6 +1462,8 @@ mod tests {
         let after = p.transfer_stats();
         assert_eq!(after.input_views - before.input_views, 2);
         assert_eq!(after.staged_inputs, before.staged_inputs);
+        assert_eq!(after.in_place_outputs, before.in_place_outputs);
+        assert_eq!(after.direct_outputs - before.direct_outputs, 1);
         let want: Vec<f32> = xs.iter().zip(&y_rev_src).map(|(a, b)| a + b).collect();
         assert_eq!(get(&x), want);
 
@@ -1333,6 +1487,36 @@ mod tests {
         let whole = DeviceTensor::contiguous(ob, DType::F32, &[32]).unwrap();
         let want: Vec<f32> = (0..32)
             .map(|i| if i % 2 == 0 { 2.0 * ys[i / 2] } else { -1.0 })
+            .collect();
+        assert_eq!(get(&whole), want);
+
+        // A misaligned output (elements 1..17 of a fresh buffer) is copied
+        // straight in; its neighbours keep their values.
+        let mb = put(&[-1.0; 32]);
+        let m = DeviceTensor::new(mb.clone(), DType::F32, 4, &[16], None).unwrap();
+        let a = DeviceTensor::new(yb, DType::F32, 0, &[16], None).unwrap();
+        let before = p.transfer_stats();
+        r.call_op(
+            add,
+            &[a.clone(), a],
+            std::slice::from_ref(&m),
+            &Attrs::new(),
+            &s,
+        )
+        .unwrap();
+        s.synchronize().unwrap();
+        let after = p.transfer_stats();
+        assert_eq!(after.in_place_outputs, before.in_place_outputs);
+        assert_eq!(after.direct_outputs - before.direct_outputs, 1);
+        let whole = DeviceTensor::contiguous(mb, DType::F32, &[32]).unwrap();
+        let want: Vec<f32> = (0..32)
+            .map(|i| {
+                if (1..17).contains(&i) {
+                    2.0 * ys[i - 1]
+                } else {
+                    -1.0
+                }
+            })
             .collect();
         assert_eq!(get(&whole), want);
     }

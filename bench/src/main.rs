@@ -609,6 +609,60 @@ fn tiny_add(rows: &mut Vec<Row>) {
     });
 }
 
+/// A tiny op's launch cost on the xla platform through the whole runtime
+/// (strict mode: dispatch, the stream's executor, input views and the
+/// in-place output), against a bare PJRT execute of the same add with its
+/// inputs uploaded once (execute, await the output, destroy it).
+#[cfg(feature = "xla")]
+fn xla_tiny_add(rows: &mut Vec<Row>) {
+    use tpurt_runtime::ir::TensorType;
+    use tpurt_runtime::platform::host::kernels::HostTensor;
+    use tpurt_runtime::platform::xla::{find_plugin, XlaPlatform};
+    let p = XlaPlatform::load(&find_plugin().expect("XLA CPU plugin"), 1).expect("xla platform");
+    let r = Runtime::with_platform_and_cache(p.clone(), CacheConfig::memory_only(64))
+        .expect("xla runtime");
+    let s = r.default_stream(0).unwrap();
+    let x = upload(&r, &s, &[16], 1);
+    let out = call(&r, &s, "add", &[&x, &x], Attrs::new());
+    let add = ops::lookup("add").unwrap();
+    let f16 = TensorType::new(DType::F32, &[16]);
+    let graph = ops::build_graph(add, &[f16.clone(), f16], &Attrs::new()).unwrap();
+    let hx = HostTensor::from_f64(DType::F32, &[16], &[1.0; 16]).unwrap();
+    let bare = p
+        .bare_program(&graph, &[hx.clone(), hx])
+        .expect("bare PJRT program");
+    let ops_n = 2000;
+    let (ours, peer) = paired(
+        9,
+        ops_n,
+        || {
+            for _ in 0..ops_n {
+                r.call_op(
+                    add,
+                    &[x.clone(), x.clone()],
+                    std::slice::from_ref(&out),
+                    &Attrs::new(),
+                    &s,
+                )
+                .unwrap();
+            }
+            s.synchronize().unwrap();
+        },
+        || {
+            for _ in 0..ops_n {
+                bare.run().unwrap();
+            }
+        },
+    );
+    rows.push(Row {
+        name: "xla_tiny_add_16_through_runtime".into(),
+        ours: ours / 1000.0,
+        peer: peer / 1000.0,
+        peer_name: "a bare PJRT execute of the same add (XLA CPU plugin)",
+        unit: "us/op",
+    });
+}
+
 /// A step of 200 tiny ops (a chain on 64 floats), deferred: the cost of
 /// recording, building the fused graph and finding it in the cache, per
 /// op, against strict dispatch of the same ops.
@@ -705,6 +759,8 @@ const ALL: &[(&str, Bench)] = &[
     ("host_vs_xla", host_vs_xla),
     #[cfg(feature = "xla")]
     ("xla_cold_vs_warm", xla_cold_vs_warm),
+    #[cfg(feature = "xla")]
+    ("xla_tiny_add", xla_tiny_add),
 ];
 
 /// Profiling aids: run only when named (they print no JSON).

@@ -451,6 +451,155 @@ impl XlaPlatform {
     }
 }
 
+impl XlaPlatform {
+    /// Compile a StableHLO module with full options.
+    fn compile_text(&self, text: &str) -> Result<*mut sys::PJRT_LoadedExecutable> {
+        let mut code = text.as_bytes().to_vec();
+        let format = "mlir";
+        let program = sys::PJRT_Program {
+            struct_size: std::mem::size_of::<sys::PJRT_Program>(),
+            code: code.as_mut_ptr() as *mut std::os::raw::c_char,
+            code_size: code.len(),
+            format: format.as_ptr() as *const std::os::raw::c_char,
+            format_size: format.len(),
+            ..Default::default()
+        };
+        // CompileOptionsProto { executable_build_options (3) { num_replicas (4) = 1,
+        // num_partitions (5) = 1 } }: empty options abort the plugin (ANCHORS).
+        let options: [u8; 6] = [0x1a, 4, 0x20, 1, 0x28, 1];
+        let mut args = args!(PJRT_Client_Compile_Args {
+            client: self.client,
+            program: &program,
+            compile_options: options.as_ptr() as *const std::os::raw::c_char,
+            compile_options_size: options.len(),
+        });
+        self.call(
+            "PJRT_Client_Compile",
+            std::mem::offset_of!(sys::PJRT_Api, PJRT_Client_Compile),
+            |api| {
+                // SAFETY: `program`, `code` and `options` outlive the call.
+                unsafe { api.PJRT_Client_Compile.map(|f| f(&mut args)) }
+            },
+        )
+        .map_err(|e| match e {
+            Error::Unavailable(m) => Error::Internal(format!("{m}\n{text}")),
+            other => other,
+        })?;
+        Ok(args.executable)
+    }
+
+    /// `graph` compiled as a plain module (no aliased outputs) with its
+    /// inputs uploaded once: a program run straight through PJRT, with no
+    /// runtime around it, as the launch-cost benchmark's peer.
+    pub fn bare_program(
+        self: &Arc<Self>,
+        graph: &Graph,
+        inputs: &[crate::platform::host::kernels::HostTensor],
+    ) -> Result<BareProgram> {
+        let (text, _) = lower::lower_with_checks(graph)?;
+        let device = *self
+            .device_ptrs
+            .first()
+            .ok_or_else(|| Error::Internal("no xla device".into()))?;
+        let mut bare = BareProgram {
+            platform: Arc::clone(self),
+            exe: self.compile_text(&text)?,
+            inputs: Vec::new(),
+            outputs: graph.outputs().len(),
+        };
+        for h in inputs {
+            let dims: Vec<i64> = h.dims().iter().map(|&d| d as i64).collect();
+            let mut a = args!(PJRT_Client_BufferFromHostBuffer_Args {
+                client: self.client,
+                data: h.bytes().as_ptr() as *const std::ffi::c_void,
+                type_: buffer_type(h.dtype()),
+                dims: dims.as_ptr(),
+                num_dims: dims.len(),
+                host_buffer_semantics:
+                    sys::PJRT_HostBufferSemantics_PJRT_HostBufferSemantics_kImmutableOnlyDuringCall,
+                device: device,
+            });
+            self.call(
+                "PJRT_Client_BufferFromHostBuffer",
+                std::mem::offset_of!(sys::PJRT_Api, PJRT_Client_BufferFromHostBuffer),
+                |api| {
+                    // SAFETY: the data and dims outlive the call (the plugin copies during it).
+                    unsafe { api.PJRT_Client_BufferFromHostBuffer.map(|f| f(&mut a)) }
+                },
+            )?;
+            bare.inputs.push(a.buffer);
+            self.await_event(a.done_with_host_buffer, "PJRT_Event_Await (input copy)")?;
+        }
+        Ok(bare)
+    }
+}
+
+/// See [`XlaPlatform::bare_program`].
+pub struct BareProgram {
+    platform: Arc<XlaPlatform>,
+    exe: *mut sys::PJRT_LoadedExecutable,
+    inputs: Vec<*mut sys::PJRT_Buffer>,
+    outputs: usize,
+}
+
+impl BareProgram {
+    /// Execute once, wait for the outputs and destroy them.
+    pub fn run(&self) -> Result<()> {
+        let p = &self.platform;
+        let mut outs: SmallVec<[*mut sys::PJRT_Buffer; 8]> =
+            smallvec::smallvec![std::ptr::null_mut(); self.outputs];
+        let arg_list: *const *mut sys::PJRT_Buffer = self.inputs.as_ptr();
+        let out_list: *mut *mut sys::PJRT_Buffer = outs.as_mut_ptr();
+        let mut opts = sys::PJRT_ExecuteOptions {
+            struct_size: std::mem::size_of::<sys::PJRT_ExecuteOptions>(),
+            ..Default::default()
+        };
+        let mut x = args!(PJRT_LoadedExecutable_Execute_Args {
+            executable: self.exe,
+            options: &mut opts,
+            argument_lists: &arg_list,
+            num_devices: 1,
+            num_args: self.inputs.len(),
+            output_lists: &out_list,
+        });
+        let mut result = p.call(
+            "PJRT_LoadedExecutable_Execute",
+            std::mem::offset_of!(sys::PJRT_Api, PJRT_LoadedExecutable_Execute),
+            |api| {
+                // SAFETY: the lists point to every input and room for every output.
+                unsafe { api.PJRT_LoadedExecutable_Execute.map(|f| f(&mut x)) }
+            },
+        );
+        for b in outs {
+            let ready = p.await_ready(b);
+            if result.is_ok() {
+                result = ready;
+            }
+            p.destroy_buffer(b);
+        }
+        result
+    }
+}
+
+impl Drop for BareProgram {
+    fn drop(&mut self) {
+        for b in self.inputs.drain(..) {
+            self.platform.destroy_buffer(b);
+        }
+        let mut d = args!(PJRT_LoadedExecutable_Destroy_Args {
+            executable: self.exe
+        });
+        let _ = self.platform.call(
+            "PJRT_LoadedExecutable_Destroy",
+            std::mem::offset_of!(sys::PJRT_Api, PJRT_LoadedExecutable_Destroy),
+            |api| {
+                // SAFETY: our executable, destroyed once.
+                unsafe { api.PJRT_LoadedExecutable_Destroy.map(|f| f(&mut d)) }
+            },
+        );
+    }
+}
+
 /// Where `t`'s bytes lie in host memory: the xla platform's pool segments
 /// are host memory. None when the segment is not one, or when the view
 /// reaches past it (never for a checked tensor).
@@ -570,40 +719,10 @@ impl Platform for XlaPlatform {
             .me
             .upgrade()
             .ok_or_else(|| Error::Internal("the xla platform is being dropped".into()))?;
-        let mut code = text.clone().into_bytes();
-        let format = "mlir";
-        let program = sys::PJRT_Program {
-            struct_size: std::mem::size_of::<sys::PJRT_Program>(),
-            code: code.as_mut_ptr() as *mut std::os::raw::c_char,
-            code_size: code.len(),
-            format: format.as_ptr() as *const std::os::raw::c_char,
-            format_size: format.len(),
-            ..Default::default()
-        };
-        // CompileOptionsProto { executable_build_options (3) { num_replicas (4) = 1,
-        // num_partitions (5) = 1 } }: empty options abort the plugin (ANCHORS).
-        let options: [u8; 6] = [0x1a, 4, 0x20, 1, 0x28, 1];
-        let mut args = args!(PJRT_Client_Compile_Args {
-            client: self.client,
-            program: &program,
-            compile_options: options.as_ptr() as *const std::os::raw::c_char,
-            compile_options_size: options.len(),
-        });
-        self.call(
-            "PJRT_Client_Compile",
-            std::mem::offset_of!(sys::PJRT_Api, PJRT_Client_Compile),
-            |api| {
-                // SAFETY: `program`, `code` and `options` outlive the call.
-                unsafe { api.PJRT_Client_Compile.map(|f| f(&mut args)) }
-            },
-        )
-        .map_err(|e| match e {
-            Error::Unavailable(m) => Error::Internal(format!("{m}\n{text}")),
-            other => other,
-        })?;
+        let exe = self.compile_text(&text)?;
         Ok(Arc::new(XlaExecutable {
             platform: me,
-            exe: args.executable,
+            exe,
             params: graph.param_types(),
             outputs: graph.output_types(),
             checks,

@@ -545,17 +545,8 @@ impl Runtime {
     ) -> Result<()> {
         check_devices(name, inputs, outputs, stream)?;
         crate::platform::check_io(name, exe.as_ref(), inputs, outputs)?;
-        // Inputs then outputs, inline in the task: the worker frees what
-        // the task holds, and every allocation it frees is one the caller's
-        // thread must make afresh (under its arena's lock).
-        let clock = stream.clock();
-        let io: smallvec::SmallVec<[DeviceTensor; 4]> = inputs
-            .iter()
-            .chain(outputs)
-            .map(|t| t.for_work(clock))
-            .collect();
-        let n = inputs.len();
-        stream.submit(name, move || exe.execute(&io[..n], &io[n..]))
+        let launch = crate::stream::executor::Launch::new(exe, inputs, outputs, stream.clock());
+        stream.launch(name, launch)
     }
 
     /// Run one op of the op library on `stream`, writing `outputs` (whose
@@ -885,6 +876,50 @@ mod tests {
             })
             .unwrap();
         tx
+    }
+
+    /// A launch that holds the last handle of a buffer when it finishes
+    /// (an output the caller dropped while the op was queued) hands it
+    /// back to the stream, whose own thread frees it at the next launch or
+    /// synchronize; the worker frees nothing the caller allocated, so the
+    /// two threads never meet on the allocator's lock for it. The buffer's
+    /// memory went back to the pool when its owner dropped it, as before.
+    #[test]
+    fn a_launch_hands_the_last_handle_back_to_the_stream() {
+        let r = rt(1, 64 << 20);
+        let s = r.default_stream(0).unwrap();
+        let add = ops::lookup("add").unwrap();
+        let x = r.allocate(0, 16, &s).unwrap();
+        let x = DeviceTensor::contiguous(x, DType::F32, &[4]).unwrap();
+        let gate = hold(&s);
+        let out = r
+            .call_op_alloc(add, &[x.clone(), x.clone()], &Attrs::new(), &s)
+            .unwrap();
+        let in_use = r.pool(0).unwrap().stats().allocated_bytes.current;
+        drop(out);
+        assert!(
+            r.pool(0).unwrap().stats().allocated_bytes.current < in_use,
+            "the dropped output's block is back in the pool while its op is queued"
+        );
+        drop(gate);
+        s.fence().wait().unwrap();
+        assert_eq!(s.graveyard_len(), 1, "the output's last handle came back");
+        // x is still owned here: the launch dropped its handle to x.
+        s.synchronize().unwrap();
+        assert_eq!(s.graveyard_len(), 0, "freed on the stream's thread");
+        // The next launch frees what came back too.
+        let gate = hold(&s);
+        drop(
+            r.call_op_alloc(add, &[x.clone(), x.clone()], &Attrs::new(), &s)
+                .unwrap(),
+        );
+        drop(gate);
+        s.fence().wait().unwrap();
+        assert_eq!(s.graveyard_len(), 1);
+        let _keep = r
+            .call_op_alloc(add, &[x.clone(), x], &Attrs::new(), &s)
+            .unwrap();
+        assert_eq!(s.graveyard_len(), 0);
     }
 
     /// Freeing a buffer that queued work still uses hands its memory back

@@ -89,15 +89,6 @@ impl DeviceTensor {
         }
     }
 
-    /// [`DeviceTensor::for_work`] of each tensor: what a task queued on
-    /// `stream` holds of an op's inputs or outputs.
-    pub fn all_for_work(
-        tensors: &[DeviceTensor],
-        stream: &std::sync::Arc<crate::stream::StreamClock>,
-    ) -> Vec<DeviceTensor> {
-        tensors.iter().map(|t| t.for_work(stream)).collect()
-    }
-
     /// Whether two descriptors may touch a common byte (same buffer and
     /// overlapping byte ranges; conservative for strided views).
     pub fn may_overlap(&self, other: &DeviceTensor) -> bool {

@@ -32,12 +32,76 @@ use crate::lazy::{self, Deferred, LazyQueue};
 
 pub type TaskFn = Box<dyn FnOnce() -> Result<()> + Send>;
 
+// A launch stays inline (about 640 bytes a queue slot) on purpose: boxing
+// it is the allocation across threads that `Launch` exists to avoid.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum TaskKind {
     Run(TaskFn),
+    /// Run a compiled program: the common task, kept inline in the queue
+    /// with no allocation of its own (see [`Launch`]).
+    Launch(Launch),
     /// Wait until the fence completes; fail if the awaited work failed.
     Wait(Fence),
     /// Stamp the time the stream reached this point (timing events).
     Stamp(Arc<std::sync::OnceLock<Instant>>),
+}
+
+/// An executable with the work references to its inputs then outputs.
+///
+/// A launch is the task every eager op makes, so it allocates nothing of
+/// its own: it lives inline in the task rather than in a boxed closure,
+/// and a buffer whose last handle it holds when it finishes (an output
+/// the frontend already dropped) goes back to the stream's thread to be
+/// freed there. Memory the caller's thread allocates and the worker frees
+/// is what glibc's allocator serializes on (each such free takes the
+/// caller's arena lock while the caller allocates under it), and at a tiny
+/// op per microsecond that lock decided the op's cost.
+pub(crate) struct Launch {
+    pub exe: Arc<dyn crate::platform::Executable>,
+    pub io: smallvec::SmallVec<[crate::tensor::DeviceTensor; 4]>,
+    pub inputs: usize,
+}
+
+impl Launch {
+    /// The work references of `inputs` and `outputs` for `exe`, queued on
+    /// the stream of `clock`.
+    pub fn new(
+        exe: Arc<dyn crate::platform::Executable>,
+        inputs: &[crate::tensor::DeviceTensor],
+        outputs: &[crate::tensor::DeviceTensor],
+        clock: &Arc<StreamClock>,
+    ) -> Self {
+        Launch {
+            exe,
+            io: inputs
+                .iter()
+                .chain(outputs)
+                .map(|t| t.for_work(clock))
+                .collect(),
+            inputs: inputs.len(),
+        }
+    }
+
+    /// Run it; the buffers it held last go to `graveyard`.
+    fn run(self, graveyard: &SegQueue<crate::buffer::Buffer>) -> Result<()> {
+        let (ins, outs) = self.io.split_at(self.inputs);
+        let r = self.exe.execute(ins, outs);
+        for t in self.io {
+            // The count cannot rise under us at 1: no other handle is left
+            // to clone from.
+            if t.buffer.handle_count() == 1 {
+                graveyard.push(t.buffer);
+            }
+        }
+        r
+    }
+}
+
+/// Free what finished launches handed back to the stream's thread.
+pub(crate) fn bury(stream: &StreamQueue) {
+    while let Some(b) = stream.graveyard.pop() {
+        drop(b);
+    }
 }
 
 pub(crate) struct Task {
@@ -58,6 +122,10 @@ pub(crate) struct StreamQueue {
     /// Ops recorded under DEFER_AND_FUSE, launched at the next flush.
     pub lazy: Mutex<LazyQueue>,
     pub has_lazy: AtomicBool,
+    /// Buffers whose last handle a finished launch held: the worker hands
+    /// them back here and the stream's own thread frees them at its next
+    /// launch or synchronize (see [`Launch`]).
+    pub graveyard: SegQueue<crate::buffer::Buffer>,
 }
 
 impl StreamQueue {
@@ -70,6 +138,7 @@ impl StreamQueue {
             submit_lock: Mutex::new(()),
             lazy: Mutex::new(LazyQueue::default()),
             has_lazy: AtomicBool::new(false),
+            graveyard: SegQueue::new(),
         }
     }
 }
@@ -212,15 +281,8 @@ impl Executor {
             Ok(Some(f)) => {
                 // Work references: the recording's owners go at the end
                 // of this call, after the task is queued.
-                use crate::tensor::DeviceTensor;
-                let ins = DeviceTensor::all_for_work(&f.inputs, &stream.clock);
-                let outs = DeviceTensor::all_for_work(&f.outputs, &stream.clock);
-                let exe = f.exe;
-                self.push_raw(
-                    stream,
-                    Cow::Owned(f.name),
-                    TaskKind::Run(Box::new(move || exe.execute(&ins, &outs))),
-                )
+                let launch = Launch::new(f.exe, &f.inputs, &f.outputs, &stream.clock);
+                self.push_raw(stream, Cow::Owned(f.name), TaskKind::Launch(launch))
             }
             Ok(None) => Ok(()),
             // Surfaces, in order, at the stream's next synchronize.
@@ -461,7 +523,7 @@ impl Executor {
                 }
             }
         }
-        execute(&slot.stream.clock, task);
+        execute(&slot.stream, task);
         true
     }
 }
@@ -472,7 +534,8 @@ struct Slot {
     held: Option<Task>,
 }
 
-fn execute(clock: &StreamClock, task: Task) {
+fn execute(stream: &StreamQueue, task: Task) {
+    let clock = &stream.clock;
     let Task { seq, name, kind } = task;
     if clock.is_poisoned() {
         // Skipped: the stream already failed. Dropping the closure releases
@@ -483,6 +546,13 @@ fn execute(clock: &StreamClock, task: Task) {
     }
     let outcome = match kind {
         TaskKind::Run(f) => match catch_unwind(AssertUnwindSafe(f)) {
+            Ok(r) => r,
+            Err(panic) => Err(Error::Internal(format!(
+                "task panicked: {}",
+                panic_message(&panic)
+            ))),
+        },
+        TaskKind::Launch(l) => match catch_unwind(AssertUnwindSafe(|| l.run(&stream.graveyard))) {
             Ok(r) => r,
             Err(panic) => Err(Error::Internal(format!(
                 "task panicked: {}",

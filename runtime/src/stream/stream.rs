@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use super::clock::{Fence, StreamClock, StreamId};
 use super::event::Event;
-use super::executor::{Executor, StreamQueue, TaskKind};
+use super::executor::{Executor, Launch, StreamQueue, TaskKind};
 use crate::error::{Error, Result};
 use crate::platform::CoreKind;
 
@@ -102,6 +102,14 @@ impl Stream {
         self.push(name.into(), TaskKind::Run(Box::new(work)))
     }
 
+    /// Queue a compiled program (see [`Launch`]): as [`Self::submit`],
+    /// with no allocation.
+    pub(crate) fn launch(&self, name: &'static str, launch: Launch) -> Result<()> {
+        super::executor::bury(&self.inner.queue);
+        self.clock().error_up_to(u64::MAX)?;
+        self.push(Cow::Borrowed(name), TaskKind::Launch(launch))
+    }
+
     /// As [`Self::submit`], for work that touches only `buffers`: deferred
     /// ops that touch none of them stay recorded (see
     /// `Executor::push_touching`).
@@ -158,8 +166,16 @@ impl Stream {
     }
 
     /// Block until all submitted work finished; report the first failure.
+    /// Buffers finished launches handed back, not yet freed (tests).
+    #[cfg(test)]
+    pub(crate) fn graveyard_len(&self) -> usize {
+        self.inner.queue.graveyard.len()
+    }
+
     pub fn synchronize(&self) -> Result<()> {
-        self.fence().wait()
+        let r = self.fence().wait();
+        super::executor::bury(&self.inner.queue);
+        r
     }
 
     /// True when all submitted work finished; the first failure if one did.

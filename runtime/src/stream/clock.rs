@@ -27,6 +27,10 @@ impl std::fmt::Display for StreamId {
 
 static NEXT_STREAM_ID: AtomicU64 = AtomicU64::new(1);
 
+/// Tokens of threads blocked in [`StreamClock::wait_for`]: the high half of
+/// the range, apart from the executors' (which count up from 1).
+static NEXT_WAIT_TOKEN: AtomicU64 = AtomicU64::new(1 << 63);
+
 impl StreamId {
     pub fn fresh() -> Self {
         StreamId(NEXT_STREAM_ID.fetch_add(1, Ordering::Relaxed))
@@ -142,17 +146,22 @@ impl StreamClock {
             return;
         }
         let parker = Parker::new();
-        loop {
-            self.add_waiter(0, seq, parker.unparker());
-            if self.completed() >= seq {
-                return;
-            }
+        // One entry for the whole wait, removed on the way out: the count
+        // may be reached between registering and the first check, and
+        // then no completion takes the entry away.
+        let token = NEXT_WAIT_TOKEN.fetch_add(1, Ordering::Relaxed);
+        self.add_waiter(token, seq, parker.unparker());
+        while self.completed() < seq {
             // The timeout is only a safety net; completions unpark us.
             parker.park_timeout(Duration::from_millis(50));
-            if self.completed() >= seq {
-                return;
-            }
         }
+        self.remove_waiter(token);
+    }
+
+    /// Drop `token`'s entry, if it is still there.
+    fn remove_waiter(&self, token: u64) {
+        let mut w = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
+        w.retain(|(t, _, _)| *t != token);
     }
 
     /// Record the first failure; later ones are consequences of it.
@@ -309,6 +318,42 @@ mod tests {
         c.add_waiter(7, more[0], parker.unparker());
         assert_eq!(c.waiting(), 1);
         c.complete(more[0]);
+        assert_eq!(c.waiting(), 0);
+    }
+
+    /// A thread in `wait_for` keeps one entry however often its safety
+    /// timeout fires, and leaves none behind, also when the count was
+    /// reached just as it registered. (It registered afresh at every
+    /// timeout, and an early return left its entry until the next
+    /// completion.)
+    #[test]
+    fn a_waiting_thread_keeps_one_entry_and_leaves_none() {
+        let c = Arc::new(StreamClock::new(StreamId::fresh()));
+        let s = c.submit();
+        let waiter = {
+            let c = Arc::clone(&c);
+            std::thread::spawn(move || c.wait_for(s))
+        };
+        let registered = std::time::Instant::now() + Duration::from_secs(10);
+        while c.waiting() == 0 && std::time::Instant::now() < registered {
+            std::thread::yield_now();
+        }
+        // Three safety timeouts (50 ms each) pass while nothing completes.
+        std::thread::sleep(Duration::from_millis(180));
+        assert_eq!(c.waiting(), 1);
+        c.complete(s);
+        waiter.join().unwrap();
+        assert_eq!(c.waiting(), 0);
+        // Reached already: no entry is made or kept.
+        c.wait_for(s);
+        assert_eq!(c.waiting(), 0);
+        // Reached between registering and the first check (simulated by a
+        // registration under the same count): the entry goes on return.
+        let s2 = c.submit();
+        c.complete(s2);
+        let token = NEXT_WAIT_TOKEN.fetch_add(1, Ordering::Relaxed);
+        c.add_waiter(token, s2, Parker::new().unparker());
+        c.remove_waiter(token);
         assert_eq!(c.waiting(), 0);
     }
 

@@ -574,26 +574,13 @@ fn tiny_add(rows: &mut Vec<Row>) {
     let s = r.default_stream(0).unwrap();
     let x = upload(&r, &s, &[16], 1);
     let out = call(&r, &s, "add", &[&x, &x], Attrs::new());
-    let add = ops::lookup("add").unwrap();
     let hx = HostTensor::from_f64(DType::F32, &[16], &[1.0; 16]).unwrap();
     let prim = tpurt_runtime::ir::Prim::Binary(tpurt_runtime::ir::BinaryOp::Add);
     let ops_n = 2000;
     let (ours, peer) = paired(
         9,
         ops_n,
-        || {
-            for _ in 0..ops_n {
-                r.call_op(
-                    add,
-                    &[x.clone(), x.clone()],
-                    std::slice::from_ref(&out),
-                    &Attrs::new(),
-                    &s,
-                )
-                .unwrap();
-            }
-            s.synchronize().unwrap();
-        },
+        || strict_adds(&r, &s, &x, &out, ops_n),
         || {
             for _ in 0..ops_n {
                 black_box(eval(&prim, &[&hx, &hx]).unwrap());
@@ -607,6 +594,23 @@ fn tiny_add(rows: &mut Vec<Row>) {
         peer_name: "the host add kernel called directly (no dispatch)",
         unit: "us/op",
     });
+}
+
+/// `n` strict-mode adds of `x` to itself into `out`, then a synchronize:
+/// the "ours" side of the tiny-op launch benchmarks.
+fn strict_adds(r: &Runtime, s: &Stream, x: &DeviceTensor, out: &DeviceTensor, n: usize) {
+    let add = ops::lookup("add").unwrap();
+    for _ in 0..n {
+        r.call_op(
+            add,
+            &[x.clone(), x.clone()],
+            std::slice::from_ref(out),
+            &Attrs::new(),
+            s,
+        )
+        .unwrap();
+    }
+    s.synchronize().unwrap();
 }
 
 /// A tiny op's launch cost on the xla platform through the whole runtime
@@ -635,19 +639,7 @@ fn xla_tiny_add(rows: &mut Vec<Row>) {
     let (ours, peer) = paired(
         9,
         ops_n,
-        || {
-            for _ in 0..ops_n {
-                r.call_op(
-                    add,
-                    &[x.clone(), x.clone()],
-                    std::slice::from_ref(&out),
-                    &Attrs::new(),
-                    &s,
-                )
-                .unwrap();
-            }
-            s.synchronize().unwrap();
-        },
+        || strict_adds(&r, &s, &x, &out, ops_n),
         || {
             for _ in 0..ops_n {
                 bare.run().unwrap();

@@ -148,6 +148,20 @@ pub struct TransferStats {
     pub staged_outputs: u64,
 }
 
+impl TransferStats {
+    /// The counts since `before` (an earlier snapshot).
+    pub fn since(&self, before: &TransferStats) -> TransferStats {
+        TransferStats {
+            input_views: self.input_views - before.input_views,
+            staged_inputs: self.staged_inputs - before.staged_inputs,
+            staged_input_bytes: self.staged_input_bytes - before.staged_input_bytes,
+            in_place_outputs: self.in_place_outputs - before.in_place_outputs,
+            direct_outputs: self.direct_outputs - before.direct_outputs,
+            staged_outputs: self.staged_outputs - before.staged_outputs,
+        }
+    }
+}
+
 /// Views need this alignment (a misaligned view is refused by the plugin).
 const VIEW_ALIGN: usize = 64;
 
@@ -509,26 +523,11 @@ impl XlaPlatform {
         };
         for h in inputs {
             let dims: Vec<i64> = h.dims().iter().map(|&d| d as i64).collect();
-            let mut a = args!(PJRT_Client_BufferFromHostBuffer_Args {
-                client: self.client,
-                data: h.bytes().as_ptr() as *const std::ffi::c_void,
-                type_: buffer_type(h.dtype()),
-                dims: dims.as_ptr(),
-                num_dims: dims.len(),
-                host_buffer_semantics:
-                    sys::PJRT_HostBufferSemantics_PJRT_HostBufferSemantics_kImmutableOnlyDuringCall,
-                device: device,
-            });
-            self.call(
-                "PJRT_Client_BufferFromHostBuffer",
-                std::mem::offset_of!(sys::PJRT_Api, PJRT_Client_BufferFromHostBuffer),
-                |api| {
-                    // SAFETY: the data and dims outlive the call (the plugin copies during it).
-                    unsafe { api.PJRT_Client_BufferFromHostBuffer.map(|f| f(&mut a)) }
-                },
-            )?;
-            bare.inputs.push(a.buffer);
-            self.await_event(a.done_with_host_buffer, "PJRT_Event_Await (input copy)")?;
+            // SAFETY: `h` holds the dense elements and outlives the call.
+            let (buffer, _) = unsafe {
+                self.buffer_from_host(h.bytes().as_ptr(), h.dtype(), &dims, &[], false, device)
+            }?;
+            bare.inputs.push(buffer);
         }
         Ok(bare)
     }
@@ -925,6 +924,64 @@ impl XlaPlatform {
         Ok(Some(a.buffer))
     }
 
+    /// `PJRT_Client_BufferFromHostBuffer` of `dims` elements of `dtype` at
+    /// `data` (dense, or by `byte_strides` when there are any), on
+    /// `device`. A copy (`zero_copy` false) is complete when this returns;
+    /// a zero-copy buffer uses `data` in place, and the event returned
+    /// with it fires once the plugin lets go of the bytes (null for a
+    /// copy).
+    ///
+    /// # Safety
+    /// `data` must address every element `dims` and `byte_strides` reach,
+    /// valid until this returns for a copy, and until the returned event
+    /// fires for a zero-copy buffer.
+    unsafe fn buffer_from_host(
+        &self,
+        data: *const u8,
+        dtype: crate::ir::DType,
+        dims: &[i64],
+        byte_strides: &[i64],
+        zero_copy: bool,
+        device: *mut sys::PJRT_Device,
+    ) -> Result<(*mut sys::PJRT_Buffer, *mut sys::PJRT_Event)> {
+        let mut a = args!(PJRT_Client_BufferFromHostBuffer_Args {
+            client: self.client,
+            data: data as *const std::ffi::c_void,
+            type_: buffer_type(dtype),
+            dims: dims.as_ptr(),
+            num_dims: dims.len(),
+            byte_strides: if byte_strides.is_empty() {
+                std::ptr::null()
+            } else {
+                byte_strides.as_ptr()
+            },
+            num_byte_strides: byte_strides.len(),
+            host_buffer_semantics: if zero_copy {
+                sys::PJRT_HostBufferSemantics_PJRT_HostBufferSemantics_kMutableZeroCopy
+            } else {
+                sys::PJRT_HostBufferSemantics_PJRT_HostBufferSemantics_kImmutableOnlyDuringCall
+            },
+            device: device,
+        });
+        self.call(
+            "PJRT_Client_BufferFromHostBuffer",
+            std::mem::offset_of!(sys::PJRT_Api, PJRT_Client_BufferFromHostBuffer),
+            |api| {
+                // SAFETY: the caller vouches for `data` (see above); dims
+                // and strides outlive the call.
+                unsafe { api.PJRT_Client_BufferFromHostBuffer.map(|f| f(&mut a)) }
+            },
+        )?;
+        if zero_copy {
+            return Ok((a.buffer, a.done_with_host_buffer));
+        }
+        if let Err(e) = self.await_event(a.done_with_host_buffer, "PJRT_Event_Await (input copy)") {
+            self.destroy_buffer(a.buffer);
+            return Err(e);
+        }
+        Ok((a.buffer, std::ptr::null_mut()))
+    }
+
     /// A plugin-owned copy of `t` on `device`. The plugin copies straight
     /// from the pool, gathering a strided view by its byte strides (one
     /// copy); a view with broadcast (zero) strides is gathered on the host
@@ -964,45 +1021,17 @@ impl XlaPlatform {
                 (b.as_ptr(), SmallVec::new(), b.len() as u64)
             }
         };
-        let mut a = args!(PJRT_Client_BufferFromHostBuffer_Args {
-            client: self.client,
-            data: data as *const std::ffi::c_void,
-            type_: buffer_type(t.dtype),
-            dims: dims.as_ptr(),
-            num_dims: dims.len(),
-            byte_strides: if strides.is_empty() {
-                std::ptr::null()
-            } else {
-                strides.as_ptr()
-            },
-            num_byte_strides: strides.len(),
-            host_buffer_semantics:
-                sys::PJRT_HostBufferSemantics_PJRT_HostBufferSemantics_kImmutableOnlyDuringCall,
-            device: device,
-        });
-        self.call(
-            "PJRT_Client_BufferFromHostBuffer",
-            std::mem::offset_of!(sys::PJRT_Api, PJRT_Client_BufferFromHostBuffer),
-            |api| {
-                // SAFETY: `data` addresses every element the dims and byte
-                // strides reach (inside the tensor's live pool segment, see
-                // `pool_bytes`, or a gathered copy), and it and the dims
-                // and strides outlive the call; the plugin is done with the
-                // data once `done_with_host_buffer` fires (awaited below).
-                unsafe { api.PJRT_Client_BufferFromHostBuffer.map(|f| f(&mut a)) }
-            },
-        )?;
+        // SAFETY: `data` addresses every element the dims and byte strides
+        // reach: inside the tensor's live pool segment (see `pool_bytes`),
+        // or a gathered copy that outlives the call.
+        let (buffer, _) =
+            unsafe { self.buffer_from_host(data, t.dtype, &dims, &strides, false, device) }?;
         let c = &self.transfers;
         c.staged_inputs
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         c.staged_input_bytes
             .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
-        let done = self.await_event(a.done_with_host_buffer, "PJRT_Event_Await (input copy)");
-        if let Err(e) = done {
-            self.destroy_buffer(a.buffer);
-            return Err(e);
-        }
-        Ok(a.buffer)
+        Ok(buffer)
     }
 
     /// A zero-copy buffer over `t`'s pool bytes, for XLA to write an
@@ -1025,32 +1054,16 @@ impl XlaPlatform {
             return Ok(None);
         }
         let dims: SmallVec<[i64; 6]> = t.dims().iter().map(|&d| d as i64).collect();
-        let mut a = args!(PJRT_Client_BufferFromHostBuffer_Args {
-            client: self.client,
-            data: ptr as *const std::ffi::c_void,
-            type_: buffer_type(t.dtype),
-            dims: dims.as_ptr(),
-            num_dims: dims.len(),
-            host_buffer_semantics:
-                sys::PJRT_HostBufferSemantics_PJRT_HostBufferSemantics_kMutableZeroCopy,
-            device: device,
-        });
-        self.call(
-            "PJRT_Client_BufferFromHostBuffer",
-            std::mem::offset_of!(sys::PJRT_Api, PJRT_Client_BufferFromHostBuffer),
-            |api| {
-                // SAFETY: `ptr` addresses the tensor's bytes in its live pool
-                // segment (see `pool_bytes`); the task holds the buffer until
-                // `done_with_host_buffer` fires, which `execute` awaits after
-                // destroying every PJRT buffer over these bytes; no input or
-                // other output of the call overlaps them.
-                unsafe { api.PJRT_Client_BufferFromHostBuffer.map(|f| f(&mut a)) }
-            },
-        )?;
+        // SAFETY: `ptr` addresses the tensor's bytes in its live pool
+        // segment (see `pool_bytes`); the task holds the buffer until the
+        // returned event fires, which `execute` awaits after destroying
+        // every PJRT buffer over these bytes; no input or other output of
+        // the call overlaps them.
+        let made = unsafe { self.buffer_from_host(ptr, t.dtype, &dims, &[], true, device) }?;
         self.transfers
             .in_place_outputs
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Ok(Some((a.buffer, a.done_with_host_buffer)))
+        Ok(Some(made))
     }
 
     /// A buffer of the plugin's for an output's aliased argument, whose
@@ -1082,30 +1095,18 @@ impl XlaPlatform {
             Err(Error::Unimplemented(_)) => {
                 use crate::platform::host::kernels::HostTensor;
                 let zeros = HostTensor::zeros(ty.clone());
-                let mut b = args!(PJRT_Client_BufferFromHostBuffer_Args {
-                    client: self.client,
-                    data: zeros.bytes().as_ptr() as *const std::ffi::c_void,
-                    type_: buffer_type(ty.dtype),
-                    dims: dims.as_ptr(),
-                    num_dims: dims.len(),
-                    host_buffer_semantics: sys::PJRT_HostBufferSemantics_PJRT_HostBufferSemantics_kImmutableOnlyDuringCall,
-                    device: device,
-                });
-                self.call(
-                    "PJRT_Client_BufferFromHostBuffer",
-                    std::mem::offset_of!(sys::PJRT_Api, PJRT_Client_BufferFromHostBuffer),
-                    |api| {
-                        // SAFETY: the data and dims outlive the call (the plugin copies during it).
-                        unsafe { api.PJRT_Client_BufferFromHostBuffer.map(|f| f(&mut b)) }
-                    },
-                )?;
-                if let Err(e) =
-                    self.await_event(b.done_with_host_buffer, "PJRT_Event_Await (scratch copy)")
-                {
-                    self.destroy_buffer(b.buffer);
-                    return Err(e);
-                }
-                Ok(b.buffer)
+                // SAFETY: `zeros` holds the dense elements and outlives the call.
+                let (buffer, _) = unsafe {
+                    self.buffer_from_host(
+                        zeros.bytes().as_ptr(),
+                        ty.dtype,
+                        &dims,
+                        &[],
+                        false,
+                        device,
+                    )
+                }?;
+                Ok(buffer)
             }
             Err(e) => Err(e),
         }
@@ -1492,6 +1493,7 @@ mod tests {
     /// values and writes nothing else.
     #[test]
     fn inputs_are_read_in_place_and_outputs_land_in_the_pool() {
+        use crate::buffer::Buffer;
         use crate::ir::DType;
         use crate::ops::{self, Attrs};
         use crate::runtime::Runtime;
@@ -1527,117 +1529,72 @@ mod tests {
             0,
             "pool blocks are 64-byte aligned"
         );
-        let x = DeviceTensor::contiguous(xb.clone(), DType::F32, &[32]).unwrap();
-        let y = DeviceTensor::contiguous(yb.clone(), DType::F32, &[32]).unwrap();
+        let f = |b: &Buffer, offset: u64, dims: &[u64], strides: Option<&[u64]>| {
+            DeviceTensor::new(b.clone(), DType::F32, offset, dims, strides).unwrap()
+        };
+        // The counters' change over one add into `out`, run to the end.
+        let add_into = |ins: [&DeviceTensor; 2], out: &DeviceTensor| -> TransferStats {
+            let before = p.transfer_stats();
+            let ins = [ins[0].clone(), ins[1].clone()];
+            r.call_op(add, &ins, std::slice::from_ref(out), &Attrs::new(), &s)
+                .unwrap();
+            s.synchronize().unwrap();
+            p.transfer_stats().since(&before)
+        };
+        let x = f(&xb, 0, &[32], None);
+        let y = f(&yb, 0, &[32], None);
 
         // Aligned and contiguous: two views, and the output written in
         // place: no copy at all.
-        let before = p.transfer_stats();
-        let out = r
-            .call_op_alloc(add, &[x.clone(), y.clone()], &Attrs::new(), &s)
-            .unwrap();
-        s.synchronize().unwrap();
-        let after = p.transfer_stats();
-        assert_eq!(after.input_views - before.input_views, 2);
-        assert_eq!(after.staged_inputs, before.staged_inputs);
-        assert_eq!(after.in_place_outputs - before.in_place_outputs, 1);
-        assert_eq!(after.direct_outputs, before.direct_outputs);
+        let out = f(&put(&[0.0; 32]), 0, &[32], None);
+        let d = add_into([&x, &y], &out);
+        assert_eq!((d.input_views, d.staged_inputs), (2, 0));
+        assert_eq!((d.in_place_outputs, d.direct_outputs), (1, 0));
         let want: Vec<f32> = xs.iter().zip(&ys).map(|(a, b)| a + b).collect();
-        assert_eq!(get(&out[0]), want);
+        assert_eq!(get(&out), want);
 
         // Misaligned (4 bytes in) and strided inputs are staged.
-        let x_off = DeviceTensor::new(xb.clone(), DType::F32, 4, &[16], None).unwrap();
-        let y_str = DeviceTensor::new(yb.clone(), DType::F32, 0, &[16], Some(&[2])).unwrap();
-        let before = p.transfer_stats();
-        let out = r
-            .call_op_alloc(add, &[x_off, y_str], &Attrs::new(), &s)
-            .unwrap();
-        s.synchronize().unwrap();
-        let after = p.transfer_stats();
-        assert_eq!(after.input_views, before.input_views);
-        assert_eq!(after.staged_inputs - before.staged_inputs, 2);
-        assert_eq!(
-            after.staged_input_bytes - before.staged_input_bytes,
-            2 * 16 * 4
+        let out = f(&put(&[0.0; 16]), 0, &[16], None);
+        let d = add_into(
+            [&f(&xb, 4, &[16], None), &f(&yb, 0, &[16], Some(&[2]))],
+            &out,
         );
+        assert_eq!((d.input_views, d.staged_inputs), (0, 2));
+        assert_eq!(d.staged_input_bytes, 2 * 16 * 4);
         let want: Vec<f32> = (0..16).map(|i| xs[i + 1] + ys[2 * i]).collect();
-        assert_eq!(get(&out[0]), want);
+        assert_eq!(get(&out), want);
 
         // In place, x = x + y reversed into x: both inputs are views; the
         // output, which overlaps an input, is copied in after the
         // execution; x holds the sums.
-        let y_rev_src: Vec<f32> = ys.iter().rev().copied().collect();
-        let yr = DeviceTensor::contiguous(put(&y_rev_src), DType::F32, &[32]).unwrap();
-        let before = p.transfer_stats();
-        r.call_op(
-            add,
-            &[x.clone(), yr],
-            std::slice::from_ref(&x),
-            &Attrs::new(),
-            &s,
-        )
-        .unwrap();
-        s.synchronize().unwrap();
-        let after = p.transfer_stats();
-        assert_eq!(after.input_views - before.input_views, 2);
-        assert_eq!(after.staged_inputs, before.staged_inputs);
-        assert_eq!(after.in_place_outputs, before.in_place_outputs);
-        assert_eq!(after.direct_outputs - before.direct_outputs, 1);
-        let want: Vec<f32> = xs.iter().zip(&y_rev_src).map(|(a, b)| a + b).collect();
+        let y_rev: Vec<f32> = ys.iter().rev().copied().collect();
+        let d = add_into([&x, &f(&put(&y_rev), 0, &[32], None)], &x);
+        assert_eq!((d.input_views, d.staged_inputs), (2, 0));
+        assert_eq!((d.in_place_outputs, d.direct_outputs), (0, 1));
+        let want: Vec<f32> = xs.iter().zip(&y_rev).map(|(a, b)| a + b).collect();
         assert_eq!(get(&x), want);
 
         // A strided output (every other element of a fresh buffer) goes
-        // through a host tensor and leaves the gaps alone.
-        let ob = put(&[-1.0; 32]);
-        let o = DeviceTensor::new(ob.clone(), DType::F32, 0, &[16], Some(&[2])).unwrap();
-        let a = DeviceTensor::new(yb.clone(), DType::F32, 0, &[16], None).unwrap();
-        let before = p.transfer_stats();
-        r.call_op(
-            add,
-            &[a.clone(), a],
-            std::slice::from_ref(&o),
-            &Attrs::new(),
-            &s,
-        )
-        .unwrap();
-        s.synchronize().unwrap();
-        let after = p.transfer_stats();
-        assert_eq!(after.staged_outputs - before.staged_outputs, 1);
-        let whole = DeviceTensor::contiguous(ob, DType::F32, &[32]).unwrap();
-        let want: Vec<f32> = (0..32)
-            .map(|i| if i % 2 == 0 { 2.0 * ys[i / 2] } else { -1.0 })
-            .collect();
-        assert_eq!(get(&whole), want);
-
-        // A misaligned output (elements 1..17 of a fresh buffer) is copied
-        // straight in; its neighbours keep their values.
-        let mb = put(&[-1.0; 32]);
-        let m = DeviceTensor::new(mb.clone(), DType::F32, 4, &[16], None).unwrap();
-        let a = DeviceTensor::new(yb, DType::F32, 0, &[16], None).unwrap();
-        let before = p.transfer_stats();
-        r.call_op(
-            add,
-            &[a.clone(), a],
-            std::slice::from_ref(&m),
-            &Attrs::new(),
-            &s,
-        )
-        .unwrap();
-        s.synchronize().unwrap();
-        let after = p.transfer_stats();
-        assert_eq!(after.in_place_outputs, before.in_place_outputs);
-        assert_eq!(after.direct_outputs - before.direct_outputs, 1);
-        let whole = DeviceTensor::contiguous(mb, DType::F32, &[32]).unwrap();
-        let want: Vec<f32> = (0..32)
-            .map(|i| {
-                if (1..17).contains(&i) {
-                    2.0 * ys[i - 1]
-                } else {
-                    -1.0
-                }
-            })
-            .collect();
-        assert_eq!(get(&whole), want);
+        // through a host tensor, and a misaligned one (elements 1..17) is
+        // copied straight in; their neighbours keep their values.
+        let a = f(&yb, 0, &[16], None);
+        for (offset, strides, hit) in [(0, Some(&[2u64][..]), 0..32), (4, None, 1..17)] {
+            let ob = put(&[-1.0; 32]);
+            let d = add_into([&a, &a], &f(&ob, offset, &[16], strides));
+            assert_eq!(d.in_place_outputs, 0);
+            assert_eq!(
+                (d.direct_outputs, d.staged_outputs),
+                if strides.is_some() { (0, 1) } else { (1, 0) }
+            );
+            let want: Vec<f32> = (0..32usize)
+                .map(|i| match strides {
+                    Some(_) if i % 2 == 0 => 2.0 * ys[i / 2],
+                    None if hit.contains(&i) => 2.0 * ys[i - 1],
+                    _ => -1.0,
+                })
+                .collect();
+            assert_eq!(get(&f(&ob, 0, &[32], None)), want);
+        }
     }
 
     /// Ops on the XLA CPU plugin give the host platform's results.

@@ -138,7 +138,8 @@ pub struct TransferStats {
     pub staged_inputs: u64,
     pub staged_input_bytes: u64,
     /// Outputs XLA wrote in place, into their pool bytes (a donated
-    /// zero-copy buffer aliased to the result).
+    /// zero-copy buffer aliased to the result; counted once the result's
+    /// address is checked to be those bytes).
     pub in_place_outputs: u64,
     /// Outputs XLA wrote into a buffer of its own, then copied straight
     /// into their place in the pool (those that overlap an input or
@@ -1060,9 +1061,6 @@ impl XlaPlatform {
         // every PJRT buffer over these bytes; no input or other output of
         // the call overlaps them.
         let made = unsafe { self.buffer_from_host(ptr, t.dtype, &dims, &[], true, device) }?;
-        self.transfers
-            .in_place_outputs
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(Some(made))
     }
 
@@ -1110,6 +1108,22 @@ impl XlaPlatform {
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// Where a buffer's bytes lie (`PJRT_Buffer_UnsafePointer`), if the
+    /// plugin says.
+    fn address_of(&self, buffer: *mut sys::PJRT_Buffer) -> Option<usize> {
+        let mut a = args!(PJRT_Buffer_UnsafePointer_Args { buffer: buffer });
+        self.call(
+            "PJRT_Buffer_UnsafePointer",
+            std::mem::offset_of!(sys::PJRT_Api, PJRT_Buffer_UnsafePointer),
+            |api| {
+                // SAFETY: a live buffer of ours; the call only reads its address.
+                unsafe { api.PJRT_Buffer_UnsafePointer.map(|f| f(&mut a)) }
+            },
+        )
+        .ok()
+        .map(|()| a.buffer_pointer)
     }
 
     /// Copy an execution's output into `t`: straight into the pool when
@@ -1303,8 +1317,20 @@ impl Executable for XlaExecutable {
                 .zip(&self.outputs)
                 .enumerate()
             {
-                if result.is_ok() && !in_place[i] {
-                    result = p.write_output(*b, ty, t);
+                if result.is_ok() {
+                    // XLA may decline an alias (it does for a donated
+                    // view): then the result is in a buffer of its own
+                    // and is copied in like any other.
+                    let written = in_place[i]
+                        && pool_bytes(t).is_some_and(|ptr| p.address_of(*b) == Some(ptr as usize));
+                    result = if written {
+                        p.transfers
+                            .in_place_outputs
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        Ok(())
+                    } else {
+                        p.write_output(*b, ty, t)
+                    };
                 }
                 p.destroy_buffer(*b);
             }

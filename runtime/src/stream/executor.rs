@@ -534,6 +534,16 @@ struct Slot {
     held: Option<Task>,
 }
 
+/// Run `f`, turning a panic into the task's error.
+fn guarded(f: impl FnOnce() -> Result<()>) -> Result<()> {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|panic| {
+        Err(Error::Internal(format!(
+            "task panicked: {}",
+            panic_message(&panic)
+        )))
+    })
+}
+
 fn execute(stream: &StreamQueue, task: Task) {
     let clock = &stream.clock;
     let Task { seq, name, kind } = task;
@@ -545,20 +555,8 @@ fn execute(stream: &StreamQueue, task: Task) {
         return;
     }
     let outcome = match kind {
-        TaskKind::Run(f) => match catch_unwind(AssertUnwindSafe(f)) {
-            Ok(r) => r,
-            Err(panic) => Err(Error::Internal(format!(
-                "task panicked: {}",
-                panic_message(&panic)
-            ))),
-        },
-        TaskKind::Launch(l) => match catch_unwind(AssertUnwindSafe(|| l.run(&stream.graveyard))) {
-            Ok(r) => r,
-            Err(panic) => Err(Error::Internal(format!(
-                "task panicked: {}",
-                panic_message(&panic)
-            ))),
-        },
+        TaskKind::Run(f) => guarded(f),
+        TaskKind::Launch(l) => guarded(|| l.run(&stream.graveyard)),
         TaskKind::Wait(fence) => fence.clock().error_up_to(fence.seq()).map_err(|e| {
             Error::FailedPrecondition(format!(
                 "waited on work of stream {} that failed: {e}",

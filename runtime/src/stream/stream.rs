@@ -165,13 +165,13 @@ impl Stream {
             .len()
     }
 
-    /// Block until all submitted work finished; report the first failure.
     /// Buffers finished launches handed back, not yet freed (tests).
     #[cfg(test)]
     pub(crate) fn graveyard_len(&self) -> usize {
         self.inner.queue.graveyard.len()
     }
 
+    /// Block until all submitted work finished; report the first failure.
     pub fn synchronize(&self) -> Result<()> {
         let r = self.fence().wait();
         super::executor::bury(&self.inner.queue);

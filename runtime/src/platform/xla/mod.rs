@@ -548,33 +548,8 @@ impl BareProgram {
         let p = &self.platform;
         let mut outs: SmallVec<[*mut sys::PJRT_Buffer; 8]> =
             smallvec::smallvec![std::ptr::null_mut(); self.outputs];
-        let arg_list: *const *mut sys::PJRT_Buffer = self.inputs.as_ptr();
-        let out_list: *mut *mut sys::PJRT_Buffer = outs.as_mut_ptr();
-        let mut opts = sys::PJRT_ExecuteOptions {
-            struct_size: std::mem::size_of::<sys::PJRT_ExecuteOptions>(),
-            ..Default::default()
-        };
-        let mut x = args!(PJRT_LoadedExecutable_Execute_Args {
-            executable: self.exe,
-            options: &mut opts,
-            argument_lists: &arg_list,
-            num_devices: 1,
-            num_args: self.inputs.len(),
-            output_lists: &out_list,
-        });
-        let mut result = p.call(
-            "PJRT_LoadedExecutable_Execute",
-            std::mem::offset_of!(sys::PJRT_Api, PJRT_LoadedExecutable_Execute),
-            |api| {
-                // SAFETY: the lists point to every input and room for every output.
-                unsafe { api.PJRT_LoadedExecutable_Execute.map(|f| f(&mut x)) }
-            },
-        );
+        let result = p.execute_and_wait(self.exe, &self.inputs, &mut outs);
         for b in outs {
-            let ready = p.await_ready(b);
-            if result.is_ok() {
-                result = ready;
-            }
             p.destroy_buffer(b);
         }
         result
@@ -586,17 +561,7 @@ impl Drop for BareProgram {
         for b in self.inputs.drain(..) {
             self.platform.destroy_buffer(b);
         }
-        let mut d = args!(PJRT_LoadedExecutable_Destroy_Args {
-            executable: self.exe
-        });
-        let _ = self.platform.call(
-            "PJRT_LoadedExecutable_Destroy",
-            std::mem::offset_of!(sys::PJRT_Api, PJRT_LoadedExecutable_Destroy),
-            |api| {
-                // SAFETY: our executable, destroyed once.
-                unsafe { api.PJRT_LoadedExecutable_Destroy.map(|f| f(&mut d)) }
-            },
-        );
+        self.platform.destroy_executable(self.exe);
     }
 }
 
@@ -881,6 +846,18 @@ impl XlaPlatform {
         self.await_event(a.event, "PJRT_Event_Await (output ready)")
     }
 
+    /// `t`'s pool bytes, where XLA may use them in place (a view of an
+    /// input, a zero-copy target for an output): the plugin addresses host
+    /// memory, and `t` is contiguous, non-empty and 64-byte aligned (the
+    /// plugin refuses a misaligned view and silently copies a misaligned
+    /// zero-copy buffer).
+    fn shareable_bytes(&self, t: &DeviceTensor) -> Option<*mut u8> {
+        if !self.zero_copy || !t.is_contiguous() || t.numel() == 0 {
+            return None;
+        }
+        pool_bytes(t).filter(|&ptr| (ptr as usize).is_multiple_of(VIEW_ALIGN))
+    }
+
     /// A view of `t`'s bytes in the pool as a PJRT buffer on `device`, when
     /// the plugin addresses host memory and `t` is contiguous, non-empty
     /// and 64-byte aligned; None otherwise.
@@ -889,15 +866,9 @@ impl XlaPlatform {
         t: &DeviceTensor,
         device: *mut sys::PJRT_Device,
     ) -> Result<Option<*mut sys::PJRT_Buffer>> {
-        if !self.zero_copy || !t.is_contiguous() || t.numel() == 0 {
-            return Ok(None);
-        }
-        let Some(ptr) = pool_bytes(t) else {
+        let Some(ptr) = self.shareable_bytes(t) else {
             return Ok(None);
         };
-        if !(ptr as usize).is_multiple_of(VIEW_ALIGN) {
-            return Ok(None);
-        }
         let dims: SmallVec<[i64; 6]> = t.dims().iter().map(|&d| d as i64).collect();
         let mut a = args!(PJRT_Client_CreateViewOfDeviceBuffer_Args {
             client: self.client,
@@ -1045,15 +1016,9 @@ impl XlaPlatform {
         t: &DeviceTensor,
         device: *mut sys::PJRT_Device,
     ) -> Result<Option<(*mut sys::PJRT_Buffer, *mut sys::PJRT_Event)>> {
-        if !self.zero_copy || !t.is_contiguous() || t.numel() == 0 {
-            return Ok(None);
-        }
-        let Some(ptr) = pool_bytes(t) else {
+        let Some(ptr) = self.shareable_bytes(t) else {
             return Ok(None);
         };
-        if !(ptr as usize).is_multiple_of(VIEW_ALIGN) {
-            return Ok(None);
-        }
         let dims: SmallVec<[i64; 6]> = t.dims().iter().map(|&d| d as i64).collect();
         // SAFETY: `ptr` addresses the tensor's bytes in its live pool
         // segment (see `pool_bytes`); the task holds the buffer until the
@@ -1181,6 +1146,59 @@ impl XlaPlatform {
         r
     }
 
+    /// Execute `exe` on `args` into `outs` (room for every result), then
+    /// wait for every output, whatever failed: arguments that are views or
+    /// in-place targets must outlive the execution. The first error wins.
+    fn execute_and_wait(
+        &self,
+        exe: *mut sys::PJRT_LoadedExecutable,
+        args: &[*mut sys::PJRT_Buffer],
+        outs: &mut [*mut sys::PJRT_Buffer],
+    ) -> Result<()> {
+        let arg_list: *const *mut sys::PJRT_Buffer = args.as_ptr();
+        let out_list: *mut *mut sys::PJRT_Buffer = outs.as_mut_ptr();
+        let mut opts = sys::PJRT_ExecuteOptions {
+            struct_size: std::mem::size_of::<sys::PJRT_ExecuteOptions>(),
+            ..Default::default()
+        };
+        let mut x = args!(PJRT_LoadedExecutable_Execute_Args {
+            executable: exe,
+            options: &mut opts,
+            argument_lists: &arg_list,
+            num_devices: 1,
+            num_args: args.len(),
+            output_lists: &out_list,
+        });
+        let mut result = self.call(
+            "PJRT_LoadedExecutable_Execute",
+            std::mem::offset_of!(sys::PJRT_Api, PJRT_LoadedExecutable_Execute),
+            |api| {
+                // SAFETY: the lists point to `args.len()` arguments and to
+                // room for every result (the caller sized `outs`).
+                unsafe { api.PJRT_LoadedExecutable_Execute.map(|f| f(&mut x)) }
+            },
+        );
+        for b in outs.iter() {
+            let ready = self.await_ready(*b);
+            if result.is_ok() {
+                result = ready;
+            }
+        }
+        result
+    }
+
+    fn destroy_executable(&self, exe: *mut sys::PJRT_LoadedExecutable) {
+        let mut d = args!(PJRT_LoadedExecutable_Destroy_Args { executable: exe });
+        let _ = self.call(
+            "PJRT_LoadedExecutable_Destroy",
+            std::mem::offset_of!(sys::PJRT_Api, PJRT_LoadedExecutable_Destroy),
+            |api| {
+                // SAFETY: an executable of ours, destroyed once.
+                unsafe { api.PJRT_LoadedExecutable_Destroy.map(|f| f(&mut d)) }
+            },
+        );
+    }
+
     fn destroy_buffer(&self, buffer: *mut sys::PJRT_Buffer) {
         if buffer.is_null() {
             return;
@@ -1254,41 +1272,13 @@ impl Executable for XlaExecutable {
                     None => bufs.push(p.scratch(ty, device)?),
                 }
             }
-            let n_args = bufs.len();
             let mut outs: SmallVec<[*mut sys::PJRT_Buffer; 8]> =
                 smallvec::smallvec![std::ptr::null_mut(); self.outputs.len() + self.checks.len()];
-            let arg_list: *const *mut sys::PJRT_Buffer = bufs.as_ptr();
-            let out_list: *mut *mut sys::PJRT_Buffer = outs.as_mut_ptr();
-            let mut opts = sys::PJRT_ExecuteOptions {
-                struct_size: std::mem::size_of::<sys::PJRT_ExecuteOptions>(),
-                ..Default::default()
-            };
-            let mut x = args!(PJRT_LoadedExecutable_Execute_Args {
-                executable: self.exe,
-                options: &mut opts,
-                argument_lists: &arg_list,
-                num_devices: 1,
-                num_args: n_args,
-                output_lists: &out_list,
-            });
-            let mut result = p.call(
-                "PJRT_LoadedExecutable_Execute",
-                std::mem::offset_of!(sys::PJRT_Api, PJRT_LoadedExecutable_Execute),
-                |api| {
-                    // SAFETY: the lists point to `n_args` arguments and room for every output.
-                    unsafe { api.PJRT_LoadedExecutable_Execute.map(|f| f(&mut x)) }
-                },
-            );
             // Views and in-place targets must outlive the execution that
             // uses them, and no output may be copied into the pool while
-            // XLA still reads a view: wait for every output first,
-            // whatever fails.
-            for b in &outs {
-                let ready = p.await_ready(*b);
-                if result.is_ok() {
-                    result = ready;
-                }
-            }
+            // XLA still reads a view: `execute_and_wait` waits for every
+            // output, whatever fails.
+            let mut result = p.execute_and_wait(self.exe, &bufs, &mut outs);
             // The index checks first: a bad index fails the op before any
             // output is written (as on the host platform).
             let n_out = self.outputs.len();
@@ -1419,18 +1409,7 @@ impl Executable for XlaExecutable {
 
 impl Drop for XlaExecutable {
     fn drop(&mut self) {
-        let p = &self.platform;
-        let mut d = args!(PJRT_LoadedExecutable_Destroy_Args {
-            executable: self.exe
-        });
-        let _ = p.call(
-            "PJRT_LoadedExecutable_Destroy",
-            std::mem::offset_of!(sys::PJRT_Api, PJRT_LoadedExecutable_Destroy),
-            |api| {
-                // SAFETY: our executable, destroyed once.
-                unsafe { api.PJRT_LoadedExecutable_Destroy.map(|f| f(&mut d)) }
-            },
-        );
+        self.platform.destroy_executable(self.exe);
     }
 }
 

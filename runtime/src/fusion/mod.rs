@@ -56,6 +56,53 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// For each kernel, the values no later kernel reads and the graph does
+    /// not return: a platform may free them once the kernel has run, so a
+    /// large graph (a whole training step) holds only what is still to be
+    /// used, not every intermediate until its end. A value read through a
+    /// load (folded or not: a loop may read through either) counts as read
+    /// by the kernel that reads the load.
+    pub fn dead_after(&self, graph: &Graph) -> Vec<Vec<ValueId>> {
+        let nodes = graph.nodes();
+        let mut producer = vec![None; graph.num_values()];
+        for (i, n) in nodes.iter().enumerate() {
+            for o in &n.outputs {
+                producer[o.0 as usize] = Some(i);
+            }
+        }
+        let mut last: Vec<Option<usize>> = vec![None; graph.num_values()];
+        for (k, ker) in self.kernels.iter().enumerate() {
+            for &i in &ker.nodes {
+                for o in &nodes[i].outputs {
+                    last[o.0 as usize].get_or_insert(k);
+                }
+                for &v in &nodes[i].inputs {
+                    let mut v = v;
+                    loop {
+                        last[v.0 as usize] = Some(k);
+                        match producer[v.0 as usize] {
+                            Some(p) if is_load(graph, &nodes[p]) => match nodes[p].inputs.first() {
+                                Some(&u) => v = u,
+                                None => break,
+                            },
+                            _ => break,
+                        }
+                    }
+                }
+            }
+        }
+        for v in graph.outputs() {
+            last[v.0 as usize] = None;
+        }
+        let mut dead = vec![Vec::new(); self.kernels.len()];
+        for (v, k) in last.iter().enumerate() {
+            if let Some(k) = k {
+                dead[*k].push(ValueId(v as u32));
+            }
+        }
+        dead
+    }
+
     /// Nodes that run, one kernel per entry of `kernels`.
     pub fn loop_count(&self) -> usize {
         self.kernels

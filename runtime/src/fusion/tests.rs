@@ -190,8 +190,16 @@ fn a_node_reading_a_pass_value_through_a_load_starts_a_new_pass() {
         .collect();
     let mut values = vec![None; graph.num_values()];
     values[graph.params()[0].0 as usize] = Some(input);
-    crate::platform::host::fused::run_plan(&graph, &p, &programs, &mut values, &Default::default())
-        .unwrap();
+    let dead = p.dead_after(&graph);
+    crate::platform::host::fused::run_plan(
+        &graph,
+        &p,
+        &programs,
+        &mut values,
+        &Default::default(),
+        &dead,
+    )
+    .unwrap();
     let got = values[graph.outputs()[0].0 as usize].clone().unwrap();
     assert_eq!(got.to_f64_vec(), want[0].to_f64_vec());
 }
@@ -233,5 +241,49 @@ fn a_pass_merges_into_its_consumer_unless_a_kernel_between_reads_it() {
             assert_eq!(p.kernels.len(), 1, "{p:#?}");
             assert_eq!(p.kernels[0].stores, vec![c], "{p:#?}");
         }
+    }
+}
+
+/// A value is dead after the last kernel that reads it, directly or
+/// through a load; the graph's results never are.
+#[test]
+fn values_die_after_the_last_kernel_that_reads_them() {
+    let t = TensorType::new(DType::F32, &[8, 8]);
+    let mut g = GraphBuilder::new();
+    let (x, y) = (g.param(t.clone()), g.param(t.clone()));
+    let dot = || Prim::DotGeneral {
+        lhs_batch: vec![],
+        rhs_batch: vec![],
+        lhs_contract: vec![1],
+        rhs_contract: vec![0],
+    };
+    let a = g.op(dot(), &[x, y]).unwrap(); // kernel: product
+    let e = g.unary(UnaryOp::Exp, a).unwrap(); // a pass reading a
+    let b = g.op(dot(), &[e, y]).unwrap(); // product reading e
+    let row = g.op(Prim::Reshape { dims: vec![64] }, &[a]).unwrap(); // a load of a
+    let n = g.unary(UnaryOp::Neg, row).unwrap(); // a pass reading a through it
+    let graph = g.build(&[b, n]).unwrap();
+    let p = plan(&graph);
+    let dead = p.dead_after(&graph);
+    assert_eq!(dead.len(), p.kernels.len());
+    let died = |v: ValueId| -> Option<usize> { dead.iter().position(|d| d.contains(&v)) };
+    let kernel_of = |v: ValueId| {
+        p.kernels
+            .iter()
+            .position(|k| {
+                k.nodes
+                    .iter()
+                    .any(|&i| graph.nodes()[i].outputs.contains(&v))
+            })
+            .unwrap()
+    };
+    assert_eq!(
+        died(a),
+        Some(kernel_of(n)),
+        "a is read through the reshape: {p:#?}"
+    );
+    assert_eq!(died(e), Some(kernel_of(b)), "{p:#?}");
+    for v in [b, n] {
+        assert_eq!(died(v), None, "{v:?} {p:#?}");
     }
 }

@@ -27,6 +27,8 @@ pub struct HostExecutable {
     direct_ok: std::collections::HashSet<crate::ir::ValueId>,
     /// Whether a kernel may split across threads (see `execute`).
     threaded: bool,
+    /// Values to drop after each kernel (`Plan::dead_after`).
+    dead: Vec<Vec<crate::ir::ValueId>>,
 }
 
 impl HostExecutable {
@@ -47,6 +49,7 @@ impl HostExecutable {
         let threaded = crate::platform::host::fused::may_split(&graph);
         HostExecutable {
             threaded,
+            dead: plan.dead_after(&graph),
             params: graph.param_types(),
             outputs: graph.output_types(),
             plan,
@@ -323,9 +326,25 @@ impl Executable for HostExecutable {
         // from this thread, which would hand every kernel over and sleep
         // until it is done (two context switches per kernel).
         if self.threaded {
-            rayon::scope(|_| run_plan(&self.graph, &self.plan, &self.programs, &mut values, &io))?;
+            rayon::scope(|_| {
+                run_plan(
+                    &self.graph,
+                    &self.plan,
+                    &self.programs,
+                    &mut values,
+                    &io,
+                    &self.dead,
+                )
+            })?;
         } else {
-            run_plan(&self.graph, &self.plan, &self.programs, &mut values, &io)?;
+            run_plan(
+                &self.graph,
+                &self.plan,
+                &self.programs,
+                &mut values,
+                &io,
+                &self.dead,
+            )?;
         }
         // Results may be views of input memory (contiguous inputs are read
         // in place, and a kernel may pass one through). Writing an output

@@ -1718,15 +1718,19 @@ fn run_dot(
 }
 
 /// Run a whole plan over `values` (parameters set or in `io`; results
-/// filled in, or written to device memory for the outputs in `io`).
+/// filled in, or written to device memory for the outputs in `io`), its
+/// kernels in order; after kernel k, the values of `dead[k]` are dropped
+/// (an empty `dead` keeps every value).
 pub fn run_plan(
     graph: &Graph,
     plan: &Plan,
     programs: &[Option<LoopProgram>],
     values: &mut [Option<HostTensor>],
     io: &DeviceIo<'_>,
+    dead: &[Vec<ValueId>],
 ) -> Result<()> {
     for (k, kernel) in plan.kernels.iter().enumerate() {
+        let dead_here = dead.get(k).map_or(&[][..], |d| d.as_slice());
         match (&kernel.kind, &programs[k]) {
             (KernelKind::Loop { .. }, Some(p)) => p.run(graph, values, io)?,
             _ => {
@@ -1734,6 +1738,9 @@ pub fn run_plan(
                     eval_node(graph, i, values, io)?;
                 }
             }
+        }
+        for v in dead_here {
+            values[v.0 as usize] = None;
         }
     }
     Ok(())
@@ -1792,7 +1799,17 @@ mod tests {
         for (p, t) in graph.params().iter().zip(&inputs) {
             values[p.0 as usize] = Some(t.clone());
         }
-        run_plan(graph, &plan, &programs, &mut values, &DeviceIo::default()).unwrap();
+        // Values dropped after their last use, as an executable does.
+        let dead = plan.dead_after(graph);
+        run_plan(
+            graph,
+            &plan,
+            &programs,
+            &mut values,
+            &DeviceIo::default(),
+            &dead,
+        )
+        .unwrap();
         for (o, w) in graph.outputs().iter().zip(&want) {
             let got = values[o.0 as usize].as_ref().unwrap();
             assert_eq!(got.ty, w.ty);
@@ -1893,7 +1910,15 @@ mod tests {
             .iter()
             .map(|k| Some(LoopProgram::compile(&graph, k).unwrap()))
             .collect();
-        run_plan(&graph, &plan, &programs, &mut values, &DeviceIo::default()).unwrap();
+        run_plan(
+            &graph,
+            &plan,
+            &programs,
+            &mut values,
+            &DeviceIo::default(),
+            &[],
+        )
+        .unwrap();
         let got = values[c.0 as usize]
             .as_ref()
             .unwrap()
@@ -1941,7 +1966,15 @@ mod tests {
                 junk.bytes_mut().fill(0x7f);
                 drop(junk);
             }
-            run_plan(&graph, &plan, &programs, &mut values, &DeviceIo::default()).unwrap();
+            run_plan(
+                &graph,
+                &plan,
+                &programs,
+                &mut values,
+                &DeviceIo::default(),
+                &[],
+            )
+            .unwrap();
             for (o, w) in graph.outputs().iter().zip(&want) {
                 let got = values[o.0 as usize].as_ref().unwrap().to_f64_vec();
                 for (i, (a, b)) in got.iter().zip(w.to_f64_vec()).enumerate() {

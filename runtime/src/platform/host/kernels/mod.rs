@@ -22,9 +22,12 @@ use crate::ir::{DType, Graph, Prim, TensorType};
 /// Bytes with 8-byte alignment, so typed views of any dtype are aligned.
 /// Or, for an input read in place, a read-only view of device memory (see
 /// [`HostTensor::borrow_device`]); writing to such a view copies it first.
+/// Owned bytes are shared by clones (a reshape is a clone under new dims)
+/// and copied on the first write to a shared one.
 #[derive(Clone)]
 pub struct AlignedBytes {
-    words: Vec<u64>,
+    /// None for a borrowed view.
+    words: Option<std::sync::Arc<Vec<u64>>>,
     len: usize,
     /// Non-null: the bytes live there (borrowed, read-only), not in `words`.
     borrowed: *const u8,
@@ -50,7 +53,7 @@ impl PartialEq for AlignedBytes {
 /// its values are dropped on the stream's executor thread, so per-thread
 /// caches missed (four to six times the page faults of a deferred block).
 const SCRATCH_MIN_BYTES: usize = 1 << 20;
-const SCRATCH_MAX_BUFFERS: usize = 8;
+const SCRATCH_MAX_BUFFERS: usize = 32;
 const SCRATCH_MAX_BYTES: usize = 384 << 20;
 
 static SCRATCH: std::sync::Mutex<Vec<Vec<u64>>> = std::sync::Mutex::new(Vec::new());
@@ -74,11 +77,14 @@ fn take_scratch(words: usize) -> Option<Vec<u64>> {
 
 impl Drop for AlignedBytes {
     fn drop(&mut self) {
-        let bytes = self.words.capacity() * 8;
+        // The last holder of shared bytes hands them on.
+        let Some(Ok(words)) = self.words.take().map(std::sync::Arc::try_unwrap) else {
+            return;
+        };
+        let bytes = words.capacity() * 8;
         if bytes < SCRATCH_MIN_BYTES {
             return;
         }
-        let words = std::mem::take(&mut self.words);
         let mut s = scratch();
         let held: usize = s.iter().map(|v| v.capacity() * 8).sum();
         if s.len() < SCRATCH_MAX_BUFFERS && held + bytes <= SCRATCH_MAX_BYTES {
@@ -115,13 +121,13 @@ impl AlignedBytes {
             vec![0; n]
         };
         AlignedBytes {
-            words,
+            words: Some(std::sync::Arc::new(words)),
             len,
             borrowed: std::ptr::null(),
         }
     }
     pub fn from_bytes(bytes: &[u8]) -> Self {
-        let mut a = Self::zeroed(bytes.len());
+        let mut a = Self::for_overwrite(bytes.len());
         a.as_bytes_mut().copy_from_slice(bytes);
         a
     }
@@ -137,19 +143,34 @@ impl AlignedBytes {
             // long as it exists (the contract of `HostTensor::borrow_device`).
             return unsafe { std::slice::from_raw_parts(self.borrowed, self.len) };
         }
-        &bytemuck::cast_slice(&self.words)[..self.len]
+        match &self.words {
+            Some(w) => &bytemuck::cast_slice(w.as_slice())[..self.len],
+            None => &[],
+        }
     }
     /// Whether these bytes are a view of device memory (not owned).
     pub fn is_view(&self) -> bool {
         !self.borrowed.is_null()
     }
     pub fn as_bytes_mut(&mut self) -> &mut [u8] {
-        if !self.borrowed.is_null() {
-            // Never write through a view of device memory: own a copy first.
+        let shared = self
+            .words
+            .as_ref()
+            .is_some_and(|w| std::sync::Arc::strong_count(w) > 1);
+        if !self.borrowed.is_null() || shared || self.words.is_none() {
+            // Never write through a view of device memory, or into bytes
+            // another tensor holds: own a copy first.
             let copy = Self::from_bytes(self.as_bytes());
             *self = copy;
         }
-        &mut bytemuck::cast_slice_mut(&mut self.words)[..self.len]
+        let len = self.len;
+        match &mut self.words {
+            // Unique here, so this never copies.
+            Some(w) => {
+                &mut bytemuck::cast_slice_mut(std::sync::Arc::make_mut(w).as_mut_slice())[..len]
+            }
+            None => &mut [],
+        }
     }
 }
 
@@ -282,7 +303,7 @@ impl HostTensor {
         Some(HostTensor {
             ty,
             data: AlignedBytes {
-                words: Vec::new(),
+                words: None,
                 len,
                 borrowed: ptr,
             },
@@ -455,10 +476,11 @@ pub fn eval(prim: &Prim, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>> {
             mapping,
             &out_types[0],
         )),
-        Prim::Reshape { .. } => one(HostTensor::from_bytes(
-            out_types[0].clone(),
-            inputs[0].bytes(),
-        )),
+        // The same bytes under new dims: shared, not copied.
+        Prim::Reshape { .. } => one(Ok(HostTensor {
+            ty: out_types[0].clone(),
+            data: inputs[0].data.clone(),
+        })),
         Prim::Transpose { perm } => one(structural::transpose(inputs[0], perm, &out_types[0])),
         Prim::Slice { start, stride, .. } => {
             one(structural::slice(inputs[0], start, stride, &out_types[0]))

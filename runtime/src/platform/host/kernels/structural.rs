@@ -503,6 +503,25 @@ pub(super) mod tests {
     use super::super::{eval, HostTensor};
     use crate::ir::{DType, Prim};
 
+    /// A reshape shares its operand's bytes; a write to either copies
+    /// first, so the other never changes.
+    #[test]
+    fn a_reshape_shares_bytes_until_one_side_writes() {
+        let x = HostTensor::from_slice(DType::F32, &[4], &[1f32, 2., 3., 4.]).unwrap();
+        let reshape = Prim::Reshape { dims: vec![2, 2] };
+        let mut y = eval(&reshape, &[&x]).unwrap().remove(0);
+        assert_eq!(y.ty.dims, vec![2, 2]);
+        assert_eq!(y.bytes().as_ptr(), x.bytes().as_ptr(), "shared, not copied");
+        y.bytes_mut()[..4].copy_from_slice(&9f32.to_le_bytes());
+        assert_eq!(x.as_slice::<f32>(), &[1., 2., 3., 4.]);
+        assert_eq!(y.as_slice::<f32>(), &[9., 2., 3., 4.]);
+        let mut x = x;
+        let z = eval(&reshape, &[&x]).unwrap().remove(0);
+        x.bytes_mut()[..4].copy_from_slice(&7f32.to_le_bytes());
+        assert_eq!(z.as_slice::<f32>(), &[1., 2., 3., 4.]);
+        assert_eq!(x.as_slice::<f32>(), &[7., 2., 3., 4.]);
+    }
+
     /// Element sizes 1, 2, 4 and 8, with a float and an integer type.
     pub(in super::super) const LAYOUT_DTYPES: [DType; 6] = [
         DType::Bool,

@@ -9,7 +9,7 @@
 //!   offending position. (Index bounds are checked by the
 //!   kernels in every mode.)
 //! - `DeferAndFuse`: ops are recorded per stream and launched as one
-//!   program at a flush (see `lazy.rs` for the rules and the triggers).
+//!   program at a flush (see `lazy/mod.rs` for the rules and the triggers).
 //!
 //! The mode is process-wide, with a per-thread override stack (push/pop).
 

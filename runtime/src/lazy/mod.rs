@@ -27,6 +27,8 @@ use crate::ir::{Graph, GraphBuilder, ValueId};
 use crate::platform::Executable;
 use crate::tensor::DeviceTensor;
 
+mod view;
+
 /// One recorded op: its graph (params = inputs, outputs = results) and the
 /// tensors it reads and writes.
 pub(crate) struct Deferred {
@@ -63,15 +65,57 @@ fn same_view(a: &DeviceTensor, b: &DeviceTensor) -> bool {
     a.buffer.same_buffer(&b.buffer) && a.dtype == b.dtype && a.layout == b.layout
 }
 
+/// The one view among `written` (views the recording wrote) that `t`
+/// overlaps and is not, when there is exactly one and of `t`'s dtype.
+fn only_overlap<'a>(
+    written: impl IntoIterator<Item = &'a DeviceTensor>,
+    t: &DeviceTensor,
+) -> Option<&'a DeviceTensor> {
+    let mut over = written
+        .into_iter()
+        .filter(|w| t.may_overlap(w) && !same_view(t, w));
+    let w = over.next()?;
+    (over.next().is_none() && w.dtype == t.dtype).then_some(w)
+}
+
+/// The one view among `written` that input `t` overlaps and is not, with
+/// the primitives that read `t` from its value; None when `t` overlaps
+/// none, several, or one it cannot be derived from.
+fn derived_from<'a>(
+    written: impl IntoIterator<Item = &'a DeviceTensor>,
+    t: &DeviceTensor,
+) -> Option<(&'a DeviceTensor, Vec<crate::ir::Prim>)> {
+    let w = only_overlap(written, t)?;
+    Some((w, view::derive(&w.layout, &t.layout)?))
+}
+
+/// The one view among `written` that output `t` overlaps and is not, with
+/// where a write through `t` lands in its value; None when `t` overlaps
+/// none, several, or one it is no block of.
+fn placed_in<'a>(
+    written: impl IntoIterator<Item = &'a DeviceTensor>,
+    t: &DeviceTensor,
+) -> Option<(&'a DeviceTensor, view::Placement)> {
+    let w = only_overlap(written, t)?;
+    Some((w, view::place(&w.layout, &t.layout)?))
+}
+
 impl LazyQueue {
     /// Whether `op` touches a view overlapping, but not equal to, a view
     /// written by the recorded ops (then the recording must flush first).
+    /// A view of a tensor the recording wrote whole is no conflict when
+    /// [`view::derive`] expresses a read of it, or [`view::place`] a write.
     pub fn conflicts(&self, op: &Deferred) -> bool {
-        op.inputs.iter().chain(&op.outputs).any(|t| {
-            self.written
-                .get(&t.buffer.id())
-                .is_some_and(|ws| ws.iter().any(|w| t.may_overlap(w) && !same_view(t, w)))
-        })
+        let written = |t: &DeviceTensor| self.written.get(&t.buffer.id()).into_iter().flatten();
+        let overlapping =
+            |t: &DeviceTensor| written(t).any(|w| t.may_overlap(w) && !same_view(t, w));
+        op.outputs
+            .iter()
+            .any(|t| overlapping(t) && placed_in(written(t), t).is_none())
+            || op
+                .inputs
+                .iter()
+                .any(|t| overlapping(t) && derived_from(written(t), t).is_none())
     }
 
     /// Whether a recorded op reads or writes any of `buffers` (by id): a
@@ -86,7 +130,9 @@ impl LazyQueue {
         }
         for t in &op.outputs {
             let ws = self.written.entry(t.buffer.id()).or_default();
-            if !ws.iter().any(|w| same_view(w, t)) {
+            // A write placed in a written tensor leaves that tensor the
+            // written view (as `prepare` does).
+            if !ws.iter().any(|w| same_view(w, t)) && placed_in(ws.iter(), t).is_none() {
                 ws.push(t.clone());
             }
         }
@@ -133,12 +179,44 @@ fn view_key(t: &DeviceTensor) -> ViewKey {
     }
 }
 
+/// The index of `t`'s view among `views`, added (with no state) if new.
+fn view_index<'a>(
+    view_of: &mut HashMap<ViewKey, usize>,
+    views: &mut Vec<(Option<ViewState>, &'a DeviceTensor)>,
+    t: &'a DeviceTensor,
+) -> usize {
+    *view_of.entry(view_key(t)).or_insert_with(|| {
+        views.push((None, t));
+        views.len() - 1
+    })
+}
+
 #[derive(Clone, Copy)]
 enum ViewState {
     /// Read before any write: parameter `p`.
     Param(usize),
     /// Last written by op `o`'s output `k`.
     Written(usize, usize),
+    /// Written whole by `tensor` (op, output), then op `o`'s output `k`
+    /// was written into a block of it: its value is placement `(o, k)`'s.
+    Placed {
+        o: usize,
+        k: usize,
+        tensor: (usize, usize),
+    },
+}
+
+impl ViewState {
+    /// The state's part of a recording's key.
+    fn key(self) -> u64 {
+        const WIRED: u64 = 2 << 60;
+        const PLACED: u64 = 6 << 60;
+        match self {
+            ViewState::Param(p) => (1 << 60) | p as u64,
+            ViewState::Written(o, k) => WIRED | ((o as u64) << 20) | k as u64,
+            ViewState::Placed { o, k, .. } => PLACED | ((o as u64) << 20) | k as u64,
+        }
+    }
 }
 
 /// A compiled recording, found again by the shape of the next one: a
@@ -177,47 +255,105 @@ pub(crate) fn prepare(
     let live = |t: &DeviceTensor| t.buffer.handle_count() > ours[&t.buffer.id()];
     // The recording's shape: op graphs, how inputs are wired, which views
     // are written, which results are live.
-    const PARAM: u64 = 1 << 60;
-    const WIRED: u64 = 2 << 60;
     const OUT: u64 = 3 << 60;
     const LIVE: u64 = 4 << 60;
+    const DERIVED: u64 = 5 << 60;
+    const PLACE: u64 = 7 << 60;
     let mut view_of: HashMap<ViewKey, usize> = HashMap::new();
     let mut views: Vec<(Option<ViewState>, &DeviceTensor)> = Vec::new();
     let mut params: Vec<(usize, usize)> = Vec::new();
     let mut key: Vec<u64> = vec![ops.len() as u64];
+    // Views written so far, by buffer (as in `LazyQueue::written`); the
+    // inputs read from them, (op, input) -> (written view, primitives); and
+    // the outputs written into them, (op, output) -> (written view, where).
+    // (References: a clone would count as a holder of the buffer.)
+    let mut written: HashMap<usize, Vec<&DeviceTensor>> = HashMap::new();
+    type Derived = HashMap<(usize, usize), (ViewKey, Vec<crate::ir::Prim>)>;
+    let mut derived: Derived = HashMap::new();
+    let mut placed: HashMap<(usize, usize), (ViewKey, view::Placement)> = HashMap::new();
+    let mut view_index = |t, views: &mut _| view_index(&mut view_of, views, t);
     for (o, d) in ops.iter().enumerate() {
         key.push(Arc::as_ptr(&d.graph) as usize as u64);
         for (i, t) in d.inputs.iter().enumerate() {
-            let vi = *view_of.entry(view_key(t)).or_insert_with(|| {
-                views.push((None, t));
-                views.len() - 1
-            });
-            key.push(match views[vi].0 {
-                Some(ViewState::Written(wo, wk)) => WIRED | ((wo as u64) << 20) | wk as u64,
-                Some(ViewState::Param(p)) => PARAM | p as u64,
-                None => {
+            let vi = view_index(t, &mut views);
+            if let Some(s @ (ViewState::Written(..) | ViewState::Placed { .. })) = views[vi].0 {
+                key.push(s.key());
+                continue;
+            }
+            // A view of a tensor written earlier: read from its value.
+            let earlier = || written.get(&t.buffer.id()).into_iter().flatten().copied();
+            if let Some((w, prims)) = derived_from(earlier(), t) {
+                let wi = view_index(w, &mut views);
+                let Some(s @ (ViewState::Written(..) | ViewState::Placed { .. })) = views[wi].0
+                else {
+                    return Err(Error::Internal(format!(
+                        "deferred {}: a view of an unwritten tensor",
+                        d.name
+                    )));
+                };
+                key.push(DERIVED | s.key());
+                key.push(t.layout.offset - w.layout.offset);
+                key.extend(t.layout.strides.iter().copied());
+                derived.insert((o, i), (view_key(w), prims));
+                continue;
+            }
+            if earlier().any(|w| t.may_overlap(w) && !same_view(t, w)) {
+                return Err(Error::Internal(format!(
+                    "deferred {}: input {i} overlaps a written view",
+                    d.name
+                )));
+            }
+            let p = match views[vi].0 {
+                Some(ViewState::Param(p)) => p,
+                _ => {
                     params.push((o, i));
                     views[vi].0 = Some(ViewState::Param(params.len() - 1));
-                    PARAM | (params.len() - 1) as u64
+                    params.len() - 1
                 }
-            });
+            };
+            key.push(ViewState::Param(p).key());
         }
         for (k, t) in d.outputs.iter().enumerate() {
-            let vi = *view_of.entry(view_key(t)).or_insert_with(|| {
-                views.push((None, t));
-                views.len() - 1
-            });
+            let ws = written.entry(t.buffer.id()).or_default();
+            if !ws.iter().any(|w| same_view(w, t)) {
+                if let Some((w, place)) = placed_in(ws.iter().copied(), t) {
+                    // Written into a block of a tensor written earlier.
+                    let wi = view_index(w, &mut views);
+                    let tensor = match views[wi].0 {
+                        Some(ViewState::Written(wo, wk)) => (wo, wk),
+                        Some(ViewState::Placed { tensor, .. }) => tensor,
+                        _ => {
+                            return Err(Error::Internal(format!(
+                                "deferred {}: a write into an unwritten tensor",
+                                d.name
+                            )))
+                        }
+                    };
+                    views[wi].0 = Some(ViewState::Placed { o, k, tensor });
+                    key.push(PLACE | wi as u64);
+                    key.push(t.layout.offset - w.layout.offset);
+                    key.extend(t.layout.strides.iter().copied());
+                    placed.insert((o, k), (view_key(w), place));
+                    continue;
+                }
+                ws.push(t);
+            }
+            let vi = view_index(t, &mut views);
             views[vi].0 = Some(ViewState::Written(o, k));
             key.push(OUT | vi as u64);
         }
     }
-    let mut outputs: Vec<(usize, usize)> = Vec::new();
+    // The views to store: (the value's state, the tensor (op, output)).
+    let mut outputs: Vec<(ViewState, (usize, usize))> = Vec::new();
     for (vi, (state, t)) in views.iter().enumerate() {
-        if let Some(ViewState::Written(o, k)) = state {
-            if live(t) {
-                outputs.push((*o, *k));
-                key.push(LIVE | vi as u64);
-            }
+        let tensor = match *state {
+            Some(ViewState::Written(o, k)) => (o, k),
+            Some(ViewState::Placed { tensor, .. }) => tensor,
+            _ => continue,
+        };
+        if live(t) {
+            outputs.push((state.unwrap(), tensor));
+            key.push(LIVE | vi as u64);
         }
     }
     if outputs.is_empty() {
@@ -262,26 +398,53 @@ pub(crate) fn prepare(
         value.insert(view_key(&ops[o].inputs[i]), *v);
     }
     let mut results: Vec<Vec<ValueId>> = Vec::with_capacity(ops.len());
-    for d in ops {
+    let mut placed_values: HashMap<(usize, usize), ValueId> = HashMap::new();
+    for (o, d) in ops.iter().enumerate() {
         let ins: Vec<ValueId> = d
             .inputs
             .iter()
-            .map(|t| {
-                value.get(&view_key(t)).copied().ok_or_else(|| {
-                    Error::Internal(format!("deferred {}: an input has no value", d.name))
-                })
+            .enumerate()
+            .map(|(i, t)| {
+                let no_value =
+                    || Error::Internal(format!("deferred {}: an input has no value", d.name));
+                match derived.get(&(o, i)) {
+                    Some((whole, prims)) => {
+                        let mut v = value.get(whole).copied().ok_or_else(no_value)?;
+                        for p in prims {
+                            v = b.op(p.clone(), &[v])?;
+                        }
+                        Ok(v)
+                    }
+                    None => value.get(&view_key(t)).copied().ok_or_else(no_value),
+                }
             })
             .collect::<Result<_>>()?;
         let outs = inline(&mut b, &d.graph, &ins).map_err(|e| match e {
             Error::InvalidArgument(m) => Error::Internal(format!("deferred {}: {m}", d.name)),
             other => other,
         })?;
-        for (t, v) in d.outputs.iter().zip(&outs) {
-            value.insert(view_key(t), *v);
+        for (k, (t, &v)) in d.outputs.iter().zip(&outs).enumerate() {
+            let Some((whole, place)) = placed.get(&(o, k)) else {
+                value.insert(view_key(t), v);
+                continue;
+            };
+            let w = *value.get(whole).ok_or_else(|| {
+                Error::Internal(format!("deferred {}: a write into no value", d.name))
+            })?;
+            let new = place_value(&mut b, place, w, v)?;
+            value.insert(whole.clone(), new);
+            placed_values.insert((o, k), new);
         }
         results.push(outs);
     }
-    let out_values: Vec<ValueId> = outputs.iter().map(|&(o, k)| results[o][k]).collect();
+    let out_values: Vec<ValueId> = outputs
+        .iter()
+        .map(|(state, _)| match *state {
+            ViewState::Placed { o, k, .. } => placed_values[&(o, k)],
+            ViewState::Written(o, k) => results[o][k],
+            ViewState::Param(_) => unreachable!("a parameter is not stored"),
+        })
+        .collect();
     let graph = b.build(&out_values)?;
     if debug_flush() {
         eprintln!(
@@ -294,7 +457,7 @@ pub(crate) fn prepare(
     let entry = MemoEntry {
         exe: compiler.compile(&graph)?,
         params,
-        outputs,
+        outputs: outputs.iter().map(|&(_, tensor)| tensor).collect(),
         _graphs: ops.iter().map(|d| Arc::clone(&d.graph)).collect(),
     };
     let result = flush(&entry);
@@ -303,6 +466,38 @@ pub(crate) fn prepare(
     }
     memo.insert(key, entry);
     Ok(Some(result))
+}
+
+/// The value of a tensor, `whole`, after `update` was written through a
+/// view of it that `place` describes.
+fn place_value(
+    b: &mut GraphBuilder,
+    place: &view::Placement,
+    whole: ValueId,
+    update: ValueId,
+) -> Result<ValueId> {
+    let chain = |b: &mut GraphBuilder, prims: &[crate::ir::Prim], mut v| {
+        for p in prims {
+            v = b.op(p.clone(), &[v])?;
+        }
+        Ok::<_, Error>(v)
+    };
+    let mut ins = vec![
+        chain(b, &place.frame, whole)?,
+        chain(b, &place.update, update)?,
+    ];
+    for &s in &place.start {
+        ins.push(b.op(
+            crate::ir::Prim::Constant {
+                dtype: crate::ir::DType::I64,
+                dims: vec![],
+                bytes: (s as i64).to_le_bytes().to_vec(),
+            },
+            &[],
+        )?);
+    }
+    let v = b.op(crate::ir::Prim::DynamicUpdateSlice, &ins)?;
+    chain(b, &place.back, v)
 }
 
 /// Copy `g`'s nodes into `b` with its parameters bound to `args`; returns
@@ -511,6 +706,119 @@ mod tests {
         assert_eq!(got.1, vec![9., 16., 25., 256., 289., 324.]);
     }
 
+    /// Reading a transposed view and a slice of a tensor the recording
+    /// wrote keeps the recording whole (one graph), with strict's results;
+    /// a view no slice gives (a diagonal) still flushes first.
+    #[test]
+    fn views_of_written_tensors_join_the_recording() {
+        let r = rt();
+        let s = r.default_stream(0).unwrap();
+        let x = upload(&r, &s, &[2, 3], &[1., 2., 3., 4., 5., 6.]);
+        let run = |y: &DeviceTensor| {
+            let yt =
+                DeviceTensor::new(y.buffer.clone(), DType::F32, 0, &[3, 2], Some(&[1, 3])).unwrap();
+            let tail =
+                DeviceTensor::new(y.buffer.clone(), DType::F32, 4, &[2, 2], Some(&[3, 1])).unwrap();
+            let a = op(&r, &s, "neg", &[&yt], Attrs::new());
+            let b = op(&r, &s, "add", &[&tail, &tail], Attrs::new());
+            (a, b)
+        };
+        let y = op(&r, &s, "mul", &[&x, &x], Attrs::new());
+        let (a, b) = run(&y);
+        let want = (download(&r, &s, &a), download(&r, &s, &b));
+        assert_eq!(want.0, vec![-1., -16., -4., -25., -9., -36.]);
+        assert_eq!(want.1, vec![8., 18., 50., 72.]);
+        let before = r.compile_cache_stats();
+        let got = in_mode(EagerMode::DeferAndFuse, || {
+            let y = op(&r, &s, "mul", &[&x, &x], Attrs::new());
+            let (a, b) = run(&y);
+            assert_eq!(s.deferred_ops(), 3, "the views did not cut the recording");
+            // The diagonal of y's first 2x2 block: not a slice of y.
+            let diag =
+                DeviceTensor::new(y.buffer.clone(), DType::F32, 0, &[2], Some(&[4])).unwrap();
+            let d = op(&r, &s, "neg", &[&diag], Attrs::new());
+            assert_eq!(s.deferred_ops(), 1, "the diagonal flushed the rest first");
+            (
+                download(&r, &s, &a),
+                download(&r, &s, &b),
+                download(&r, &s, &d),
+            )
+        });
+        assert_eq!((got.0, got.1), want);
+        assert_eq!(got.2, vec![-1., -25.]);
+        assert_eq!(r.compile_cache_stats().misses - before.misses, 2);
+    }
+
+    /// Writing into a row and into a transposed view of a tensor the
+    /// recording wrote keeps the recording whole, with strict's results
+    /// (reads of the written views included); a write through a broadcast
+    /// view of it still flushes first.
+    #[test]
+    fn writes_into_views_of_written_tensors_join_the_recording() {
+        let r = rt();
+        let s = r.default_stream(0).unwrap();
+        let x = upload(&r, &s, &[2, 3], &[1., 2., 3., 4., 5., 6.]);
+        let z = upload(&r, &s, &[3], &[10., 20., 30.]);
+        let run = |y: &DeviceTensor| {
+            let row = DeviceTensor::new(y.buffer.clone(), DType::F32, 12, &[3], None).unwrap();
+            // row += z, in place.
+            let add = ops::lookup("add").unwrap();
+            r.call_op(
+                add,
+                &[row.clone(), z.clone()],
+                std::slice::from_ref(&row),
+                &Attrs::new(),
+                &s,
+            )
+            .unwrap();
+            let after_row = op(&r, &s, "neg", &[&row], Attrs::new());
+            // y.T = y.T * 2, in place: written through the transpose.
+            let yt =
+                DeviceTensor::new(y.buffer.clone(), DType::F32, 0, &[3, 2], Some(&[1, 3])).unwrap();
+            let mul = ops::lookup("mul").unwrap();
+            r.call_op(mul, &[yt.clone(), yt.clone()], &[yt], &Attrs::new(), &s)
+                .unwrap();
+            let sum = op(&r, &s, "add", &[y, y], Attrs::new());
+            (after_row, sum)
+        };
+        let y = op(&r, &s, "mul", &[&x, &x], Attrs::new());
+        let (a, b) = run(&y);
+        let want = (
+            download(&r, &s, &a),
+            download(&r, &s, &b),
+            download(&r, &s, &y),
+        );
+        assert_eq!(want.0, vec![-26., -45., -66.]);
+        assert_eq!(want.2, vec![1., 16., 81., 676., 2025., 4356.]);
+        let before = r.compile_cache_stats();
+        let got = in_mode(EagerMode::DeferAndFuse, || {
+            let y = op(&r, &s, "mul", &[&x, &x], Attrs::new());
+            let (a, b) = run(&y);
+            assert_eq!(s.deferred_ops(), 5, "the writes cut the recording");
+            // y[0] broadcast over two rows: writes its elements twice.
+            let twice =
+                DeviceTensor::new(y.buffer.clone(), DType::F32, 0, &[2, 3], Some(&[0, 1])).unwrap();
+            let zz =
+                DeviceTensor::new(z.buffer.clone(), DType::F32, 0, &[2, 3], Some(&[0, 1])).unwrap();
+            let neg = ops::lookup("neg").unwrap();
+            r.call_op(neg, &[zz], &[twice], &Attrs::new(), &s)
+                .unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(
+                s.deferred_ops(),
+                1,
+                "the broadcast write flushed the rest first"
+            );
+            (
+                download(&r, &s, &a),
+                download(&r, &s, &b),
+                download(&r, &s, &y),
+            )
+        });
+        assert_eq!((got.0, got.1), (want.0, want.1));
+        assert_eq!(got.2, vec![-10., -20., -30., 676., 2025., 4356.]);
+        assert_eq!(r.compile_cache_stats().misses - before.misses, 2);
+    }
+
     #[test]
     fn dead_intermediates_are_not_written_and_errors_surface_at_sync() {
         let r = rt();
@@ -675,6 +983,22 @@ mod tests {
         MatMul(usize, usize),
         Softmax(usize),
         Drop(usize),
+        /// `neg` of a [4, 4] view of a tensor: (tensor, view kind, row).
+        View(usize, usize, usize),
+        /// A row of one tensor += a row of another, in place.
+        InPlaceRow(usize, usize, usize),
+    }
+
+    /// [4, 4] views of a dense 4x4 f32 tensor: (byte offset, strides).
+    /// Transposed, a row broadcast down, a column broadcast across, and a
+    /// diagonal broadcast (which no slice of the tensor gives).
+    fn view_of(kind: usize, row: usize) -> (u64, [u64; 2]) {
+        match kind % 4 {
+            0 => (0, [1, 4]),
+            1 => (16 * (row % 4) as u64, [0, 1]),
+            2 => (4 * (row % 4) as u64, [4, 0]),
+            _ => (0, [5, 0]),
+        }
     }
 
     fn step() -> impl Strategy<Value = Step> {
@@ -695,6 +1019,8 @@ mod tests {
             (0..6usize, 0..6usize).prop_map(|(i, j)| Step::MatMul(i, j)),
             (0..6usize).prop_map(Step::Softmax),
             (0..6usize).prop_map(Step::Drop),
+            (0..6usize, 0..4usize, 0..4usize).prop_map(|(i, k, r)| Step::View(i, k, r)),
+            (0..6usize, 0..6usize, 0..4usize).prop_map(|(i, j, r)| Step::InPlaceRow(i, j, r)),
         ]
     }
 
@@ -763,6 +1089,30 @@ mod tests {
                     &[&pick(&pool, *i)],
                     Attrs::new().with("dim", Attr::Int(-1)),
                 )),
+                Step::View(i, kind, row) => {
+                    let (offset, strides) = view_of(*kind, *row);
+                    let t = pick(&pool, *i);
+                    let v =
+                        DeviceTensor::new(t.buffer, DType::F32, offset, &[4, 4], Some(&strides))
+                            .unwrap();
+                    Some(op(r, s, "neg", &[&v], Attrs::new()))
+                }
+                Step::InPlaceRow(i, j, row) => {
+                    let at = 16 * (*row % 4) as u64;
+                    let x = DeviceTensor::new(pick(&pool, *i).buffer, DType::F32, at, &[4], None)
+                        .unwrap();
+                    let y = DeviceTensor::new(pick(&pool, *j).buffer, DType::F32, at, &[4], None)
+                        .unwrap();
+                    r.call_op(
+                        ops::lookup("add").unwrap(),
+                        &[x.clone(), y],
+                        &[x],
+                        &Attrs::new(),
+                        s,
+                    )
+                    .unwrap();
+                    None
+                }
                 Step::Drop(i) => {
                     if pool.len() > 2 {
                         pool.remove(i % pool.len());

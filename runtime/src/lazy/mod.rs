@@ -593,6 +593,14 @@ mod tests {
         outs.into_iter().next().unwrap()
     }
 
+    /// `name` over `ins`, written into `out` (in place when it is an input).
+    fn op_into(r: &Runtime, s: &Stream, name: &str, ins: &[&DeviceTensor], out: &DeviceTensor) {
+        let ins: Vec<DeviceTensor> = ins.iter().map(|&t| t.clone()).collect();
+        let op = ops::lookup(name).unwrap();
+        r.call_op(op, &ins, std::slice::from_ref(out), &Attrs::new(), s)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+
     fn in_mode<T>(mode: EagerMode, f: impl FnOnce() -> T) -> T {
         push_mode(mode).unwrap();
         let out = f();
@@ -674,30 +682,14 @@ mod tests {
         let s = r.default_stream(0).unwrap();
         let x = upload(r, &s, &[2, 3], &[1., 2., 3., 4., 5., 6.]);
         let one = upload(r, &s, &[], &[1.0]);
-        let add = ops::lookup("add").unwrap();
         let got = in_mode(EagerMode::DeferAndFuse, || {
             // x += 1, twice, in place.
-            r.call_op(
-                add,
-                &[x.clone(), one.clone()],
-                std::slice::from_ref(&x),
-                &Attrs::new(),
-                &s,
-            )
-            .unwrap();
-            r.call_op(
-                add,
-                &[x.clone(), one.clone()],
-                std::slice::from_ref(&x),
-                &Attrs::new(),
-                &s,
-            )
-            .unwrap();
+            op_into(r, &s, "add", &[&x, &one], &x);
+            op_into(r, &s, "add", &[&x, &one], &x);
             // Row 1 as a view (overlaps x but is not x): x[1] += 10.
             let row = DeviceTensor::new(x.buffer.clone(), DType::F32, 12, &[3], None).unwrap();
             let ten = upload(r, &s, &[], &[10.0]);
-            r.call_op(add, &[row.clone(), ten], &[row], &Attrs::new(), &s)
-                .unwrap();
+            op_into(r, &s, "add", &[&row, &ten], &row);
             // Then the whole x again: x * 2.
             let y = op(r, &s, "mul", &[&x, &x], Attrs::new());
             (download(r, &s, &x), download(r, &s, &y))
@@ -762,22 +754,12 @@ mod tests {
         let run = |y: &DeviceTensor| {
             let row = DeviceTensor::new(y.buffer.clone(), DType::F32, 12, &[3], None).unwrap();
             // row += z, in place.
-            let add = ops::lookup("add").unwrap();
-            r.call_op(
-                add,
-                &[row.clone(), z.clone()],
-                std::slice::from_ref(&row),
-                &Attrs::new(),
-                &s,
-            )
-            .unwrap();
+            op_into(&r, &s, "add", &[&row, &z], &row);
             let after_row = op(&r, &s, "neg", &[&row], Attrs::new());
             // y.T = y.T * 2, in place: written through the transpose.
             let yt =
                 DeviceTensor::new(y.buffer.clone(), DType::F32, 0, &[3, 2], Some(&[1, 3])).unwrap();
-            let mul = ops::lookup("mul").unwrap();
-            r.call_op(mul, &[yt.clone(), yt.clone()], &[yt], &Attrs::new(), &s)
-                .unwrap();
+            op_into(&r, &s, "mul", &[&yt, &yt], &yt);
             let sum = op(&r, &s, "add", &[y, y], Attrs::new());
             (after_row, sum)
         };
@@ -800,9 +782,7 @@ mod tests {
                 DeviceTensor::new(y.buffer.clone(), DType::F32, 0, &[2, 3], Some(&[0, 1])).unwrap();
             let zz =
                 DeviceTensor::new(z.buffer.clone(), DType::F32, 0, &[2, 3], Some(&[0, 1])).unwrap();
-            let neg = ops::lookup("neg").unwrap();
-            r.call_op(neg, &[zz], &[twice], &Attrs::new(), &s)
-                .unwrap_or_else(|e| panic!("{e}"));
+            op_into(&r, &s, "neg", &[&zz], &twice);
             assert_eq!(
                 s.deferred_ops(),
                 1,
@@ -1047,14 +1027,7 @@ mod tests {
                 )),
                 Step::InPlaceAdd(i, j) => {
                     let (x, y) = (pick(&pool, *i), pick(&pool, *j));
-                    r.call_op(
-                        ops::lookup("add").unwrap(),
-                        &[x.clone(), y],
-                        &[x],
-                        &Attrs::new(),
-                        s,
-                    )
-                    .unwrap();
+                    op_into(r, s, "add", &[&x, &y], &x);
                     None
                 }
                 Step::SumRows(i) => {
@@ -1103,14 +1076,7 @@ mod tests {
                         .unwrap();
                     let y = DeviceTensor::new(pick(&pool, *j).buffer, DType::F32, at, &[4], None)
                         .unwrap();
-                    r.call_op(
-                        ops::lookup("add").unwrap(),
-                        &[x.clone(), y],
-                        &[x],
-                        &Attrs::new(),
-                        s,
-                    )
-                    .unwrap();
+                    op_into(r, s, "add", &[&x, &y], &x);
                     None
                 }
                 Step::Drop(i) => {

@@ -325,26 +325,20 @@ impl Executable for HostExecutable {
         // worker (the others still spinning from the previous kernel), not
         // from this thread, which would hand every kernel over and sleep
         // until it is done (two context switches per kernel).
-        if self.threaded {
-            rayon::scope(|_| {
-                run_plan(
-                    &self.graph,
-                    &self.plan,
-                    &self.programs,
-                    &mut values,
-                    &io,
-                    &self.dead,
-                )
-            })?;
-        } else {
+        let run = |values: &mut [Option<HostTensor>]| {
             run_plan(
                 &self.graph,
                 &self.plan,
                 &self.programs,
-                &mut values,
+                values,
                 &io,
                 &self.dead,
-            )?;
+            )
+        };
+        if self.threaded {
+            rayon::scope(|_| run(&mut values))?;
+        } else {
+            run(&mut values)?;
         }
         // Results may be views of input memory (contiguous inputs are read
         // in place, and a kernel may pass one through). Writing an output

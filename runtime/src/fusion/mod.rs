@@ -64,12 +64,7 @@ impl Plan {
     /// by the kernel that reads the load.
     pub fn dead_after(&self, graph: &Graph) -> Vec<Vec<ValueId>> {
         let nodes = graph.nodes();
-        let mut producer = vec![None; graph.num_values()];
-        for (i, n) in nodes.iter().enumerate() {
-            for o in &n.outputs {
-                producer[o.0 as usize] = Some(i);
-            }
-        }
+        let producer = graph.producers();
         let mut last: Vec<Option<usize>> = vec![None; graph.num_values()];
         for (k, ker) in self.kernels.iter().enumerate() {
             for &i in &ker.nodes {
@@ -145,12 +140,7 @@ fn widens_exactly(d: DType) -> bool {
 
 pub fn plan(graph: &Graph) -> Plan {
     let nodes = graph.nodes();
-    let mut producer: Vec<Option<usize>> = vec![None; graph.num_values()];
-    for (i, n) in nodes.iter().enumerate() {
-        for o in &n.outputs {
-            producer[o.0 as usize] = Some(i);
-        }
-    }
+    let producer = graph.producers();
     let mut consumers: Vec<Vec<usize>> = vec![vec![]; nodes.len()];
     for (i, n) in nodes.iter().enumerate() {
         for v in &n.inputs {

@@ -84,6 +84,17 @@ impl Graph {
     pub fn value_type(&self, v: ValueId) -> &TensorType {
         &self.types[v.0 as usize]
     }
+    /// For each value, the index of the node that produces it (None for a
+    /// parameter).
+    pub fn producers(&self) -> Vec<Option<usize>> {
+        let mut producer = vec![None; self.num_values()];
+        for (i, n) in self.nodes().iter().enumerate() {
+            for o in &n.outputs {
+                producer[o.0 as usize] = Some(i);
+            }
+        }
+        producer
+    }
     pub fn num_values(&self) -> usize {
         self.types.len()
     }

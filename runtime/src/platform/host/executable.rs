@@ -94,12 +94,7 @@ fn direct_outputs(
     programs: &[Option<LoopProgram>],
 ) -> std::collections::HashSet<crate::ir::ValueId> {
     let nodes = graph.nodes();
-    let mut producer = vec![None; graph.num_values()];
-    for (i, n) in nodes.iter().enumerate() {
-        for o in &n.outputs {
-            producer[o.0 as usize] = Some(i);
-        }
-    }
+    let producer = graph.producers();
     let mut kernel_of = vec![usize::MAX; nodes.len()];
     for (k, ker) in plan.kernels.iter().enumerate() {
         for &i in &ker.nodes {

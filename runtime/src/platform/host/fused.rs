@@ -773,12 +773,7 @@ impl LoopProgram {
             return Err(Error::Internal("not a loop kernel".into()));
         };
         let nodes = graph.nodes();
-        let mut producer: Vec<Option<usize>> = vec![None; graph.num_values()];
-        for (i, n) in nodes.iter().enumerate() {
-            for o in &n.outputs {
-                producer[o.0 as usize] = Some(i);
-            }
-        }
+        let producer = graph.producers();
         let in_group: std::collections::HashSet<usize> = kernel.nodes.iter().copied().collect();
         let mut reg_of: HashMap<ValueId, usize> = HashMap::new();
         let mut registers = 0usize;
@@ -1730,7 +1725,6 @@ pub fn run_plan(
     dead: &[Vec<ValueId>],
 ) -> Result<()> {
     for (k, kernel) in plan.kernels.iter().enumerate() {
-        let dead_here = dead.get(k).map_or(&[][..], |d| d.as_slice());
         match (&kernel.kind, &programs[k]) {
             (KernelKind::Loop { .. }, Some(p)) => p.run(graph, values, io)?,
             _ => {
@@ -1739,7 +1733,7 @@ pub fn run_plan(
                 }
             }
         }
-        for v in dead_here {
+        for v in dead.get(k).into_iter().flatten() {
             values[v.0 as usize] = None;
         }
     }

@@ -183,6 +183,12 @@ fn view_key(t: &DeviceTensor) -> ViewKey {
     }
 }
 
+/// Where view `t` lies in written view `w`, for a recording's key: its
+/// offset from `w`'s and its strides (its dims are its op's).
+fn where_in<'a>(t: &'a DeviceTensor, w: &DeviceTensor) -> impl Iterator<Item = u64> + 'a {
+    std::iter::once(t.layout.offset - w.layout.offset).chain(t.layout.strides.iter().copied())
+}
+
 /// The index of `t`'s view among `views`, added (with no state) if new.
 fn view_index<'a>(
     view_of: &mut HashMap<ViewKey, usize>,
@@ -211,6 +217,16 @@ enum ViewState {
 }
 
 impl ViewState {
+    /// The (op, output) whose tensor holds a written view's value; None for
+    /// a parameter.
+    fn tensor(self) -> Option<(usize, usize)> {
+        match self {
+            ViewState::Param(_) => None,
+            ViewState::Written(o, k) => Some((o, k)),
+            ViewState::Placed { tensor, .. } => Some(tensor),
+        }
+    }
+
     /// The state's part of a recording's key.
     fn key(self) -> u64 {
         const WIRED: u64 = 2 << 60;
@@ -296,8 +312,7 @@ pub(crate) fn prepare(
                     )));
                 };
                 key.push(DERIVED | s.key());
-                key.push(t.layout.offset - w.layout.offset);
-                key.extend(t.layout.strides.iter().copied());
+                key.extend(where_in(t, w));
                 derived.insert((o, i), (view_key(w), prims));
                 continue;
             }
@@ -323,20 +338,15 @@ pub(crate) fn prepare(
                 if let Some((w, place)) = placed_in(ws.iter().copied(), t) {
                     // Written into a block of a tensor written earlier.
                     let wi = view_index(w, &mut views);
-                    let tensor = match views[wi].0 {
-                        Some(ViewState::Written(wo, wk)) => (wo, wk),
-                        Some(ViewState::Placed { tensor, .. }) => tensor,
-                        _ => {
-                            return Err(Error::Internal(format!(
-                                "deferred {}: a write into an unwritten tensor",
-                                d.name
-                            )))
-                        }
+                    let Some(tensor) = views[wi].0.and_then(ViewState::tensor) else {
+                        return Err(Error::Internal(format!(
+                            "deferred {}: a write into an unwritten tensor",
+                            d.name
+                        )));
                     };
                     views[wi].0 = Some(ViewState::Placed { o, k, tensor });
                     key.push(PLACE | wi as u64);
-                    key.push(t.layout.offset - w.layout.offset);
-                    key.extend(t.layout.strides.iter().copied());
+                    key.extend(where_in(t, w));
                     placed.insert((o, k), (view_key(w), place));
                     continue;
                 }
@@ -350,13 +360,11 @@ pub(crate) fn prepare(
     // The views to store: (the value's state, the tensor (op, output)).
     let mut outputs: Vec<(ViewState, (usize, usize))> = Vec::new();
     for (vi, (state, t)) in views.iter().enumerate() {
-        let tensor = match *state {
-            Some(ViewState::Written(o, k)) => (o, k),
-            Some(ViewState::Placed { tensor, .. }) => tensor,
-            _ => continue,
+        let Some((state, tensor)) = state.and_then(|s| Some((s, s.tensor()?))) else {
+            continue;
         };
         if live(t) {
-            outputs.push((state.unwrap(), tensor));
+            outputs.push((state, tensor));
             key.push(LIVE | vi as u64);
         }
     }
@@ -413,11 +421,7 @@ pub(crate) fn prepare(
                     || Error::Internal(format!("deferred {}: an input has no value", d.name));
                 match derived.get(&(o, i)) {
                     Some((whole, prims)) => {
-                        let mut v = value.get(whole).copied().ok_or_else(no_value)?;
-                        for p in prims {
-                            v = b.op(p.clone(), &[v])?;
-                        }
-                        Ok(v)
+                        apply(&mut b, prims, *value.get(whole).ok_or_else(no_value)?)
                     }
                     None => value.get(&view_key(t)).copied().ok_or_else(no_value),
                 }
@@ -480,28 +484,24 @@ fn place_value(
     whole: ValueId,
     update: ValueId,
 ) -> Result<ValueId> {
-    let chain = |b: &mut GraphBuilder, prims: &[crate::ir::Prim], mut v| {
-        for p in prims {
-            v = b.op(p.clone(), &[v])?;
-        }
-        Ok::<_, Error>(v)
-    };
     let mut ins = vec![
-        chain(b, &place.frame, whole)?,
-        chain(b, &place.update, update)?,
+        apply(b, &place.frame, whole)?,
+        apply(b, &place.update, update)?,
     ];
     for &s in &place.start {
-        ins.push(b.op(
-            crate::ir::Prim::Constant {
-                dtype: crate::ir::DType::I64,
-                dims: vec![],
-                bytes: (s as i64).to_le_bytes().to_vec(),
-            },
-            &[],
-        )?);
+        // (Exact: a start is below the tensor's element count.)
+        ins.push(b.scalar(crate::ir::DType::I64, s as f64)?);
     }
     let v = b.op(crate::ir::Prim::DynamicUpdateSlice, &ins)?;
-    chain(b, &place.back, v)
+    apply(b, &place.back, v)
+}
+
+/// `v` through single-operand `prims`, in order.
+fn apply(b: &mut GraphBuilder, prims: &[crate::ir::Prim], mut v: ValueId) -> Result<ValueId> {
+    for p in prims {
+        v = b.op(p.clone(), &[v])?;
+    }
+    Ok(v)
 }
 
 /// Copy `g`'s nodes into `b` with its parameters bound to `args`; returns

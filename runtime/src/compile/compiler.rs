@@ -33,7 +33,12 @@ impl Compiler {
     /// An executable for `graph`, from the cache (built on a miss).
     pub fn compile(&self, graph: &Graph) -> Result<Arc<dyn Executable>> {
         let platform = &self.platform;
-        let key = CacheKey::for_graph(graph, platform.name(), platform.version(), "");
+        let key = CacheKey::for_graph(
+            graph,
+            platform.name(),
+            platform.version(),
+            platform.compile_options(),
+        );
         self.cache.get_or_compile(
             &key,
             || graph.to_string(),
@@ -44,5 +49,89 @@ impl Compiler {
             },
             |bytes| platform.load_executable(bytes),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::{BinaryOp, DType, Graph, GraphBuilder, TensorType};
+    use crate::platform::host::{HostConfig, HostPlatform};
+    use crate::platform::{DeviceInfo, Segment};
+
+    /// The host platform, compiling under settings named `options`.
+    #[derive(Debug)]
+    struct WithOptions {
+        inner: Arc<dyn Platform>,
+        options: &'static str,
+    }
+
+    impl Platform for WithOptions {
+        fn name(&self) -> &str {
+            self.inner.name()
+        }
+        fn version(&self) -> String {
+            self.inner.version()
+        }
+        fn compile_options(&self) -> String {
+            self.options.into()
+        }
+        fn topology(&self) -> &[u32] {
+            self.inner.topology()
+        }
+        fn devices(&self) -> &[DeviceInfo] {
+            self.inner.devices()
+        }
+        fn allocate_segment(&self, chip: usize, bytes: u64) -> Result<Segment> {
+            self.inner.allocate_segment(chip, bytes)
+        }
+        fn compile(&self, graph: &Graph) -> Result<Arc<dyn Executable>> {
+            self.inner.compile(graph)
+        }
+        fn load_executable(&self, bytes: &[u8]) -> Result<Arc<dyn Executable>> {
+            self.inner.load_executable(bytes)
+        }
+    }
+
+    /// A program compiled under other settings (XLA_FLAGS on xla) is
+    /// compiled again, not loaded from the disk cache; under the same
+    /// settings it is loaded.
+    #[test]
+    fn the_cache_key_holds_the_platform_compile_options() {
+        let dir = std::env::temp_dir().join(format!(
+            "tpurt-compile-options-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        let host: Arc<dyn Platform> = HostPlatform::new(HostConfig::default());
+        let t = TensorType::new(DType::F32, &[4]);
+        let mut b = GraphBuilder::new();
+        let x = b.param(t);
+        let y = b.binary(BinaryOp::Add, x, x).unwrap();
+        let graph = b.build(&[y]).unwrap();
+        // A fresh compiler (a new process) on the shared directory.
+        let stats_after_compile = |options: &'static str| {
+            let platform = Arc::new(WithOptions {
+                inner: Arc::clone(&host),
+                options,
+            });
+            let compiler = Compiler::new(platform, CacheConfig::memory_only(4).with_disk_dir(&dir));
+            compiler.compile(&graph).unwrap();
+            let st = compiler.cache().stats();
+            (st.misses, st.disk_hits)
+        };
+        assert_eq!(stats_after_compile(""), (1, 0));
+        assert_eq!(stats_after_compile(""), (0, 1));
+        assert_eq!(
+            stats_after_compile("{\"XLA_FLAGS\":\"--xla_cpu_enable_fast_math=true\"}"),
+            (1, 0)
+        );
+        assert_eq!(
+            stats_after_compile("{\"XLA_FLAGS\":\"--xla_cpu_enable_fast_math=true\"}"),
+            (0, 1)
+        );
+        assert_eq!(stats_after_compile(""), (0, 1));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

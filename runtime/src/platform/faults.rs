@@ -162,6 +162,9 @@ impl Platform for FaultPlatform {
     fn version(&self) -> String {
         self.inner.version()
     }
+    fn compile_options(&self) -> String {
+        self.inner.compile_options()
+    }
     fn topology(&self) -> &[u32] {
         self.inner.topology()
     }

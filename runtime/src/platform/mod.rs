@@ -82,6 +82,12 @@ pub trait Platform: Send + Sync + std::fmt::Debug {
     fn name(&self) -> &str;
     /// Version of the platform (for the compile cache key).
     fn version(&self) -> String;
+    /// Settings outside the graph that change what [`Platform::compile`]
+    /// builds (for the compile cache key, so an executable built under
+    /// other settings is never reused). Empty when there are none.
+    fn compile_options(&self) -> String {
+        String::new()
+    }
     /// The mesh shape, for example [2, 2].
     fn topology(&self) -> &[u32];
     fn devices(&self) -> &[DeviceInfo];

@@ -113,6 +113,8 @@ pub struct XlaPlatform {
     /// tensor in the pool can be handed to XLA as a view, with no copy.
     zero_copy: bool,
     transfers: TransferCounters,
+    /// [`compile_settings`] when the plugin was loaded.
+    settings: String,
 }
 
 /// How inputs and outputs crossed between the pool and XLA: counters for
@@ -193,6 +195,26 @@ macro_rules! args {
         $(a.$field = $value;)*
         a
     }};
+}
+
+/// The environment variables a plugin reads that change what it compiles:
+/// XLA's debug options (every XLA plugin parses `XLA_FLAGS`, once, when it
+/// first needs them) and libtpu's arguments.
+const COMPILE_SETTINGS: [&str; 2] = ["XLA_FLAGS", "LIBTPU_INIT_ARGS"];
+
+/// The [`COMPILE_SETTINGS`] that are set, with their values, canonical:
+/// part of every compile-cache key on this platform, so an executable
+/// compiled under other flags (fast math, another ISA, a dump directory)
+/// is compiled again rather than loaded from the disk cache.
+fn compile_settings(get: impl Fn(&str) -> Option<std::ffi::OsString>) -> String {
+    let set: Vec<(&str, String)> = COMPILE_SETTINGS
+        .iter()
+        .filter_map(|&name| get(name).map(|v| (name, v.to_string_lossy().into_owned())))
+        .collect();
+    if set.is_empty() {
+        return String::new();
+    }
+    crate::compile::canonical_options(set.iter().map(|(n, v)| (*n, v.as_str())))
 }
 
 impl XlaPlatform {
@@ -277,6 +299,7 @@ impl XlaPlatform {
             slice: None,
             zero_copy: false,
             transfers: TransferCounters::default(),
+            settings: compile_settings(|name| std::env::var_os(name)),
         };
         let mut init = args!(PJRT_Plugin_Initialize_Args {});
         platform.call(
@@ -654,6 +677,10 @@ impl Platform for XlaPlatform {
                 .file_name()
                 .map_or(String::new(), |f| f.to_string_lossy().into_owned())
         )
+    }
+
+    fn compile_options(&self) -> String {
+        self.settings.clone()
     }
 
     fn topology(&self) -> &[u32] {
@@ -1697,6 +1724,40 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// XLA_FLAGS and LIBTPU_INIT_ARGS, when set, are the platform's compile
+    /// options (and so part of every cache key); unset, the options are
+    /// empty and keys stay as they were.
+    #[test]
+    fn compile_settings_name_the_flags_that_change_compiles() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, v)| std::ffi::OsString::from(v))
+            }
+        };
+        assert_eq!(compile_settings(env(&[("PATH", "/bin")])), "");
+        let fast = compile_settings(env(&[("XLA_FLAGS", "--xla_cpu_enable_fast_math=true")]));
+        assert_eq!(fast, r#"{"XLA_FLAGS":"--xla_cpu_enable_fast_math=true"}"#);
+        let dump = compile_settings(env(&[("XLA_FLAGS", "--xla_dump_to=/tmp/d")]));
+        assert_ne!(fast, dump);
+        let both = compile_settings(env(&[
+            ("LIBTPU_INIT_ARGS", "--xla_tpu_megacore=1"),
+            ("XLA_FLAGS", "--a"),
+        ]));
+        assert_eq!(
+            both,
+            r#"{"LIBTPU_INIT_ARGS":"--xla_tpu_megacore=1","XLA_FLAGS":"--a"}"#
+        );
+        // What a loaded platform reports is what this process's environment says.
+        let p = XlaPlatform::load(&find_plugin().unwrap(), 1).unwrap();
+        assert_eq!(
+            p.compile_options(),
+            compile_settings(|n| std::env::var_os(n))
+        );
     }
 
     /// The persistent cache on xla: a second runtime on the same directory

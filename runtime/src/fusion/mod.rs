@@ -320,12 +320,11 @@ pub fn plan(graph: &Graph) -> Plan {
         });
     }
 
-    // 2. Vertical merges: see `merge_into_consumers`.
-    merge_into_consumers(graph, &producer, &consumers, &mut kernels, &mut kernel_of);
-
-    // 3. Loads read through by loop groups. Reverse graph order, so each
+    // 2. Loads read through by loop groups. Reverse graph order, so each
     //    consumer's decision is known: a load folds when every consumer is
-    //    a loop node or a folded load (chains of loads compose).
+    //    a loop node or a folded load (chains of loads compose). Merges
+    //    below move nodes between loop groups only, so they do not change
+    //    this.
     let mut folded: HashSet<usize> = HashSet::new();
     for (i, n) in nodes.iter().enumerate().rev() {
         if !is_load(graph, n)
@@ -341,6 +340,16 @@ pub fn plan(graph: &Graph) -> Plan {
             folded.insert(i);
         }
     }
+
+    // 3. Vertical merges: see `merge_into_consumers`.
+    merge_into_consumers(
+        graph,
+        &producer,
+        &consumers,
+        &folded,
+        &mut kernels,
+        &mut kernel_of,
+    );
 
     // 4. Stores: a value crossing kernels (a folded load's use counts as a
     //    use of its operand by the consumer's kernel), or returned.
@@ -421,6 +430,7 @@ fn merge_into_consumers(
     graph: &Graph,
     producer: &[Option<usize>],
     consumers: &[Vec<usize>],
+    folded: &HashSet<usize>,
     kernels: &mut [Kernel],
     kernel_of: &mut [usize],
 ) {
@@ -429,12 +439,17 @@ fn merge_into_consumers(
         KernelKind::Loop { shape, .. } => Some(shape.clone()),
         KernelKind::Single => None,
     };
-    // Kernels reading each node's result, directly or through loads.
+    // Kernels reading each node's result, directly or through loads. A
+    // load that is not folded is a kernel of its own that reads the stored
+    // result (and loops read through it as well).
     let readers = |i: usize, kernel_of: &[usize]| -> Vec<(usize, bool)> {
         let mut out = Vec::new();
         let mut stack: Vec<(usize, bool)> = consumers[i].iter().map(|&c| (c, false)).collect();
         while let Some((c, loaded)) = stack.pop() {
             if is_load(graph, &nodes[c]) {
+                if !folded.contains(&c) {
+                    out.push((kernel_of[c], true));
+                }
                 stack.extend(consumers[c].iter().map(|&d| (d, true)));
             } else {
                 out.push((kernel_of[c], loaded));

@@ -1815,6 +1815,37 @@ mod tests {
         }
     }
 
+    /// A loop group is not merged into a later one past a kernel that reads
+    /// its result through a load that is not folded (here a reshape that a
+    /// product reads): that kernel runs before the merged pass. Before the
+    /// fix, the plan ran the reshape first: "value %4 missing".
+    #[test]
+    fn a_group_is_not_merged_past_a_kernel_that_reads_it_through_a_load() {
+        let t = TensorType::new(DType::F32, &[4, 4]);
+        let mut g = crate::ir::GraphBuilder::new();
+        let (x, w) = (g.param(t.clone()), g.param(t));
+        let dot = |g: &mut crate::ir::GraphBuilder, l, r| {
+            g.op(
+                Prim::DotGeneral {
+                    lhs_batch: vec![],
+                    rhs_batch: vec![],
+                    lhs_contract: vec![1],
+                    rhs_contract: vec![0],
+                },
+                &[l, r],
+            )
+            .unwrap()
+        };
+        let a = g.binary(BinaryOp::Mul, x, x).unwrap();
+        let a_rows = g.op(Prim::Reshape { dims: vec![2, 8] }, &[a]).unwrap();
+        let c = dot(&mut g, x, w);
+        // A later group over a's shape that reads `a` directly.
+        let b = g.binary(BinaryOp::Add, a, c).unwrap();
+        let b_cols = g.op(Prim::Reshape { dims: vec![8, 2] }, &[b]).unwrap();
+        let out = dot(&mut g, a_rows, b_cols);
+        check(&g.build(&[out]).unwrap(), 1e-6);
+    }
+
     /// Independent chains issued op by op across tensors (as a foreach
     /// optimizer issues them) merge into one pass per chain; in each, a
     /// register freed early is reused, so destinations come below their

@@ -112,7 +112,9 @@ fn loop_dtype(d: DType) -> bool {
 }
 
 /// A node a loop group reads through instead of reading its result: a
-/// scalar constant, a broadcast, a reshape, or a conversion to f32 of a
+/// scalar constant, a broadcast, a reshape, a transpose, a static slice
+/// (the loop reads the value underneath with strides and an offset, so
+/// views of activations cost no copy), or a conversion to f32 of a
 /// dtype loops do not hold (a pass reads such a value widened to f32,
 /// which is what the conversion computes). The last keeps a Python
 /// scalar's upload (an f64 converted to f32) from ordering the passes
@@ -120,7 +122,10 @@ fn loop_dtype(d: DType) -> bool {
 pub fn is_load(graph: &Graph, node: &Node) -> bool {
     match &node.prim {
         Prim::Constant { dims, dtype, .. } => dims.is_empty() && loop_dtype(*dtype),
-        Prim::BroadcastInDim { .. } | Prim::Reshape { .. } => true,
+        Prim::BroadcastInDim { .. }
+        | Prim::Reshape { .. }
+        | Prim::Transpose { .. }
+        | Prim::Slice { .. } => true,
         Prim::Convert { to: DType::F32 } => node
             .inputs
             .first()

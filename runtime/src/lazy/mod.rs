@@ -745,6 +745,51 @@ mod tests {
         assert_eq!(r.compile_cache_stats().misses - before.misses, 2);
     }
 
+    /// A recorded slice and transpose of a strided input (a transposed
+    /// view at an offset into its buffer) are read in place by the pass
+    /// that consumes them, at the right elements, as strict mode reads them.
+    #[test]
+    fn slices_of_strided_inputs_are_read_in_place_at_their_offset() {
+        let r = rt();
+        let s = r.default_stream(0).unwrap();
+        let v: Vec<f32> = (0..40).map(|i| i as f32 - 7.5).collect();
+        let base = upload(&r, &s, &[40], &v);
+        // A [4, 6] view: element (i, j) at 3 + 6 * j + i.
+        let x =
+            DeviceTensor::new(base.buffer.clone(), DType::F32, 12, &[4, 6], Some(&[1, 6])).unwrap();
+        let run = || {
+            let cols = Attrs::new()
+                .with("dim", Attr::Int(1))
+                .with("start", Attr::Int(1))
+                .with("end", Attr::Int(6))
+                .with("step", Attr::Int(2));
+            let a = op(&r, &s, "slice", &[&x], cols);
+            let rows = Attrs::new()
+                .with("dim", Attr::Int(0))
+                .with("start", Attr::Int(2));
+            let b = op(&r, &s, "slice", &[&x], rows);
+            let swap = Attrs::new()
+                .with("dim0", Attr::Int(0))
+                .with("dim1", Attr::Int(1));
+            let bt = op(&r, &s, "transpose", &[&b], swap);
+            let sq = op(&r, &s, "mul", &[&a, &a], Attrs::new());
+            let neg = op(&r, &s, "neg", &[&bt], Attrs::new());
+            // Only the results outlive the recording: the views fold.
+            drop((a, b, bt));
+            (download(&r, &s, &sq), download(&r, &s, &neg))
+        };
+        let want = run();
+        let at = |i: usize, j: usize| v[3 + 6 * j + i];
+        let sq: Vec<f32> = (0..4)
+            .flat_map(|i| [1, 3, 5].map(move |j| at(i, j) * at(i, j)))
+            .collect();
+        let neg: Vec<f32> = (0..6)
+            .flat_map(|j| [2, 3].map(move |i| -at(i, j)))
+            .collect();
+        assert_eq!(want, (sq, neg));
+        assert_eq!(in_mode(EagerMode::DeferAndFuse, run), want);
+    }
+
     /// Writing into a row and into a transposed view of a tensor the
     /// recording wrote keeps the recording whole, with strict's results
     /// (reads of the written views included); a write through a broadcast

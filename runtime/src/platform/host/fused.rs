@@ -26,9 +26,13 @@ const CHUNK: usize = 1024;
 /// Where a loop reads an outside value from.
 #[derive(Clone, Debug)]
 enum Source {
-    /// A stored value, indexed as `sum(index[d] * strides[d])` over the
-    /// loop's shape (strides 0 where it broadcasts).
-    Strided { value: ValueId, strides: Vec<u64> },
+    /// A stored value, indexed as `offset + sum(index[d] * strides[d])`
+    /// over the loop's shape (strides 0 where it broadcasts).
+    Strided {
+        value: ValueId,
+        strides: Vec<u64>,
+        offset: u64,
+    },
     /// A scalar constant.
     Splat(f32),
 }
@@ -494,6 +498,8 @@ struct Pass<'a> {
     /// Each source's strides over the loop: the program's, or a strided
     /// parameter's own when it is read in place.
     strides: &'a [&'a [u64]],
+    /// Each source's element at the loop's first position.
+    offsets: &'a [u64],
     sinks: &'a [Sink],
     red_sinks: &'a [Sink],
     last: u64,
@@ -535,8 +541,10 @@ impl Pass<'_> {
                 let out = &mut regs[dst * CHUNK..(dst + 1) * CHUNK];
                 match &p.sources[src] {
                     Source::Splat(v) => out.fill(*v),
-                    // All strides 0 (checked in `run`): element 0 everywhere.
-                    Source::Strided { .. } => self.src[src].read(0, 0, out),
+                    // All strides 0 (checked in `run`): one element everywhere.
+                    Source::Strided { .. } => {
+                        self.src[src].read(self.offsets[src] as usize, 0, out)
+                    }
                 }
             }
         }
@@ -555,7 +563,10 @@ impl Pass<'_> {
                 row_bases.extend(
                     self.strides
                         .iter()
-                        .map(|strides| index.iter().zip(*strides).map(|(i, s)| i * s).sum::<u64>()),
+                        .zip(self.offsets)
+                        .map(|(strides, offset)| {
+                            offset + index.iter().zip(*strides).map(|(i, s)| i * s).sum::<u64>()
+                        }),
                 );
                 off += take;
                 start += take as u64;
@@ -723,14 +734,17 @@ fn splat_through(graph: &Graph, producer: &[Option<usize>], v: ValueId) -> Optio
     }
 }
 
-/// The strides over `shape` that read `node`'s output through a chain of
-/// folded loads, or None when the chain is not a strided view.
+/// How a loop of `shape` reads `v` through its chain of folded loads: the
+/// stored value underneath, its element strides over the loop and the
+/// element at the loop's first position. None when the chain is not a
+/// strided view of that value (a reshape that merges dimensions a
+/// transpose or slice left apart).
 fn strides_through(
     graph: &Graph,
     producer: &[Option<usize>],
     v: ValueId,
     shape: &[u64],
-) -> Option<(ValueId, Vec<u64>)> {
+) -> Option<(ValueId, Vec<u64>, u64)> {
     // Walk down to the stored value, remembering the loads on the way.
     let mut chain = Vec::new();
     let mut cur = v;
@@ -741,15 +755,13 @@ fn strides_through(
     // Strides of `cur` as a contiguous tensor, then apply loads outward.
     let mut dims = graph.value_type(cur).dims.clone();
     let mut strides = contiguous(&dims);
+    let mut offset = 0u64;
     for &p in chain.iter().rev() {
-        match &graph.nodes()[p].prim {
+        let node = &graph.nodes()[p];
+        let out = &graph.value_type(node.outputs[0]).dims;
+        match &node.prim {
             Prim::Reshape { dims: nd } => {
-                // Only a relabel of a contiguous layout is strided.
-                if strides != contiguous(&dims) {
-                    return None;
-                }
-                dims = nd.clone();
-                strides = contiguous(&dims);
+                strides = view_strides(&dims, &strides, nd)?;
             }
             // Read widened to f32, element for element.
             Prim::Convert { .. } => {}
@@ -758,13 +770,69 @@ fn strides_through(
                 for (i, &m) in mapping.iter().enumerate() {
                     ns[m] = if dims[i] == 1 { 0 } else { strides[i] };
                 }
-                dims = nd.clone();
                 strides = ns;
+            }
+            Prim::Transpose { perm } => {
+                strides = perm.iter().map(|&d| strides[d]).collect();
+            }
+            Prim::Slice { start, stride, .. } => {
+                offset += start.iter().zip(&strides).map(|(a, s)| a * s).sum::<u64>();
+                strides = strides.iter().zip(stride).map(|(s, k)| s * k).collect();
             }
             _ => return None,
         }
+        dims = out.clone();
     }
-    (dims == shape).then_some((cur, strides))
+    (dims == shape).then_some((cur, strides, offset))
+}
+
+/// The strides that read a tensor of `dims` laid out with `strides` as a
+/// tensor of `new` dims (the same elements in row-major order), or None
+/// when no strides do: `new` would have to merge dimensions that are not
+/// contiguous with each other.
+fn view_strides(dims: &[u64], strides: &[u64], new: &[u64]) -> Option<Vec<u64>> {
+    if dims.iter().product::<u64>() != new.iter().product::<u64>() {
+        return None;
+    }
+    if new.contains(&0) {
+        return Some(vec![0; new.len()]);
+    }
+    // Dimensions of extent one have no stride worth keeping.
+    let old: Vec<(u64, u64)> = dims
+        .iter()
+        .zip(strides)
+        .filter(|(d, _)| **d != 1)
+        .map(|(d, s)| (*d, *s))
+        .collect();
+    let mut out = vec![0u64; new.len()];
+    let (mut i, mut j) = (0, 0);
+    while i < old.len() {
+        // The longest run of old dimensions laid out one inside the next.
+        let mut k = i;
+        let mut extent = old[i].0;
+        while k + 1 < old.len() && old[k].1 == old[k + 1].1 * old[k + 1].0 {
+            k += 1;
+            extent *= old[k].0;
+        }
+        // New dimensions that cover exactly that run step through it.
+        let first = j;
+        let mut covered = 1u64;
+        while covered < extent {
+            covered *= *new.get(j)?;
+            j += 1;
+        }
+        if covered != extent {
+            return None;
+        }
+        let mut step = old[k].1;
+        for t in (first..j).rev() {
+            out[t] = step;
+            step *= new[t];
+        }
+        i = k + 1;
+    }
+    // Whatever is left can only be dimensions of extent one.
+    new[j..].iter().all(|&d| d == 1).then_some(out)
 }
 
 impl LoopProgram {
@@ -798,7 +866,11 @@ impl LoopProgram {
                         let source = match splat_through(graph, &producer, v) {
                             Some(x) => Source::Splat(x),
                             None => match strides_through(graph, &producer, v, shape) {
-                                Some((value, strides)) => Source::Strided { value, strides },
+                                Some((value, strides, offset)) => Source::Strided {
+                                    value,
+                                    strides,
+                                    offset,
+                                },
                                 None => {
                                     // Evaluate the folded chain up front.
                                     let mut chain = vec![];
@@ -817,6 +889,7 @@ impl LoopProgram {
                                     Source::Strided {
                                         value: v,
                                         strides: contiguous(shape),
+                                        offset: 0,
                                     }
                                 }
                             },
@@ -1002,10 +1075,23 @@ impl LoopProgram {
                 Source::Splat(_) => std::borrow::Cow::Borrowed(&[][..]),
             })
             .collect();
+        let mut offsets: Vec<u64> = self
+            .sources
+            .iter()
+            .map(|s| match s {
+                Source::Strided { offset, .. } => *offset,
+                Source::Splat(_) => 0,
+            })
+            .collect();
         let mut staged: HashMap<ValueId, HostTensor> = HashMap::new();
-        let mut in_place: HashMap<ValueId, Vec<(usize, Vec<u64>)>> = HashMap::new();
+        let mut in_place: HashMap<ValueId, Vec<(usize, Vec<u64>, u64)>> = HashMap::new();
         for (i, s) in self.sources.iter().enumerate() {
-            let Source::Strided { value, strides: st } = s else {
+            let Source::Strided {
+                value,
+                strides: st,
+                offset,
+            } = s
+            else {
                 continue;
             };
             if values[value.0 as usize].is_some() || staged.contains_key(value) {
@@ -1019,7 +1105,16 @@ impl LoopProgram {
                     continue;
                 }
                 if let Some(own) = strides_in_place(&self.shape, st, t.dims(), &t.layout.strides) {
-                    in_place.entry(*value).or_default().push((i, own));
+                    // The first element's index, from the contiguous
+                    // layout the program assumes to the view's own.
+                    let contiguous = kernels::contiguous_strides(t.dims());
+                    let own_offset = (0..t.dims().len())
+                        .map(|d| (offset / contiguous[d]) % t.dims()[d] * t.layout.strides[d])
+                        .sum();
+                    in_place
+                        .entry(*value)
+                        .or_default()
+                        .push((i, own, own_offset));
                     continue;
                 }
             }
@@ -1030,8 +1125,9 @@ impl LoopProgram {
             if staged.contains_key(&value) {
                 continue;
             }
-            for (i, own) in uses {
+            for (i, own, own_offset) in uses {
                 strides[i] = std::borrow::Cow::Owned(own);
+                offsets[i] = own_offset;
             }
         }
         let strides: Vec<&[u64]> = strides.iter().map(|s| &s[..]).collect();
@@ -1143,6 +1239,7 @@ impl LoopProgram {
             scalars: &scalars,
             src: &src_data,
             strides: &strides,
+            offsets: &offsets,
             sinks: &sinks,
             red_sinks: &red_sinks,
             last,
@@ -2191,6 +2288,151 @@ mod tests {
         assert_eq!(strides_in_place(&[2, 4], &[1, 1], &[1, 4], &[4, 1]), None);
     }
 
+    #[test]
+    fn view_strides_split_and_merge_only_what_lies_in_order() {
+        // Contiguous: any reshape.
+        assert_eq!(view_strides(&[4, 6], &[6, 1], &[2, 12]), Some(vec![12, 1]));
+        assert_eq!(view_strides(&[4, 6], &[6, 1], &[24]), Some(vec![1]));
+        // A transposed [6, 4] read as [4, 6]: splitting a dimension works,
+        // merging the two does not.
+        assert_eq!(
+            view_strides(&[6, 4], &[1, 6], &[3, 2, 4]),
+            Some(vec![2, 1, 6])
+        );
+        assert_eq!(view_strides(&[6, 4], &[1, 6], &[24]), None);
+        // Heads: [b, s, h, d] transposed to [b, h, s, d], merged back only
+        // where dimensions stay in order.
+        let (dims, strides) = ([2, 8, 3, 4], [96, 4, 32, 1]);
+        assert_eq!(view_strides(&dims, &strides, &[16, 3, 4]), None);
+        assert_eq!(view_strides(&dims, &strides, &[2, 8, 12]), None);
+        assert_eq!(
+            view_strides(&dims, &strides, &[2, 8, 3, 2, 2]),
+            Some(vec![96, 4, 32, 2, 1])
+        );
+        // Extent-one dimensions come and go; broadcast (stride 0) stays 0.
+        assert_eq!(
+            view_strides(&[1, 5, 1], &[0, 2, 7], &[5, 1, 1]),
+            Some(vec![2, 0, 0])
+        );
+        assert_eq!(
+            view_strides(&[3, 4], &[0, 1], &[3, 2, 2]),
+            Some(vec![0, 2, 1])
+        );
+        assert_eq!(view_strides(&[3, 4], &[0, 1], &[12]), None);
+        assert_eq!(view_strides(&[3, 4], &[0, 0], &[12]), Some(vec![0]));
+        // Element counts must agree; empty tensors need no strides.
+        assert_eq!(view_strides(&[3, 4], &[4, 1], &[5]), None);
+        assert_eq!(view_strides(&[0, 4], &[4, 1], &[4, 0]), Some(vec![0, 0]));
+    }
+
+    /// Rotary embedding over heads taken from a product, as Llama runs it:
+    /// the passes read the heads through the reshape and transpose, and
+    /// the negated half through its slice, in place (nothing gathered
+    /// first); only what the concatenation reads (which no pass can) is
+    /// stored: the transposed heads and the other half. The result is the
+    /// reference's.
+    #[test]
+    fn head_transposes_and_half_slices_are_read_in_place() {
+        let (b, s, h, d) = (2u64, 5, 3, 8);
+        let mut g = crate::ir::GraphBuilder::new();
+        let q = g.param(TensorType::new(DType::F32, &[b * s, h * d]));
+        let cos = g.param(TensorType::new(DType::F32, &[s, d]));
+        let sin = g.param(TensorType::new(DType::F32, &[s, d]));
+        let w = g.param(TensorType::new(DType::F32, &[h * d, h * d]));
+        let proj = g
+            .op(
+                Prim::DotGeneral {
+                    lhs_batch: vec![],
+                    rhs_batch: vec![],
+                    lhs_contract: vec![1],
+                    rhs_contract: vec![0],
+                },
+                &[q, w],
+            )
+            .unwrap();
+        let split = g
+            .op(
+                Prim::Reshape {
+                    dims: vec![b, s, h, d],
+                },
+                &[proj],
+            )
+            .unwrap();
+        let heads = g
+            .op(
+                Prim::Transpose {
+                    perm: vec![0, 2, 1, 3],
+                },
+                &[split],
+            )
+            .unwrap();
+        let shape = vec![b, h, s, d];
+        let half = |g: &mut crate::ir::GraphBuilder, from: u64| {
+            let mut start = vec![0; 4];
+            start[3] = from;
+            let mut limit = shape.clone();
+            limit[3] = from + d / 2;
+            g.op(
+                Prim::Slice {
+                    start,
+                    limit,
+                    stride: vec![1; 4],
+                },
+                &[heads],
+            )
+            .unwrap()
+        };
+        let (x1, x2) = (half(&mut g, 0), half(&mut g, d / 2));
+        let neg = g.unary(UnaryOp::Neg, x2).unwrap();
+        let rotated = g
+            .op(Prim::Concatenate { dimension: 3 }, &[neg, x1])
+            .unwrap();
+        let rows = |g: &mut crate::ir::GraphBuilder, t| {
+            g.op(
+                Prim::BroadcastInDim {
+                    dims: shape.clone(),
+                    mapping: vec![2, 3],
+                },
+                &[t],
+            )
+            .unwrap()
+        };
+        let (c, sn) = (rows(&mut g, cos), rows(&mut g, sin));
+        let a = g.binary(BinaryOp::Mul, heads, c).unwrap();
+        let r = g.binary(BinaryOp::Mul, rotated, sn).unwrap();
+        let out = g.binary(BinaryOp::Add, a, r).unwrap();
+        let graph = g.build(&[out]).unwrap();
+        let plan = crate::fusion::plan(&graph);
+        let own: Vec<String> = plan
+            .kernels
+            .iter()
+            .filter(|k| matches!(k.kind, KernelKind::Single))
+            .map(|k| graph.nodes()[k.nodes[0]].prim.name())
+            .collect();
+        assert_eq!(
+            own,
+            [
+                "dot_general",
+                "reshape",
+                "transpose",
+                "slice",
+                "concatenate"
+            ],
+            "{plan:?}"
+        );
+        for k in &plan.kernels {
+            if matches!(k.kind, KernelKind::Loop { .. }) {
+                let p = LoopProgram::compile(&graph, k).unwrap();
+                assert!(
+                    p.materialize.is_empty(),
+                    "gathered first: {:?}",
+                    p.materialize
+                );
+            }
+        }
+        check(&graph, 1e-6);
+    }
+
     /// Chunks span several short rows: a transposed operand read row by
     /// row inside one chunk, with and without a reduction over the short
     /// rows, in shapes whose rows end at odd places in a chunk, big enough
@@ -2253,6 +2495,13 @@ mod tests {
         BroadcastRow,
         ReduceLast(ReduceOp),
         ToBf16,
+        /// Swap the two dimensions.
+        Transpose,
+        /// Columns from `start` (mod the width) by `step`.
+        SliceCols(u64, u64),
+        /// Reshape [a, b] to [b, a] (a view of a transposed value only
+        /// when a or b is 1).
+        ReshapeFlip,
     }
 
     fn node() -> impl Strategy<Value = Node> {
@@ -2281,6 +2530,9 @@ mod tests {
             prop::sample::select(vec![ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min])
                 .prop_map(Node::ReduceLast),
             Just(Node::ToBf16),
+            Just(Node::Transpose),
+            (0..8u64, 1..4u64).prop_map(|(a, k)| Node::SliceCols(a, k)),
+            Just(Node::ReshapeFlip),
         ]
     }
 
@@ -2311,10 +2563,16 @@ mod tests {
                     }
                     Node::ReduceLast(op) if t.rank() == 2 && t.dtype == DType::F32 => {
                         let r = g.op(Prim::Reduce { op: *op, dimensions: vec![1] }, &[last]).unwrap();
-                        let r2 = g.op(Prim::Reshape { dims: vec![rows, 1] }, &[r]).unwrap();
-                        g.op(Prim::BroadcastInDim { dims: vec![rows, cols], mapping: vec![0, 1] }, &[r2])
+                        let r2 = g.op(Prim::Reshape { dims: vec![t.dims[0], 1] }, &[r]).unwrap();
+                        g.op(Prim::BroadcastInDim { dims: t.dims.clone(), mapping: vec![0, 1] }, &[r2])
                     }
                     Node::ToBf16 => g.op(Prim::Convert { to: DType::BF16 }, &[last]),
+                    Node::Transpose if t.rank() == 2 => g.op(Prim::Transpose { perm: vec![1, 0] }, &[last]),
+                    Node::SliceCols(a, k) if t.rank() == 2 && t.dims[1] > 0 => {
+                        let start = a % t.dims[1];
+                        g.op(Prim::Slice { start: vec![0, start], limit: t.dims.clone(), stride: vec![1, *k] }, &[last])
+                    }
+                    Node::ReshapeFlip if t.rank() == 2 => g.op(Prim::Reshape { dims: vec![t.dims[1], t.dims[0]] }, &[last]),
                     _ => Ok(last),
                 }.unwrap();
                 vals.push(v);

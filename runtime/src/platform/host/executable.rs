@@ -2,14 +2,16 @@
 //! Inputs are gathered from device memory (any strided layout) into
 //! contiguous host tensors, the graph runs, and results are scattered into
 //! the output layouts. All inputs are read before any output is written,
-//! so in-place ops are safe.
+//! so in-place ops are safe; the one exception is a pass that stores a
+//! result over an input it reads element for element (an in-place update,
+//! see `store_over`), which reads each chunk before it stores it.
 
 use super::fused::{run_plan, DeviceIo, LoopProgram};
 use super::kernels::HostTensor;
 use crate::copy::{for_each_run, Layout};
 use crate::error::{Error, Result};
 use crate::fusion::{self, KernelKind, Plan};
-use crate::ir::{Graph, TensorType};
+use crate::ir::{Graph, TensorType, ValueId};
 use crate::platform::Executable;
 use crate::tensor::DeviceTensor;
 
@@ -25,6 +27,9 @@ pub struct HostExecutable {
     /// Outputs a loop stores that no later kernel reads: these may be
     /// written straight into the output tensor.
     direct_ok: std::collections::HashSet<crate::ir::ValueId>,
+    /// For each of those outputs, the parameters whose memory its pass may
+    /// store it into (an in-place update: `store_over`).
+    store_over: std::collections::HashMap<ValueId, Vec<ValueId>>,
     /// Whether a kernel may split across threads (see `execute`).
     threaded: bool,
     /// Values to drop after each kernel (`Plan::dead_after`).
@@ -46,6 +51,7 @@ impl HostExecutable {
             })
             .collect();
         let direct_ok = direct_outputs(&graph, &plan, &programs);
+        let store_over = store_over(&graph, &plan, &programs, &direct_ok);
         let threaded = crate::platform::host::fused::may_split(&graph);
         HostExecutable {
             threaded,
@@ -55,6 +61,7 @@ impl HostExecutable {
             plan,
             programs,
             direct_ok,
+            store_over,
             graph,
         }
     }
@@ -146,6 +153,68 @@ fn direct_outputs(
             })
         })
         .collect()
+}
+
+/// For each direct output a loop stores, the parameters it may be stored
+/// over in place: read by that loop's kernel alone (so no other kernel
+/// reads them after the store, or holds a view of them), and read by its
+/// pass element for element before the store (`may_store_over`). An
+/// optimizer's update of a parameter and its moments, run in place, then
+/// writes straight into them instead of into host tensors copied back.
+fn store_over(
+    graph: &Graph,
+    plan: &Plan,
+    programs: &[Option<LoopProgram>],
+    direct_ok: &std::collections::HashSet<ValueId>,
+) -> std::collections::HashMap<ValueId, Vec<ValueId>> {
+    let nodes = graph.nodes();
+    let producer = graph.producers();
+    // The kernels reading each parameter, through any chain of loads.
+    let mut readers: std::collections::HashMap<ValueId, std::collections::HashSet<usize>> =
+        std::collections::HashMap::new();
+    for (k, ker) in plan.kernels.iter().enumerate() {
+        for &i in &ker.nodes {
+            for &v in &nodes[i].inputs {
+                let mut v = v;
+                while let Some(p) =
+                    producer[v.0 as usize].filter(|&p| fusion::is_load(graph, &nodes[p]))
+                {
+                    match nodes[p].inputs.first() {
+                        Some(&u) => v = u,
+                        None => break,
+                    }
+                }
+                if producer[v.0 as usize].is_none() {
+                    readers.entry(v).or_default().insert(k);
+                }
+            }
+        }
+    }
+    let mut out: std::collections::HashMap<ValueId, Vec<ValueId>> = Default::default();
+    for (k, ker) in plan.kernels.iter().enumerate() {
+        let Some(program) = &programs[k] else {
+            continue;
+        };
+        for v in ker.stores.iter().filter(|v| direct_ok.contains(v)) {
+            let params: Vec<ValueId> = graph
+                .params()
+                .iter()
+                .copied()
+                .filter(|p| {
+                    !graph.outputs().contains(p)
+                        && readers
+                            .get(p)
+                            .is_some_and(|r| r.len() == 1 && r.contains(&k))
+                        && graph.value_type(*p) == graph.value_type(*v)
+                        && program.may_store_over(*v, *p)
+                })
+                .collect();
+            if !params.is_empty() {
+                out.insert(*v, params);
+            }
+        }
+    }
+    out
 }
 
 /// Read a device tensor into a contiguous host tensor.
@@ -297,18 +366,36 @@ impl Executable for HostExecutable {
             io.inputs.insert(*p, t);
         }
         // Results of the loop engine go straight to device memory when the
-        // output is contiguous, aliases no input and no later kernel reads it.
+        // output is contiguous, no later kernel reads it, and it aliases no
+        // input, or only the very inputs its pass may store it over.
         let mut direct = std::collections::HashSet::new();
         for (v, t) in self.graph.outputs().iter().zip(outputs) {
+            let over = self.store_over.get(v).map_or(&[][..], |p| &p[..]);
+            let mut overwritten = Vec::new();
+            let inputs_ok = self
+                .graph
+                .params()
+                .iter()
+                .zip(inputs)
+                .filter(|(_, i)| i.may_overlap(t))
+                .all(|(p, i)| {
+                    let same = i.buffer.same_buffer(&t.buffer)
+                        && i.layout == t.layout
+                        && i.dtype == t.dtype
+                        && over.contains(p);
+                    overwritten.push(*p);
+                    same
+                });
             let ok = self.direct_ok.contains(v)
                 && t.is_contiguous()
-                && !inputs.iter().any(|i| i.may_overlap(t))
+                && inputs_ok
                 && !outputs
                     .iter()
                     .any(|o| !std::ptr::eq(o, t) && o.may_overlap(t))
                 && self.graph.outputs().iter().filter(|o| *o == v).count() == 1;
             if ok {
                 io.outputs.insert(*v, t);
+                io.overwritten.extend(overwritten);
                 direct.insert(*v);
             }
         }
@@ -413,6 +500,163 @@ mod gather_tests {
                 })
                 .unwrap();
                 assert_eq!(dst, &want[..], "{sizes:?} {strides:?} {es}");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod store_over_tests {
+    use super::*;
+    use crate::ir::{BinaryOp, DType, GraphBuilder, Prim};
+
+    fn f32s(dims: &[u64]) -> TensorType {
+        TensorType::new(DType::F32, dims)
+    }
+
+    /// `p * 0.5 + g` and `m * 0.9`: an update of each parameter, as an
+    /// optimizer's in-place step records it, plus `extra` on top.
+    fn update(
+        extra: impl FnOnce(&mut GraphBuilder, ValueId, ValueId, ValueId) -> Vec<ValueId>,
+    ) -> Graph {
+        let mut b = GraphBuilder::new();
+        let (p, g, m) = (
+            b.param(f32s(&[3, 4])),
+            b.param(f32s(&[3, 4])),
+            b.param(f32s(&[3, 4])),
+        );
+        let half = b.scalar(DType::F32, 0.5).unwrap();
+        let half = b
+            .op(
+                Prim::BroadcastInDim {
+                    dims: vec![3, 4],
+                    mapping: vec![],
+                },
+                &[half],
+            )
+            .unwrap();
+        let scaled = b.binary(BinaryOp::Mul, p, half).unwrap();
+        let p_new = b.binary(BinaryOp::Add, scaled, g).unwrap();
+        let m_new = b.binary(BinaryOp::Mul, m, half).unwrap();
+        let mut outs = vec![p_new, m_new];
+        outs.extend(extra(&mut b, p, m, p_new));
+        b.build(&outs).unwrap()
+    }
+
+    fn over(exe: &HostExecutable, out: usize) -> Vec<ValueId> {
+        let v = exe.graph().outputs()[out];
+        exe.store_over.get(&v).cloned().unwrap_or_default()
+    }
+
+    #[test]
+    fn an_update_may_store_over_the_parameters_it_reads_in_order() {
+        let exe = HostExecutable::new(update(|_, _, _, _| vec![]));
+        let params = exe.graph().params().to_vec();
+        // p_new could go over p or g (each read where it is stored).
+        assert_eq!(over(&exe, 0), vec![params[0], params[1]]);
+        assert_eq!(over(&exe, 1), vec![params[2]]);
+        // p also read transposed: its elements are read at other positions.
+        let exe = HostExecutable::new(update(|b, p, _, _| {
+            let t = b.op(Prim::Transpose { perm: vec![1, 0] }, &[p]).unwrap();
+            let t = b.op(Prim::Reshape { dims: vec![3, 4] }, &[t]).unwrap();
+            vec![b.binary(BinaryOp::Sub, t, p).unwrap()]
+        }));
+        assert_eq!(over(&exe, 0), vec![], "{:?}", exe.plan());
+        // m also read by a product (another kernel, which may run later).
+        let exe = HostExecutable::new(update(|b, _, m, _| {
+            let dot = Prim::DotGeneral {
+                lhs_batch: vec![],
+                rhs_batch: vec![],
+                lhs_contract: vec![1],
+                rhs_contract: vec![1],
+            };
+            vec![b.op(dot, &[m, m]).unwrap()]
+        }));
+        assert_eq!(over(&exe, 1), vec![]);
+        assert_eq!(over(&exe, 0).len(), 2);
+    }
+
+    /// Run in place (outputs over their inputs), with and without the
+    /// stores going straight into the parameters: strict's results.
+    #[test]
+    fn updates_run_in_place_give_the_results_of_separate_outputs() {
+        use crate::runtime::{Runtime, RuntimeOptions};
+        let r = Runtime::new(&RuntimeOptions {
+            platform: Some("host".into()),
+            host_chips: Some(1),
+            host_topology: None,
+            host_hbm_bytes: Some(64 << 20),
+            cache: Some(crate::compile::CacheConfig::memory_only(8)),
+        })
+        .unwrap();
+        let s = r.default_stream(0).unwrap();
+        let upload = |v: &[f32]| {
+            let b = r.allocate(0, (v.len() * 4) as u64, &s).unwrap();
+            r.copy_host_to_device(bytemuck::cast_slice(v), &b, &Layout::bytes(b.len()), &s)
+                .unwrap();
+            DeviceTensor::contiguous(b, DType::F32, &[3, 4]).unwrap()
+        };
+        let download = |t: &DeviceTensor| {
+            let mut out = vec![0u8; 48];
+            r.copy_device_to_host(&t.buffer, &t.layout, &mut out, &s)
+                .unwrap();
+            bytemuck::cast_slice::<u8, f32>(&out).to_vec()
+        };
+        let pv: Vec<f32> = (0..12).map(|i| i as f32).collect();
+        let gv: Vec<f32> = (0..12).map(|i| 100.0 - i as f32).collect();
+        let mv: Vec<f32> = (0..12).map(|i| -(i as f32)).collect();
+        let rows = |b: &mut GraphBuilder, p: ValueId, _, _| {
+            // p's first row broadcast down: read out of order, so p_new is
+            // not stored over p; the update of m still is.
+            let row = b
+                .op(
+                    Prim::Slice {
+                        start: vec![0, 0],
+                        limit: vec![1, 4],
+                        stride: vec![1, 1],
+                    },
+                    &[p],
+                )
+                .unwrap();
+            let row = b.op(Prim::Reshape { dims: vec![4] }, &[row]).unwrap();
+            let down = b
+                .op(
+                    Prim::BroadcastInDim {
+                        dims: vec![3, 4],
+                        mapping: vec![1],
+                    },
+                    &[row],
+                )
+                .unwrap();
+            vec![b.binary(BinaryOp::Add, p, down).unwrap()]
+        };
+        // p read again after p_new is stored over it, in the same pass: the
+        // pass must have copied p's chunk, not pointed at p's memory.
+        let after = |b: &mut GraphBuilder, p: ValueId, _, p_new: ValueId| {
+            vec![b.binary(BinaryOp::Sub, p_new, p).unwrap()]
+        };
+        // The extra output's element i, from p and g.
+        type Want = fn(usize, &[f32], &[f32]) -> f32;
+        let cases: [(Graph, Want); 3] = [
+            (update(|_, _, _, _| vec![]), |_, _, _| 0.0),
+            (update(rows), |i, p, _| p[i] + p[i % 4]),
+            (update(after), |i, p, g| p[i] * 0.5 + g[i] - p[i]),
+        ];
+        for (graph, extra_want) in cases {
+            let exe = HostExecutable::new(graph);
+            let extra = exe.graph().outputs().len() - 2;
+            let (p, g, m) = (upload(&pv), upload(&gv), upload(&mv));
+            let extras: Vec<DeviceTensor> = (0..extra).map(|_| upload(&[0.0; 12])).collect();
+            let mut outs = vec![p.clone(), m.clone()];
+            outs.extend(extras.iter().cloned());
+            exe.execute(&[p.clone(), g, m.clone()], &outs).unwrap();
+            let want_p: Vec<f32> = pv.iter().zip(&gv).map(|(p, g)| p * 0.5 + g).collect();
+            let want_m: Vec<f32> = mv.iter().map(|m| m * 0.5).collect();
+            assert_eq!(download(&p), want_p);
+            assert_eq!(download(&m), want_m);
+            for e in &extras {
+                let want: Vec<f32> = (0..12).map(|i| extra_want(i, &pv, &gv)).collect();
+                assert_eq!(download(e), want);
             }
         }
     }

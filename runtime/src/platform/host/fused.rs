@@ -316,15 +316,25 @@ struct Epilogue {
 pub struct DeviceIo<'a> {
     /// Parameters not read into host tensors up front.
     pub inputs: HashMap<ValueId, &'a DeviceTensor>,
-    /// Results the loop engine stores directly (contiguous, not aliasing
-    /// any input, used by no later kernel).
+    /// Results the loop engine stores directly (contiguous, used by no
+    /// later kernel, aliasing no input but those in `overwritten`).
     pub outputs: HashMap<ValueId, &'a DeviceTensor>,
+    /// Parameters whose memory a pass stores a result into while it reads
+    /// them (an in-place update, see [`LoopProgram::may_store_over`]): a
+    /// pass copies their chunks into registers, never reads them in place.
+    pub overwritten: std::collections::HashSet<ValueId>,
 }
 
 /// A value's data for a pass: host f32s, or f32s in device memory.
 enum SourceData<'a> {
     Host(std::borrow::Cow<'a, [f32]>),
-    Device { ptr: *const f32, len: usize },
+    /// `in_place`: a load may point its register at this memory (false
+    /// while the pass also writes it).
+    Device {
+        ptr: *const f32,
+        len: usize,
+        in_place: bool,
+    },
     None,
 }
 
@@ -346,8 +356,8 @@ impl SourceData<'_> {
         }
         match self {
             SourceData::Host(v) => Some(v[at..at + n].as_ptr()),
-            SourceData::Device { ptr, .. }
-                if ptr.align_offset(std::mem::align_of::<f32>()) == 0 =>
+            SourceData::Device { ptr, in_place, .. }
+                if *in_place && ptr.align_offset(std::mem::align_of::<f32>()) == 0 =>
             {
                 // SAFETY: at + n <= len (checked above), and the tensor's
                 // `len` elements lie inside its segment (as in `read`).
@@ -1026,6 +1036,49 @@ impl LoopProgram {
         })
     }
 
+    /// Whether this pass may store `out` into the memory of parameter
+    /// `param` (the same layout) while it reads `param`: it reads each
+    /// element of `param` only at the position where it stores that
+    /// element of `out` (element for element, nothing gathered first, no
+    /// reduction), and loads it in every chunk before that store. Threads
+    /// take disjoint positions, so none sees another's store.
+    pub fn may_store_over(&self, out: ValueId, param: ValueId) -> bool {
+        let Some(sink) = self.stores.iter().position(|s| s.1 == out) else {
+            return false;
+        };
+        if !self.epilogues.is_empty() || !self.materialize.is_empty() {
+            return false;
+        }
+        let in_order = contiguous(&self.shape);
+        let reads: Vec<usize> = (0..self.sources.len())
+            .filter(
+                |&i| matches!(&self.sources[i], Source::Strided { value, .. } if *value == param),
+            )
+            .collect();
+        let element_for_element = reads.iter().all(|&i| match &self.sources[i] {
+            Source::Strided {
+                strides, offset, ..
+            } => {
+                *offset == 0
+                    && (0..self.shape.len())
+                        .all(|d| self.shape[d] == 1 || strides[d] == in_order[d])
+            }
+            Source::Splat(_) => false,
+        });
+        let position = |want: &dyn Fn(&Inst) -> bool| self.insts.iter().position(want);
+        let stored = position(&|i| matches!(i, Inst::Store { sink: k, .. } if *k == sink));
+        let last_load = self
+            .insts
+            .iter()
+            .rposition(|i| matches!(i, Inst::Load { src, .. } if reads.contains(src)));
+        element_for_element
+            && match (stored, last_load) {
+                (Some(st), Some(ld)) => ld < st,
+                (Some(_), None) => true,
+                (None, _) => false,
+            }
+    }
+
     /// Run the pass: read sources from `values` (or device memory for the
     /// parameters in `io`), write stored values into `values` (or device
     /// memory for the results in `io`) and epilogue results into `values`.
@@ -1165,6 +1218,7 @@ impl LoopProgram {
                     Ok(SourceData::Device {
                         ptr: ptr as *const f32,
                         len: reach as usize,
+                        in_place: !io.overwritten.contains(value),
                     })
                 }
             })

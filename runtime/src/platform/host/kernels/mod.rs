@@ -52,8 +52,11 @@ impl PartialEq for AlignedBytes {
 /// one per thread: a plan runs on whichever pool worker picks it up, and
 /// its values are dropped on the stream's executor thread, so per-thread
 /// caches missed (four to six times the page faults of a deferred block).
-const SCRATCH_MIN_BYTES: usize = 1 << 20;
-const SCRATCH_MAX_BUFFERS: usize = 32;
+/// From 64 KiB: smaller fresh buffers are zeroed by the allocator, and a
+/// training step's weight-sized values (256 KiB in the Llama step) paid
+/// that for every kernel; 128 buffers cover a step's live set.
+const SCRATCH_MIN_BYTES: usize = 64 << 10;
+const SCRATCH_MAX_BUFFERS: usize = 128;
 const SCRATCH_MAX_BYTES: usize = 384 << 20;
 
 static SCRATCH: std::sync::Mutex<Vec<Vec<u64>>> = std::sync::Mutex::new(Vec::new());

@@ -414,7 +414,7 @@ pub fn plan(graph: &Graph) -> Plan {
 }
 
 /// The value `v` reads through a chain of loads.
-fn under_loads(graph: &Graph, producer: &[Option<usize>], mut v: ValueId) -> ValueId {
+pub fn under_loads(graph: &Graph, producer: &[Option<usize>], mut v: ValueId) -> ValueId {
     while let Some(p) = producer[v.0 as usize].filter(|&p| is_load(graph, &graph.nodes()[p])) {
         match graph.nodes()[p].inputs.first() {
             Some(u) => v = *u,

@@ -175,15 +175,7 @@ fn store_over(
     for (k, ker) in plan.kernels.iter().enumerate() {
         for &i in &ker.nodes {
             for &v in &nodes[i].inputs {
-                let mut v = v;
-                while let Some(p) =
-                    producer[v.0 as usize].filter(|&p| fusion::is_load(graph, &nodes[p]))
-                {
-                    match nodes[p].inputs.first() {
-                        Some(&u) => v = u,
-                        None => break,
-                    }
-                }
+                let v = fusion::under_loads(graph, &producer, v);
                 if producer[v.0 as usize].is_none() {
                     readers.entry(v).or_default().insert(k);
                 }

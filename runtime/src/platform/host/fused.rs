@@ -1065,8 +1065,10 @@ impl LoopProgram {
             }
             Source::Splat(_) => false,
         });
-        let position = |want: &dyn Fn(&Inst) -> bool| self.insts.iter().position(want);
-        let stored = position(&|i| matches!(i, Inst::Store { sink: k, .. } if *k == sink));
+        let stored = self
+            .insts
+            .iter()
+            .position(|i| matches!(i, Inst::Store { sink: k, .. } if *k == sink));
         let last_load = self
             .insts
             .iter()

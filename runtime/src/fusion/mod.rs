@@ -17,6 +17,20 @@
 //!   operand is stored (a parameter or another kernel's result), is not run
 //!   at all when only loop groups consume it and the graph does not return
 //!   it: the groups read its operand through its index map.
+//! - *Row phases*: a loop group with a trailing reduction, and the later
+//!   loop groups over the same shape that read its reduction broadcast
+//!   back along the reduced dimensions (softmax's max, then its sum, then
+//!   its divide; layer_norm's mean, variance and normalization), become one
+//!   kernel of several phases when each later phase reads only values
+//!   ready before the first (parameters, earlier kernels) and, of the
+//!   phases before it, f32 reductions through reshapes and broadcasts and
+//!   f32 full-shape values element for element. A phase may also loop over
+//!   the rows alone (layer_norm's `rsqrt(var / n + eps)`), reading rows'
+//!   values; later phases read its f32 results as they read reductions.
+//!   Rows are at most
+//!   `ROW_PHASE_MAX` elements. A platform may run such a kernel row block
+//!   by row block, every phase over a block before the next block, so a
+//!   value passed between phases lives in cache, not memory.
 //! - Loop groups hold f32, bf16, f16 and bool values; other dtypes run node
 //!   by node. Every other node is a kernel of its own.
 //! - A kernel stores a value when a later kernel (directly or through a
@@ -37,7 +51,24 @@ pub enum KernelKind {
     /// Elementwise nodes over `shape`; the last `reduce_dims` dimensions
     /// are reduced by epilogue nodes (0 when there are none).
     Loop { shape: Vec<u64>, reduce_dims: usize },
+    /// Loop groups over `shape` run as phases of one kernel (see *Row
+    /// phases* above): each phase is a `Loop` kernel whose `stores` are
+    /// the values it must keep, those of the whole kernel (stored to
+    /// memory) and those later phases read (kept per row block). The
+    /// first phase reduces the last `reduce_dims` dimensions; a later one
+    /// reduces the same ones or none, or loops over the rows alone (a
+    /// shape of as many elements as `shape` has rows).
+    Rows {
+        shape: Vec<u64>,
+        reduce_dims: usize,
+        phases: Vec<Kernel>,
+    },
 }
+
+/// The longest row (elements reduced per output) a row-phase kernel
+/// takes: a block of rows and the values its phases pass on should stay in
+/// a core's cache (64K f32 elements are 256 KiB).
+pub const ROW_PHASE_MAX: u64 = 1 << 16;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Kernel {
@@ -98,12 +129,16 @@ impl Plan {
         dead
     }
 
-    /// Nodes that run, one kernel per entry of `kernels`.
+    /// Loop passes: one per loop kernel, one per phase of a row kernel.
     pub fn loop_count(&self) -> usize {
         self.kernels
             .iter()
-            .filter(|k| matches!(k.kind, KernelKind::Loop { .. }))
-            .count()
+            .map(|k| match &k.kind {
+                KernelKind::Loop { .. } => 1,
+                KernelKind::Rows { phases, .. } => phases.len(),
+                KernelKind::Single => 0,
+            })
+            .sum()
     }
 }
 
@@ -162,8 +197,12 @@ pub fn plan(graph: &Graph) -> Plan {
     // The full-size values each loop group reads (sized up to the kernels
     // as loop nodes join; a kernel past its end reads nothing yet).
     let mut reads: Vec<HashSet<ValueId>> = Vec::new();
-    let is_loop =
-        |kernels: &Vec<Kernel>, k: usize| matches!(kernels[k].kind, KernelKind::Loop { .. });
+    let is_loop = |kernels: &Vec<Kernel>, k: usize| {
+        matches!(
+            kernels[k].kind,
+            KernelKind::Loop { .. } | KernelKind::Rows { .. }
+        )
+    };
     for (i, n) in nodes.iter().enumerate() {
         let out = graph.value_type(n.outputs[0]);
         let elementwise = n.prim.is_elementwise()
@@ -356,7 +395,10 @@ pub fn plan(graph: &Graph) -> Plan {
         &mut kernel_of,
     );
 
-    // 4. Stores: a value crossing kernels (a folded load's use counts as a
+    // 4. Row phases: see `chain_row_phases`.
+    chain_row_phases(graph, &producer, &mut kernels, &mut kernel_of);
+
+    // 5. Stores: a value crossing kernels (a folded load's use counts as a
     //    use of its operand by the consumer's kernel), or returned.
     let mut stores: Vec<HashSet<ValueId>> = vec![HashSet::new(); kernels.len()];
     let need = |v: ValueId, user: usize, stores: &mut Vec<HashSet<ValueId>>| {
@@ -404,12 +446,178 @@ pub fn plan(graph: &Graph) -> Plan {
             let mut s: Vec<ValueId> = stores[idx].iter().copied().collect();
             s.sort();
             k.stores = s;
+            phase_stores(graph, &producer, &mut k);
             k
         })
         .collect();
     Plan {
         kernels,
         folded_loads: folded,
+    }
+}
+
+/// Join loop groups into row-phase kernels (see *Row phases* above). For
+/// each loop group `k0` with a trailing reduction, in order, the later
+/// loop groups over its shape that may follow it as phases move into it;
+/// the kernel runs where `k0` ran, so a phase may read only values ready
+/// by then.
+fn chain_row_phases(
+    graph: &Graph,
+    producer: &[Option<usize>],
+    kernels: &mut [Kernel],
+    kernel_of: &mut [usize],
+) {
+    let nodes = graph.nodes();
+    for k0 in 0..kernels.len() {
+        let KernelKind::Loop { shape, reduce_dims } = kernels[k0].kind.clone() else {
+            continue;
+        };
+        let rank = shape.len();
+        let row: u64 = shape[rank - reduce_dims..].iter().product();
+        if reduce_dims == 0 || row == 0 || row > ROW_PHASE_MAX || kernels[k0].nodes.is_empty() {
+            continue;
+        }
+        let outer: u64 = shape[..rank - reduce_dims].iter().product();
+        let ones = |d: &[u64]| -> Vec<u64> { d.iter().copied().filter(|&x| x != 1).collect() };
+        let outer_dims = ones(&shape[..rank - reduce_dims]);
+        let mut members = vec![k0];
+        // Members that loop over the rows, not the whole shape.
+        let mut per_row_members: HashSet<usize> = HashSet::new();
+        for (j, candidate) in kernels.iter().enumerate().skip(k0 + 1) {
+            let (full, per_row) = match &candidate.kind {
+                KernelKind::Loop {
+                    shape: s,
+                    reduce_dims: r,
+                } => (
+                    *s == shape && (*r == 0 || *r == reduce_dims),
+                    *r == 0 && ones(s) == outer_dims,
+                ),
+                _ => (false, false),
+            };
+            if !(full || per_row) || candidate.nodes.is_empty() {
+                continue;
+            }
+            // Every value the group reads: a parameter or constant, its
+            // own, an earlier kernel's, or an earlier phase's in a form a
+            // row block has.
+            let ready = candidate.nodes.iter().all(|&i| {
+                nodes[i].inputs.iter().all(|&v| {
+                    let u = under_loads(graph, producer, v);
+                    let Some(p) = producer[u.0 as usize] else {
+                        return true;
+                    };
+                    let k = kernel_of[p];
+                    if is_load(graph, &nodes[p]) || k == j || k < k0 {
+                        return true;
+                    }
+                    if !members.contains(&k) {
+                        return false;
+                    }
+                    let ty = graph.value_type(u);
+                    if matches!(nodes[p].prim, Prim::Reduce { .. }) || per_row_members.contains(&k)
+                    {
+                        // A row's value (its reduction, or computed from
+                        // reductions), broadcast back along the row.
+                        ty.dtype == DType::F32
+                            && ty.numel() == outer
+                            && row_broadcast(graph, producer, v, u)
+                    } else {
+                        full && v == u && ty.dims == shape && ty.dtype == DType::F32
+                    }
+                })
+            });
+            if ready {
+                members.push(j);
+                if !full {
+                    per_row_members.insert(j);
+                }
+            }
+        }
+        if members.len() < 2 {
+            continue;
+        }
+        let phases: Vec<Kernel> = members
+            .iter()
+            .map(|&m| Kernel {
+                kind: kernels[m].kind.clone(),
+                nodes: std::mem::take(&mut kernels[m].nodes),
+                stores: vec![],
+            })
+            .collect();
+        let mut all: Vec<usize> = phases
+            .iter()
+            .flat_map(|p| p.nodes.iter().copied())
+            .collect();
+        all.sort_unstable();
+        for &i in &all {
+            kernel_of[i] = k0;
+        }
+        kernels[k0] = Kernel {
+            kind: KernelKind::Rows {
+                shape,
+                reduce_dims,
+                phases,
+            },
+            nodes: all,
+            stores: vec![],
+        };
+    }
+}
+
+/// Whether `v` is `u` through reshapes and broadcasts only (a row-phase
+/// kernel checks the index map itself when it compiles).
+fn row_broadcast(graph: &Graph, producer: &[Option<usize>], v: ValueId, u: ValueId) -> bool {
+    let mut cur = v;
+    while cur != u {
+        let Some(p) = producer[cur.0 as usize] else {
+            return false;
+        };
+        let n = &graph.nodes()[p];
+        if !matches!(n.prim, Prim::Reshape { .. } | Prim::BroadcastInDim { .. }) {
+            return false;
+        }
+        match n.inputs.first() {
+            Some(&w) => cur = w,
+            None => return false,
+        }
+    }
+    true
+}
+
+/// The stores of each phase of a row-phase kernel: its values the kernel
+/// stores, and those a later phase reads (through loads or not).
+fn phase_stores(graph: &Graph, producer: &[Option<usize>], kernel: &mut Kernel) {
+    let KernelKind::Rows { phases, .. } = &mut kernel.kind else {
+        return;
+    };
+    let nodes = graph.nodes();
+    let phase_of: std::collections::HashMap<usize, usize> = phases
+        .iter()
+        .enumerate()
+        .flat_map(|(k, p)| p.nodes.iter().map(move |&i| (i, k)))
+        .collect();
+    let mut stores: Vec<HashSet<ValueId>> = vec![HashSet::new(); phases.len()];
+    for v in &kernel.stores {
+        if let Some(k) = producer[v.0 as usize].and_then(|p| phase_of.get(&p)) {
+            stores[*k].insert(*v);
+        }
+    }
+    for (q, phase) in phases.iter().enumerate() {
+        for &i in &phase.nodes {
+            for &v in &nodes[i].inputs {
+                let u = under_loads(graph, producer, v);
+                if let Some(&k) = producer[u.0 as usize].and_then(|p| phase_of.get(&p)) {
+                    if k < q {
+                        stores[k].insert(u);
+                    }
+                }
+            }
+        }
+    }
+    for (phase, s) in phases.iter_mut().zip(stores) {
+        let mut s: Vec<ValueId> = s.into_iter().collect();
+        s.sort();
+        phase.stores = s;
     }
 }
 
@@ -442,7 +650,7 @@ fn merge_into_consumers(
     let nodes = graph.nodes();
     let loop_shape = |k: &Kernel| match &k.kind {
         KernelKind::Loop { shape, .. } => Some(shape.clone()),
-        KernelKind::Single => None,
+        KernelKind::Single | KernelKind::Rows { .. } => None,
     };
     // Kernels reading each node's result, directly or through loads. A
     // load that is not folded is a kernel of its own that reads the stored

@@ -51,14 +51,32 @@ fn softmax_fuses_its_reductions_as_epilogues() {
         Attrs::new().with("dim", Attr::Int(-1)),
     );
     let p = plan(&g);
-    // max-reduce epilogue, then exp/sum epilogue, then the divide: three passes.
+    // max-reduce epilogue, then exp/sum epilogue, then the divide: three
+    // phases of one row kernel that stores only the result.
     assert_eq!(p.loop_count(), 3, "{p:#?}");
-    assert!(
-        p.kernels
+    assert_eq!(p.kernels.len(), 1, "{p:#?}");
+    let KernelKind::Rows {
+        shape,
+        reduce_dims,
+        phases,
+    } = &p.kernels[0].kind
+    else {
+        panic!("{p:#?}")
+    };
+    assert_eq!((&shape[..], *reduce_dims), (&[8u64, 128][..], 1));
+    assert_eq!(p.kernels[0].stores, g.outputs().to_vec());
+    let reductions = |k: &Kernel| {
+        k.nodes
             .iter()
-            .all(|k| matches!(k.kind, KernelKind::Loop { .. })),
-        "{p:#?}"
-    );
+            .filter(|&&i| matches!(g.nodes()[i].prim, Prim::Reduce { .. }))
+            .count()
+    };
+    let counts: Vec<usize> = phases.iter().map(reductions).collect();
+    assert_eq!(counts, [1, 1, 0], "{p:#?}");
+    // Each of the first two phases hands its reduction on (and the
+    // exponentials, or the shifted scores, that the next one reads).
+    assert!(phases[..2].iter().all(|k| !k.stores.is_empty()), "{p:#?}");
+    assert_eq!(phases[2].stores, g.outputs().to_vec());
 }
 
 #[test]
@@ -181,12 +199,7 @@ fn a_node_reading_a_pass_value_through_a_load_starts_a_new_pass() {
     let programs: Vec<_> = p
         .kernels
         .iter()
-        .map(|k| match k.kind {
-            KernelKind::Loop { .. } => {
-                crate::platform::host::fused::LoopProgram::compile(&graph, k).ok()
-            }
-            KernelKind::Single => None,
-        })
+        .map(|k| crate::platform::host::fused::Program::compile(&graph, k))
         .collect();
     let mut values = vec![None; graph.num_values()];
     values[graph.params()[0].0 as usize] = Some(input);
@@ -286,4 +299,125 @@ fn values_die_after_the_last_kernel_that_reads_them() {
     for v in [b, n] {
         assert_eq!(died(v), None, "{v:?} {p:#?}");
     }
+}
+
+/// The phases of the row kernel of `p`, or a panic.
+fn row_phases(p: &Plan) -> &[Kernel] {
+    let rows: Vec<&[Kernel]> = p
+        .kernels
+        .iter()
+        .filter_map(|k| match &k.kind {
+            KernelKind::Rows { phases, .. } => Some(&phases[..]),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(rows.len(), 1, "{p:#?}");
+    rows[0]
+}
+
+/// layer_norm's mean, its variance, `rsqrt(var / n + eps)` over the rows
+/// alone, and the normalization are phases of one kernel, which stores
+/// the result and the mean and rstd the backward reads, nothing else.
+#[test]
+fn layer_norm_is_one_row_kernel_with_phases_over_the_rows() {
+    let g = op_graph(
+        "layer_norm",
+        &[
+            TensorType::new(DType::F32, &[64, 96]),
+            TensorType::new(DType::F32, &[96]),
+            TensorType::new(DType::F32, &[96]),
+        ],
+        Attrs::new().with("normalized_shape", Attr::Ints(vec![96])),
+    );
+    let p = plan(&g);
+    assert_eq!(p.kernels.len(), 1, "{p:#?}");
+    let phases = row_phases(&p);
+    let shapes: Vec<Vec<u64>> = phases
+        .iter()
+        .map(|k| match &k.kind {
+            KernelKind::Loop { shape, .. } => shape.clone(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert!(shapes.iter().any(|s| s == &[64, 96]), "{p:#?}");
+    assert!(
+        shapes.iter().any(|s| s.iter().product::<u64>() == 64),
+        "a phase over the rows alone: {p:#?}"
+    );
+    let mut stored = p.kernels[0].stores.clone();
+    let mut outputs = g.outputs().to_vec();
+    stored.sort();
+    outputs.sort();
+    assert_eq!(stored, outputs);
+}
+
+/// A later pass that reads a kernel between (here a reversal of the row
+/// maxima) cannot be a phase: the row kernel would run before that kernel.
+#[test]
+fn a_pass_reading_a_kernel_after_the_reduction_is_not_a_phase() {
+    let mut g = GraphBuilder::new();
+    let x = g.param(TensorType::new(DType::F32, &[16, 32]));
+    let m = g
+        .op(
+            Prim::Reduce {
+                op: ReduceOp::Max,
+                dimensions: vec![1],
+            },
+            &[x],
+        )
+        .unwrap();
+    let r = reverse(&mut g, m);
+    let b = g
+        .op(
+            Prim::BroadcastInDim {
+                dims: vec![16, 32],
+                mapping: vec![0],
+            },
+            &[r],
+        )
+        .unwrap();
+    let y = g.binary(BinaryOp::Sub, x, b).unwrap();
+    let p = plan(&g.build(&[y]).unwrap());
+    assert!(
+        p.kernels
+            .iter()
+            .all(|k| !matches!(k.kind, KernelKind::Rows { .. })),
+        "{p:#?}"
+    );
+}
+
+/// A pass that reads a value of the reducing pass through a transpose
+/// reads other rows than its own: not a phase.
+#[test]
+fn a_pass_reading_a_full_value_transposed_is_not_a_phase() {
+    let mut g = GraphBuilder::new();
+    let x = g.param(TensorType::new(DType::F32, &[16, 16]));
+    let e = g.unary(UnaryOp::Exp, x).unwrap();
+    let s = g
+        .op(
+            Prim::Reduce {
+                op: ReduceOp::Sum,
+                dimensions: vec![1],
+            },
+            &[e],
+        )
+        .unwrap();
+    let t = g.op(Prim::Transpose { perm: vec![1, 0] }, &[e]).unwrap();
+    let b = g
+        .op(
+            Prim::BroadcastInDim {
+                dims: vec![16, 16],
+                mapping: vec![0],
+            },
+            &[s],
+        )
+        .unwrap();
+    let y = g.binary(BinaryOp::Div, t, b).unwrap();
+    let p = plan(&g.build(&[y]).unwrap());
+    assert!(
+        p.kernels
+            .iter()
+            .all(|k| !matches!(k.kind, KernelKind::Rows { .. })),
+        "{p:#?}"
+    );
 }

@@ -6,11 +6,11 @@
 //! result over an input it reads element for element (an in-place update,
 //! see `store_over`), which reads each chunk before it stores it.
 
-use super::fused::{run_plan, DeviceIo, LoopProgram};
+use super::fused::{run_plan, DeviceIo, Program};
 use super::kernels::HostTensor;
 use crate::copy::{for_each_run, Layout};
 use crate::error::{Error, Result};
-use crate::fusion::{self, KernelKind, Plan};
+use crate::fusion::{self, Plan};
 use crate::ir::{Graph, TensorType, ValueId};
 use crate::platform::Executable;
 use crate::tensor::DeviceTensor;
@@ -22,8 +22,9 @@ pub struct HostExecutable {
     params: Vec<TensorType>,
     outputs: Vec<TensorType>,
     plan: Plan,
-    /// The loop engine's program for each loop kernel of the plan.
-    programs: Vec<Option<LoopProgram>>,
+    /// The loop engine's program for each loop or row-phase kernel of
+    /// the plan.
+    programs: Vec<Option<Program>>,
     /// Outputs a loop stores that no later kernel reads: these may be
     /// written straight into the output tensor.
     direct_ok: std::collections::HashSet<crate::ir::ValueId>,
@@ -41,14 +42,11 @@ impl HostExecutable {
         // Parameters and outputs stay as given; only the inside changes.
         let graph = fusion::simplify(&graph).unwrap_or(graph);
         let plan = fusion::plan(&graph);
-        let programs: Vec<Option<LoopProgram>> = plan
+        // A group the loop engine cannot take runs node by node.
+        let programs: Vec<Option<Program>> = plan
             .kernels
             .iter()
-            .map(|k| match k.kind {
-                // A group the loop engine cannot take runs node by node.
-                KernelKind::Loop { .. } => LoopProgram::compile(&graph, k).ok(),
-                KernelKind::Single => None,
-            })
+            .map(|k| Program::compile(&graph, k))
             .collect();
         let direct_ok = direct_outputs(&graph, &plan, &programs);
         let store_over = store_over(&graph, &plan, &programs, &direct_ok);
@@ -98,7 +96,7 @@ impl HostExecutable {
 fn direct_outputs(
     graph: &Graph,
     plan: &Plan,
-    programs: &[Option<LoopProgram>],
+    programs: &[Option<Program>],
 ) -> std::collections::HashSet<crate::ir::ValueId> {
     let nodes = graph.nodes();
     let producer = graph.producers();
@@ -164,7 +162,7 @@ fn direct_outputs(
 fn store_over(
     graph: &Graph,
     plan: &Plan,
-    programs: &[Option<LoopProgram>],
+    programs: &[Option<Program>],
     direct_ok: &std::collections::HashSet<ValueId>,
 ) -> std::collections::HashMap<ValueId, Vec<ValueId>> {
     let nodes = graph.nodes();

@@ -15,7 +15,7 @@ use super::kernels::{self, HostTensor};
 use super::vmath;
 use crate::error::{Error, Result};
 use crate::fusion::{is_load, Kernel, KernelKind, Plan};
-use crate::ir::{BinaryOp, CompareOp, DType, Graph, Prim, ReduceOp, UnaryOp, ValueId};
+use crate::ir::{BinaryOp, CompareOp, DType, Graph, Prim, ReduceOp, TensorType, UnaryOp, ValueId};
 use crate::platform::host::executable::read_tensor;
 use crate::tensor::DeviceTensor;
 
@@ -414,7 +414,100 @@ impl SourceData<'_> {
 /// Where a stored value goes: a new host tensor, or device memory.
 enum Target {
     Host(HostTensor),
-    Device { ptr: *mut u8, len: usize },
+    Device {
+        ptr: *mut u8,
+        len: usize,
+    },
+    /// Held per row block by a row-phase kernel (see `RowProgram`).
+    Local,
+}
+
+/// Each source's strides and first element over the loop, and the
+/// parameters gathered into host copies first (see `LoopProgram::layout`).
+struct SourceLayout {
+    strides: Vec<Vec<u64>>,
+    offsets: Vec<u64>,
+    staged: HashMap<ValueId, HostTensor>,
+}
+
+/// The sinks of a pass's stored values: the memory of each target, or of
+/// `local` (f32 elements) for values held per row block.
+fn sinks_of(
+    outs: &mut [Target],
+    stores: &[(usize, ValueId, DType)],
+    local: &HashMap<ValueId, (*mut f32, usize)>,
+) -> Vec<Sink> {
+    outs.iter_mut()
+        .zip(stores)
+        .map(|(o, (_, v, dtype))| match o {
+            Target::Host(t) => Sink {
+                ptr: t.bytes_mut().as_mut_ptr(),
+                len: t.numel(),
+                dtype: *dtype,
+            },
+            Target::Device { ptr, len } => Sink {
+                ptr: *ptr,
+                len: *len,
+                dtype: *dtype,
+            },
+            // Registers hold values rounded to their dtype: f32 keeps them.
+            Target::Local => {
+                let (ptr, len) = local.get(v).copied().unwrap_or((std::ptr::null_mut(), 0));
+                Sink {
+                    ptr: ptr as *mut u8,
+                    len,
+                    dtype: DType::F32,
+                }
+            }
+        })
+        .collect()
+}
+
+fn red_sinks_of(red_outs: &mut [HostTensor], epilogues: &[Epilogue]) -> Vec<Sink> {
+    red_outs
+        .iter_mut()
+        .zip(epilogues)
+        .map(|(t, e)| Sink {
+            ptr: t.bytes_mut().as_mut_ptr(),
+            len: t.numel(),
+            dtype: e.dtype,
+        })
+        .collect()
+}
+
+/// The flat ranges [a, b) the threads of a pass over `n` elements take:
+/// whole multiples of `unit`, one range per thread (see `worker_count`).
+fn split(n: u64, unit: u64) -> Vec<(u64, u64)> {
+    let threads = worker_count(n) as u64;
+    let per = n.div_ceil(unit.max(1)).div_ceil(threads).max(1) * unit.max(1);
+    (0..threads)
+        .map(|t| (t * per, ((t + 1) * per).min(n)))
+        .filter(|(a, b)| a < b)
+        .collect()
+}
+
+/// Run `f(thread, a, b)` for each range, on the thread pool when there
+/// are several; a panic in one becomes an error.
+fn run_split(
+    ranges: &[(u64, u64)],
+    f: impl Fn(usize, u64, u64) -> Result<()> + Sync,
+) -> Result<()> {
+    match ranges {
+        [] => Ok(()),
+        [(a, b)] => f(0, *a, *b),
+        _ => {
+            use rayon::prelude::*;
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                ranges
+                    .par_iter()
+                    .enumerate()
+                    .map(|(t, &(a, b))| f(t, a, b))
+                    .collect::<Result<Vec<()>>>()
+            }))
+            .unwrap_or_else(|_| Err(Error::Internal("a loop thread panicked".into())))
+            .map(|_| ())
+        }
+    }
 }
 
 /// Where a pass writes one stored value: `len` elements of `dtype` at `ptr`.
@@ -488,6 +581,9 @@ struct ChunkAt<'a> {
     scalars: &'a HashMap<ValueId, u64>,
     /// The pass's stored outputs.
     sinks: &'a [Sink],
+    /// Sinks written at flat position minus `shift` (see `Pass`).
+    local_sinks: &'a [bool],
+    shift: i64,
 }
 
 /// Part of a chunk inside one row: chunk elements `off..off + len` are
@@ -513,6 +609,30 @@ struct Pass<'a> {
     sinks: &'a [Sink],
     red_sinks: &'a [Sink],
     last: u64,
+    /// Sources and sinks held per row block (a row-phase kernel's values
+    /// passed between phases): indexed by flat position minus the shift
+    /// given to `range_in`, not by flat position. Empty: none.
+    local_sources: &'a [bool],
+    local_sinks: &'a [bool],
+}
+
+/// A pass's register file and accumulators, reused across the ranges one
+/// thread runs.
+struct Registers {
+    regs: Vec<f32>,
+    /// Registers a load points straight at source memory (see `exec`).
+    views: Vec<Option<*const f32>>,
+    acc: Vec<f64>,
+}
+
+impl Registers {
+    fn new(p: &LoopProgram) -> Self {
+        Registers {
+            regs: vec![0f32; p.registers.max(1) * CHUNK],
+            views: vec![None; p.registers.max(1)],
+            acc: vec![0.0; p.epilogues.len()],
+        }
+    }
 }
 
 impl Pass<'_> {
@@ -520,16 +640,23 @@ impl Pass<'_> {
     /// chunks (f0 and f1 are multiples of the reduction length, so each
     /// call sees whole reductions).
     fn range(&self, f0: u64, f1: u64) -> Result<()> {
+        self.range_in(f0, f1, 0, &mut Registers::new(self.program))
+    }
+
+    /// As `range`, with the registers given; local sources and sinks are
+    /// addressed at flat position minus `shift`.
+    fn range_in(&self, f0: u64, f1: u64, shift: i64, r: &mut Registers) -> Result<()> {
         if f0 >= f1 || self.last == 0 {
             return Ok(());
         }
         let p = self.program;
         let rank = p.shape.len();
         let last = self.last;
-        let mut regs = vec![0f32; p.registers.max(1) * CHUNK];
-        // Registers a load points straight at source memory (see `exec`).
-        let mut views: Vec<Option<*const f32>> = vec![None; p.registers.max(1)];
-        let mut acc: Vec<f64> = p.epilogues.iter().map(|e| identity(e.op)).collect();
+        let Registers { regs, views, acc } = r;
+        for (a, e) in acc.iter_mut().zip(&p.epilogues) {
+            *a = identity(e.op);
+        }
+        let local = |flags: &[bool], i: usize| flags.get(i).copied().unwrap_or(false);
         // The multi-index of f0's row over all but the last dimension.
         let mut index = vec![0u64; rank.saturating_sub(1)];
         let mut rest = f0 / last;
@@ -570,14 +697,17 @@ impl Pass<'_> {
                     start,
                     len: take,
                 });
-                row_bases.extend(
-                    self.strides
-                        .iter()
-                        .zip(self.offsets)
-                        .map(|(strides, offset)| {
-                            offset + index.iter().zip(*strides).map(|(i, s)| i * s).sum::<u64>()
-                        }),
-                );
+                row_bases.extend(self.strides.iter().zip(self.offsets).enumerate().map(
+                    |(k, (strides, offset))| {
+                        let at =
+                            offset + index.iter().zip(*strides).map(|(i, s)| i * s).sum::<u64>();
+                        if local(self.local_sources, k) {
+                            (at as i64 - shift) as u64
+                        } else {
+                            at
+                        }
+                    },
+                ));
                 off += take;
                 start += take as u64;
                 if start == last {
@@ -604,11 +734,13 @@ impl Pass<'_> {
                     flat0,
                     scalars: self.scalars,
                     sinks: self.sinks,
+                    local_sinks: self.local_sinks,
+                    shift,
                 };
-                p.exec(inst, &mut regs, &mut views, &at)?;
+                p.exec(inst, regs, views, &at)?;
             }
             for (k, e) in p.epilogues.iter().enumerate() {
-                let r = register(&regs, &views, e.reg, len);
+                let r = register(regs, views, e.reg, len);
                 // The chunk may span several reduction rows (short rows).
                 let mut off = 0usize;
                 while off < len {
@@ -1094,11 +1226,60 @@ impl LoopProgram {
             eval_node(graph, p, values, io)?;
         }
         let n: u64 = self.shape.iter().product();
-        let rank = self.shape.len();
-        let mut outs: Vec<Target> = self
-            .stores
+        let mut outs = self.targets(graph, io, &Default::default());
+        let mut red_outs = self.reduction_targets(graph);
+        let layout = self.layout(values, io)?;
+        {
+            let src_data = self.source_data(values, &layout, io, &HashMap::new())?;
+            let scalars = self.scalars(values, io)?;
+            let sinks = sinks_of(&mut outs, &self.stores, &HashMap::new());
+            let red_sinks = red_sinks_of(&mut red_outs, &self.epilogues);
+            let strides: Vec<&[u64]> = layout.strides.iter().map(|s| &s[..]).collect();
+            let pass = Pass {
+                program: self,
+                scalars: &scalars,
+                src: &src_data,
+                strides: &strides,
+                offsets: &layout.offsets,
+                sinks: &sinks,
+                red_sinks: &red_sinks,
+                last: self.last(),
+                local_sources: &[],
+                local_sinks: &[],
+            };
+            // Threads take whole reductions; a pass without one splits
+            // anywhere (at chunk boundaries), so one long row splits too.
+            let unit = if self.epilogues.is_empty() {
+                CHUNK as u64
+            } else {
+                self.reduce_len.max(1)
+            };
+            run_split(&split(n, unit), |_, a, b| pass.range(a, b))?;
+        }
+        self.finish(values, outs, red_outs);
+        Ok(())
+    }
+
+    /// The length of the loop's rows (its last dimension; 1 for a scalar).
+    fn last(&self) -> u64 {
+        self.shape.last().copied().unwrap_or(1)
+    }
+
+    /// Where each stored value goes: device memory for the results in
+    /// `io.outputs`, nothing for those in `local` (held per row block),
+    /// else a new host tensor.
+    fn targets(
+        &self,
+        graph: &Graph,
+        io: &DeviceIo<'_>,
+        local: &std::collections::HashSet<ValueId>,
+    ) -> Vec<Target> {
+        self.stores
             .iter()
             .map(|(_, v, _)| {
+                if local.contains(v) {
+                    return Target::Local;
+                }
                 match io
                     .outputs
                     .get(v)
@@ -1112,22 +1293,27 @@ impl LoopProgram {
                     None => Target::Host(HostTensor::for_overwrite(graph.value_type(*v).clone())),
                 }
             })
-            .collect();
-        let mut red_outs: Vec<HostTensor> = self
-            .epilogues
+            .collect()
+    }
+
+    fn reduction_targets(&self, graph: &Graph) -> Vec<HostTensor> {
+        self.epilogues
             .iter()
             .map(|e| HostTensor::zeros(graph.value_type(e.out).clone()))
-            .collect();
-        // Each source's strides: the program's, or a strided f32
-        // parameter's own (a transposed or expanded view is read in place).
-        // Parameters read neither way are staged: gathered into a
-        // contiguous host copy, converted to f32 once.
-        let mut strides: Vec<std::borrow::Cow<'_, [u64]>> = self
+            .collect()
+    }
+
+    /// Each source's strides and first element: the program's, or a
+    /// strided f32 parameter's own (a transposed or expanded view is read
+    /// in place). Parameters read neither way are staged: gathered into a
+    /// contiguous host copy, converted to f32 once.
+    fn layout(&self, values: &[Option<HostTensor>], io: &DeviceIo<'_>) -> Result<SourceLayout> {
+        let mut strides: Vec<Vec<u64>> = self
             .sources
             .iter()
             .map(|s| match s {
-                Source::Strided { strides, .. } => std::borrow::Cow::Borrowed(&strides[..]),
-                Source::Splat(_) => std::borrow::Cow::Borrowed(&[][..]),
+                Source::Strided { strides, .. } => strides.clone(),
+                Source::Splat(_) => vec![],
             })
             .collect();
         let mut offsets: Vec<u64> = self
@@ -1181,11 +1367,10 @@ impl LoopProgram {
                 continue;
             }
             for (i, own, own_offset) in uses {
-                strides[i] = std::borrow::Cow::Owned(own);
+                strides[i] = own;
                 offsets[i] = own_offset;
             }
         }
-        let strides: Vec<&[u64]> = strides.iter().map(|s| &s[..]).collect();
         for inst in &self.insts[..self.constants] {
             if let Inst::Load { src, .. } = inst {
                 if strides[*src].iter().any(|&s| s != 0) {
@@ -1196,16 +1381,38 @@ impl LoopProgram {
                 }
             }
         }
-        // Source data as f32 views (converted once if not f32).
-        let src_data: Vec<SourceData<'_>> = self
-            .sources
+        Ok(SourceLayout {
+            strides,
+            offsets,
+            staged,
+        })
+    }
+
+    /// Each source's data as f32s: a host value (converted once if not
+    /// f32), a staged copy, device memory, or memory of another phase of
+    /// the same kernel (`chain`: f32 elements from a pointer).
+    fn source_data<'a>(
+        &self,
+        values: &'a [Option<HostTensor>],
+        layout: &'a SourceLayout,
+        io: &DeviceIo<'a>,
+        chain: &HashMap<ValueId, (*const f32, usize)>,
+    ) -> Result<Vec<SourceData<'a>>> {
+        self.sources
             .iter()
             .map(|s| match s {
                 Source::Splat(_) => Ok(SourceData::None),
                 Source::Strided { value, .. } => {
+                    if let Some(&(ptr, len)) = chain.get(value) {
+                        return Ok(SourceData::Device {
+                            ptr,
+                            len,
+                            in_place: true,
+                        });
+                    }
                     if let Some(t) = values[value.0 as usize]
                         .as_ref()
-                        .or_else(|| staged.get(value))
+                        .or_else(|| layout.staged.get(value))
                     {
                         return Ok(SourceData::Host(t.as_f32s()));
                     }
@@ -1224,50 +1431,15 @@ impl LoopProgram {
                     })
                 }
             })
-            .collect::<Result<_>>()?;
-        // Iterate rows along the last dimension, chunked; big passes split
-        // across threads (at reduction boundaries).
-        let last = if rank == 0 { 1 } else { self.shape[rank - 1] };
-        let sinks: Vec<Sink> = outs
-            .iter_mut()
-            .zip(&self.stores)
-            .map(|(o, (_, _, dtype))| match o {
-                Target::Host(t) => Sink {
-                    ptr: t.bytes_mut().as_mut_ptr(),
-                    len: t.numel(),
-                    dtype: *dtype,
-                },
-                Target::Device { ptr, len } => Sink {
-                    ptr: *ptr,
-                    len: *len,
-                    dtype: *dtype,
-                },
-            })
-            .collect();
-        let red_sinks: Vec<Sink> = red_outs
-            .iter_mut()
-            .zip(&self.epilogues)
-            .map(|(t, e)| Sink {
-                ptr: t.bytes_mut().as_mut_ptr(),
-                len: t.numel(),
-                dtype: e.dtype,
-            })
-            .collect();
-        // Threads take whole reductions; a pass without one splits
-        // anywhere (at chunk boundaries), so one long row splits too.
-        let unit = if self.epilogues.is_empty() {
-            CHUNK as u64
-        } else {
-            self.reduce_len.max(1)
-        };
-        let threads = worker_count(n);
-        let units = n.div_ceil(unit);
-        let per = units.div_ceil(threads as u64).max(1) * unit;
-        let ranges: Vec<(u64, u64)> = (0..threads as u64)
-            .map(|t| (t * per, ((t + 1) * per).min(n)))
-            .filter(|(a, b)| a < b)
-            .collect();
-        // Rng seeds and offsets computed by other kernels or passed in.
+            .collect()
+    }
+
+    /// Rng seeds and offsets computed by other kernels or passed in.
+    fn scalars(
+        &self,
+        values: &[Option<HostTensor>],
+        io: &DeviceIo<'_>,
+    ) -> Result<HashMap<ValueId, u64>> {
         let mut scalars: HashMap<ValueId, u64> = HashMap::new();
         for inst in &self.insts {
             if let Inst::Uniform { seed, offset, .. } = inst {
@@ -1290,30 +1462,20 @@ impl LoopProgram {
                 }
             }
         }
-        let pass = Pass {
-            program: self,
-            scalars: &scalars,
-            src: &src_data,
-            strides: &strides,
-            offsets: &offsets,
-            sinks: &sinks,
-            red_sinks: &red_sinks,
-            last,
-        };
-        if ranges.len() <= 1 {
-            pass.range(0, n)?;
-        } else {
-            use rayon::prelude::*;
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                ranges
-                    .par_iter()
-                    .map(|&(a, b)| pass.range(a, b))
-                    .collect::<Result<Vec<()>>>()
-            }))
-            .unwrap_or_else(|_| Err(Error::Internal("a loop thread panicked".into())))?;
-        }
-        if n == 0 || last == 0 {
-            // Empty iteration space: reductions give their identity.
+        Ok(scalars)
+    }
+
+    /// Put the stored values and reductions into `values` (empty
+    /// iteration space: reductions give their identity).
+    fn finish(
+        &self,
+        values: &mut [Option<HostTensor>],
+        outs: Vec<Target>,
+        red_outs: Vec<HostTensor>,
+    ) {
+        let n: u64 = self.shape.iter().product();
+        let mut red_outs = red_outs;
+        if n == 0 || self.last() == 0 {
             for (k, e) in self.epilogues.iter().enumerate() {
                 let m = red_outs[k].numel();
                 for j in 0..m {
@@ -1329,7 +1491,6 @@ impl LoopProgram {
         for (e, t) in self.epilogues.iter().zip(red_outs) {
             values[e.out.0 as usize] = Some(t);
         }
-        Ok(())
     }
 
     #[inline(always)]
@@ -1349,6 +1510,8 @@ impl LoopProgram {
             flat0,
             scalars,
             sinks,
+            local_sinks,
+            shift,
         } = *at;
         // Split the register file so a destination and its operands can be
         // borrowed at once (an operand's register is never the
@@ -1499,7 +1662,12 @@ impl LoopProgram {
             Inst::Store { reg, sink } => {
                 let s = &sinks[sink];
                 let vals = register(regs, views, reg, len);
-                store_device(s.ptr, s.len, s.dtype, flat0 as usize, vals);
+                let at = if local_sinks.get(sink).copied().unwrap_or(false) {
+                    (flat0 as i64 - shift) as usize
+                } else {
+                    flat0 as usize
+                };
+                store_device(s.ptr, s.len, s.dtype, at, vals);
             }
             Inst::Round { reg, dtype } => {
                 // Rounds follow computing instructions, never loads; a view
@@ -1519,6 +1687,340 @@ impl LoopProgram {
             }
         }
         Ok(())
+    }
+}
+
+/// Elements of a row block of a row-phase kernel: the rows whose values
+/// one thread carries from phase to phase (64 KiB per f32 value).
+const ROW_BLOCK: u64 = 16 * 1024;
+
+/// A row-phase kernel (`KernelKind::Rows`) compiled for the host: the loop
+/// program of each phase. When every value a phase reads from an earlier
+/// one is read in the row block where it was written (a row's reduction
+/// broadcast back along the row, a value read element for element), each
+/// thread runs every phase over one block of rows before the next block,
+/// so those values stay in its cache: a softmax reads its input and
+/// writes its result once instead of three times each. Otherwise the
+/// phases run one after another over the whole space, as separate loop
+/// kernels would.
+#[derive(Clone, Debug)]
+pub struct RowProgram {
+    phases: Vec<LoopProgram>,
+    /// Phases that loop over the rows alone (one position per row).
+    per_row: Vec<bool>,
+    /// Elements per row.
+    row: u64,
+    /// Elements per row block (whole rows), when blocks are possible.
+    block: Option<u64>,
+    /// Values phases pass on that the kernel does not store: held in one
+    /// block-sized slot per thread.
+    local: Vec<ValueId>,
+}
+
+impl RowProgram {
+    pub fn compile(graph: &Graph, kernel: &Kernel) -> Result<RowProgram> {
+        let KernelKind::Rows {
+            shape,
+            reduce_dims,
+            phases,
+        } = &kernel.kind
+        else {
+            return Err(Error::Internal("not a row-phase kernel".into()));
+        };
+        let phases: Vec<LoopProgram> = phases
+            .iter()
+            .map(|p| LoopProgram::compile(graph, p))
+            .collect::<Result<_>>()?;
+        let rank = shape.len();
+        let row: u64 = shape[rank - reduce_dims..].iter().product();
+        let rows: u64 = shape[..rank - reduce_dims].iter().product();
+        let per_row: Vec<bool> = phases.iter().map(|p| p.shape != *shape).collect();
+        // How a phase over the whole shape reads a row's value: the row's
+        // element wherever it is in the row.
+        let mut broadcast = contiguous(&shape[..rank - reduce_dims]);
+        broadcast.extend(std::iter::repeat_n(0, *reduce_dims));
+        // Values an earlier phase made: (one per row?, dtype). Later
+        // phases read them as f32 from the memory they were stored in (or
+        // a block of it), so they must be f32 there.
+        let mut made: HashMap<ValueId, (bool, DType)> = HashMap::new();
+        let mut blocked = row > 0;
+        let in_kernel: std::collections::HashSet<usize> = kernel.nodes.iter().copied().collect();
+        for (p, &rowwise) in phases.iter().zip(&per_row) {
+            // Gathers run before any phase: of values from outside only.
+            let gathers_inside = p.materialize.iter().any(|&m| {
+                graph.nodes()[m].inputs.iter().any(|v| {
+                    graph.producers()[v.0 as usize].is_some_and(|q| in_kernel.contains(&q))
+                })
+            });
+            if gathers_inside {
+                return Err(Error::Internal(
+                    "a row phase gathers a value of an earlier phase".into(),
+                ));
+            }
+            let n: u64 = p.shape.iter().product();
+            blocked &= p.materialize.is_empty()
+                && if rowwise {
+                    n == rows && p.epilogues.is_empty()
+                } else {
+                    p.epilogues.is_empty() || p.reduce_len == row
+                };
+            let in_order = contiguous(&p.shape);
+            for s in &p.sources {
+                let Source::Strided {
+                    value,
+                    strides,
+                    offset,
+                } = s
+                else {
+                    continue;
+                };
+                let Some(&(per_row_value, dtype)) = made.get(value) else {
+                    continue;
+                };
+                let local = !per_row_value && !kernel.stores.contains(value);
+                if dtype != DType::F32 && !local {
+                    return Err(Error::Internal(format!(
+                        "row phase reads %{} of an earlier phase as {dtype:?}",
+                        value.0
+                    )));
+                }
+                // A row's value along its row, a value of the whole shape
+                // element for element: in the same block of rows.
+                let expect = match (per_row_value, rowwise) {
+                    (true, false) => &broadcast,
+                    (true, true) | (false, false) => &in_order,
+                    (false, true) => {
+                        blocked = false;
+                        continue;
+                    }
+                };
+                blocked &= *offset == 0 && same_steps(&p.shape, strides, expect);
+            }
+            for e in &p.epilogues {
+                made.insert(e.out, (true, e.dtype));
+            }
+            for (_, v, dtype) in &p.stores {
+                made.insert(*v, (rowwise, *dtype));
+            }
+        }
+        let local = phases
+            .iter()
+            .zip(&per_row)
+            .filter(|(_, &rowwise)| !rowwise)
+            .flat_map(|(p, _)| p.stores.iter().map(|s| s.1))
+            .filter(|v| !kernel.stores.contains(v))
+            .collect();
+        Ok(RowProgram {
+            phases,
+            per_row,
+            row,
+            block: blocked.then(|| (ROW_BLOCK / row).max(1) * row),
+            local,
+        })
+    }
+
+    /// Whether the phases run row block by row block (else one after another).
+    pub fn blocked(&self) -> bool {
+        self.block.is_some()
+    }
+
+    pub fn run(
+        &self,
+        graph: &Graph,
+        values: &mut [Option<HostTensor>],
+        io: &DeviceIo<'_>,
+    ) -> Result<()> {
+        for p in &self.phases {
+            for &m in &p.materialize {
+                eval_node(graph, m, values, io)?;
+            }
+        }
+
+        let n: u64 = self.phases[0].shape.iter().product();
+        // Blocks: a slot of each local value per thread. Phase after phase:
+        // one slot of the whole space.
+        let (block, ranges) = match self.block {
+            Some(block) => (block, split(n, block)),
+            None => (n, vec![]),
+        };
+        let slots = ranges.len().max(1) as u64;
+        let local_set: std::collections::HashSet<ValueId> = self.local.iter().copied().collect();
+        let mut local: Vec<HostTensor> = self
+            .local
+            .iter()
+            .map(|_| HostTensor::for_overwrite(TensorType::new(DType::F32, &[slots * block])))
+            .collect();
+        let mut outs: Vec<Vec<Target>> = self
+            .phases
+            .iter()
+            .map(|p| p.targets(graph, io, &local_set))
+            .collect();
+        let mut red_outs: Vec<Vec<HostTensor>> = self
+            .phases
+            .iter()
+            .map(|p| p.reduction_targets(graph))
+            .collect();
+        let layouts: Vec<SourceLayout> = self
+            .phases
+            .iter()
+            .map(|p| p.layout(values, io))
+            .collect::<Result<_>>()?;
+        {
+            // One pointer into each buffer the phases share, taken once:
+            // sinks write through it and later phases read through it.
+            let local_ptrs: HashMap<ValueId, (*mut f32, usize)> = self
+                .local
+                .iter()
+                .zip(local.iter_mut())
+                .map(|(v, t)| (*v, (t.bytes_mut().as_mut_ptr() as *mut f32, t.numel())))
+                .collect();
+            let mut chain: HashMap<ValueId, (*const f32, usize)> = local_ptrs
+                .iter()
+                .map(|(v, &(p, len))| (*v, (p as *const f32, len)))
+                .collect();
+            let mut sinks = Vec::new();
+            let mut red_sinks = Vec::new();
+            for (k, p) in self.phases.iter().enumerate() {
+                let s = sinks_of(&mut outs[k], &p.stores, &local_ptrs);
+                for (sink, (_, v, dtype)) in s.iter().zip(&p.stores) {
+                    if *dtype == DType::F32 && !local_set.contains(v) {
+                        chain.insert(*v, (sink.ptr as *const f32, sink.len));
+                    }
+                }
+                let r = red_sinks_of(&mut red_outs[k], &p.epilogues);
+                for (sink, e) in r.iter().zip(&p.epilogues) {
+                    if e.dtype == DType::F32 {
+                        chain.insert(e.out, (sink.ptr as *const f32, sink.len));
+                    }
+                }
+                sinks.push(s);
+                red_sinks.push(r);
+            }
+            let scalars: Vec<HashMap<ValueId, u64>> = self
+                .phases
+                .iter()
+                .map(|p| p.scalars(values, io))
+                .collect::<Result<_>>()?;
+            let srcs: Vec<Vec<SourceData<'_>>> = self
+                .phases
+                .iter()
+                .zip(&layouts)
+                .map(|(p, l)| p.source_data(values, l, io, &chain))
+                .collect::<Result<_>>()?;
+            let strides: Vec<Vec<&[u64]>> = layouts
+                .iter()
+                .map(|l| l.strides.iter().map(|s| &s[..]).collect())
+                .collect();
+            let local_sources: Vec<Vec<bool>> = self
+                .phases
+                .iter()
+                .map(|p| {
+                    p.sources
+                        .iter()
+                        .map(|s| matches!(s, Source::Strided { value, .. } if local_set.contains(value)))
+                        .collect()
+                })
+                .collect();
+            let local_sinks: Vec<Vec<bool>> = self
+                .phases
+                .iter()
+                .map(|p| p.stores.iter().map(|s| local_set.contains(&s.1)).collect())
+                .collect();
+            let passes: Vec<Pass<'_>> = (0..self.phases.len())
+                .map(|k| Pass {
+                    program: &self.phases[k],
+                    scalars: &scalars[k],
+                    src: &srcs[k],
+                    strides: &strides[k],
+                    offsets: &layouts[k].offsets,
+                    sinks: &sinks[k],
+                    red_sinks: &red_sinks[k],
+                    last: self.phases[k].last(),
+                    local_sources: &local_sources[k],
+                    local_sinks: &local_sinks[k],
+                })
+                .collect();
+            if self.block.is_none() {
+                for (k, (pass, p)) in passes.iter().zip(&self.phases).enumerate() {
+                    let n: u64 = p.shape.iter().product();
+                    let unit = if self.per_row[k] || p.epilogues.is_empty() {
+                        CHUNK as u64
+                    } else {
+                        p.reduce_len.max(1)
+                    };
+                    run_split(&split(n, unit), |_, a, b| pass.range(a, b))?;
+                }
+            }
+            run_split(&ranges, |t, a, b| {
+                let mut regs: Vec<Registers> = self.phases.iter().map(Registers::new).collect();
+                // This thread's slot of the local values.
+                let slot = t as u64 * block;
+                let mut b0 = a;
+                while b0 < b {
+                    let b1 = (b0 + block).min(b);
+                    for ((pass, r), &rowwise) in passes.iter().zip(&mut regs).zip(&self.per_row) {
+                        if rowwise {
+                            pass.range_in(b0 / self.row, b1 / self.row, 0, r)?;
+                        } else {
+                            pass.range_in(b0, b1, b0 as i64 - slot as i64, r)?;
+                        }
+                    }
+                    b0 = b1;
+                }
+                Ok(())
+            })?;
+        }
+        for ((p, o), r) in self.phases.iter().zip(outs).zip(red_outs) {
+            p.finish(values, o, r);
+        }
+        Ok(())
+    }
+}
+
+/// Whether `strides` step through a loop of `shape` as `expect` does,
+/// wherever a dimension has more than one position.
+fn same_steps(shape: &[u64], strides: &[u64], expect: &[u64]) -> bool {
+    strides.len() == shape.len()
+        && expect.len() == shape.len()
+        && (0..shape.len()).all(|d| shape[d] == 1 || strides[d] == expect[d])
+}
+
+/// The loop engine's program for one kernel of a plan.
+#[derive(Clone, Debug)]
+pub enum Program {
+    Loop(LoopProgram),
+    Rows(RowProgram),
+}
+
+impl Program {
+    /// The program for a loop or row-phase kernel; None for a single node
+    /// or a group the engine cannot take (those run node by node).
+    pub fn compile(graph: &Graph, kernel: &Kernel) -> Option<Program> {
+        match kernel.kind {
+            KernelKind::Loop { .. } => LoopProgram::compile(graph, kernel).ok().map(Program::Loop),
+            KernelKind::Rows { .. } => RowProgram::compile(graph, kernel).ok().map(Program::Rows),
+            KernelKind::Single => None,
+        }
+    }
+
+    pub fn run(
+        &self,
+        graph: &Graph,
+        values: &mut [Option<HostTensor>],
+        io: &DeviceIo<'_>,
+    ) -> Result<()> {
+        match self {
+            Program::Loop(p) => p.run(graph, values, io),
+            Program::Rows(p) => p.run(graph, values, io),
+        }
+    }
+
+    /// See [`LoopProgram::may_store_over`]; a row-phase kernel never does.
+    pub fn may_store_over(&self, out: ValueId, param: ValueId) -> bool {
+        match self {
+            Program::Loop(p) => p.may_store_over(out, param),
+            Program::Rows(_) => false,
+        }
     }
 }
 
@@ -1603,6 +2105,33 @@ fn identity(op: ReduceOp) -> f64 {
     }
 }
 
+/// The element of `xs` that beats every other by `better` (`init` for
+/// none), and whether any is NaN.
+#[inline(always)]
+fn extreme(xs: &[f32], init: f32, better: impl Fn(f32, f32) -> bool) -> (f32, bool) {
+    const LANES: usize = 16;
+    let mut lanes = [init; LANES];
+    let mut nans = [false; LANES];
+    let mut chunks = xs.chunks_exact(LANES);
+    for c in &mut chunks {
+        for k in 0..LANES {
+            nans[k] |= c[k].is_nan();
+            lanes[k] = if better(c[k], lanes[k]) {
+                c[k]
+            } else {
+                lanes[k]
+            };
+        }
+    }
+    let mut m = init;
+    let mut nan = nans.iter().any(|&n| n);
+    for &v in lanes.iter().chain(chunks.remainder()) {
+        nan |= v.is_nan();
+        m = if better(v, m) { v } else { m };
+    }
+    (m, nan)
+}
+
 #[inline(always)]
 fn accumulate(op: ReduceOp, acc: f64, xs: &[f32]) -> f64 {
     match op {
@@ -1629,24 +2158,16 @@ fn accumulate(op: ReduceOp, acc: f64, xs: &[f32]) -> f64 {
             acc + lanes[0] + tail
         }
         ReduceOp::Prod => xs.iter().fold(acc, |a, &v| a * v as f64),
-        // Max and min in f32 lanes (the compiler vectorizes the select),
-        // with NaN tracked on the side so it still propagates.
+        // Max and min in sixteen f32 lanes (the compiler vectorizes the
+        // selects; one running value would make each element wait for the
+        // last), with NaN tracked on the side so it still propagates.
         ReduceOp::Max | ReduceOp::Min => {
             let max = op == ReduceOp::Max;
-            let mut m = if max {
-                f32::NEG_INFINITY
+            let (m, nan) = if max {
+                extreme(xs, f32::NEG_INFINITY, |v, m| v > m)
             } else {
-                f32::INFINITY
+                extreme(xs, f32::INFINITY, |v, m| v < m)
             };
-            let mut nan = false;
-            for &v in xs {
-                nan |= v.is_nan();
-                m = if (max && v > m) || (!max && v < m) {
-                    v
-                } else {
-                    m
-                };
-            }
             if nan || acc.is_nan() {
                 f64::NAN
             } else if max {
@@ -1872,15 +2393,15 @@ fn run_dot(
 pub fn run_plan(
     graph: &Graph,
     plan: &Plan,
-    programs: &[Option<LoopProgram>],
+    programs: &[Option<Program>],
     values: &mut [Option<HostTensor>],
     io: &DeviceIo<'_>,
     dead: &[Vec<ValueId>],
 ) -> Result<()> {
     for (k, kernel) in plan.kernels.iter().enumerate() {
-        match (&kernel.kind, &programs[k]) {
-            (KernelKind::Loop { .. }, Some(p)) => p.run(graph, values, io)?,
-            _ => {
+        match &programs[k] {
+            Some(p) => p.run(graph, values, io)?,
+            None => {
                 for &i in &kernel.nodes {
                     eval_node(graph, i, values, io)?;
                 }
@@ -1896,6 +2417,18 @@ pub fn run_plan(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The program of every loop and row-phase kernel of `plan`, each of
+    /// which must compile.
+    pub(crate) fn compiled(graph: &Graph, plan: &Plan) -> Vec<Option<Program>> {
+        plan.kernels
+            .iter()
+            .map(|k| match k.kind {
+                KernelKind::Single => None,
+                _ => Some(Program::compile(graph, k).unwrap_or_else(|| panic!("{k:?}"))),
+            })
+            .collect()
+    }
     use crate::ir::TensorType;
     use crate::ops::{self, Attr, Attrs};
     use crate::platform::host::kernels::eval_graph;
@@ -1934,14 +2467,7 @@ mod tests {
             .collect();
         let want = eval_graph(graph, &inputs).unwrap();
         let plan = crate::fusion::plan(graph);
-        let programs: Vec<Option<LoopProgram>> = plan
-            .kernels
-            .iter()
-            .map(|k| match k.kind {
-                KernelKind::Loop { .. } => Some(LoopProgram::compile(graph, k).unwrap()),
-                KernelKind::Single => None,
-            })
-            .collect();
+        let programs = compiled(graph, &plan);
         let mut values: Vec<Option<HostTensor>> = vec![None; graph.num_values()];
         for (p, t) in graph.params().iter().zip(&inputs) {
             values[p.0 as usize] = Some(t.clone());
@@ -2083,11 +2609,7 @@ mod tests {
         let xs = [-0.0f32, 0.0, -1.5, f32::NEG_INFINITY];
         let mut values: Vec<Option<HostTensor>> = vec![None; graph.num_values()];
         values[x.0 as usize] = Some(HostTensor::from_slice(DType::F32, &[4], &xs).unwrap());
-        let programs: Vec<Option<LoopProgram>> = plan
-            .kernels
-            .iter()
-            .map(|k| Some(LoopProgram::compile(&graph, k).unwrap()))
-            .collect();
+        let programs = compiled(&graph, &plan);
         run_plan(
             &graph,
             &plan,
@@ -2128,12 +2650,7 @@ mod tests {
             let inputs = [input(&t, 1), input(&t, 2)];
             let want = eval_graph(&graph, &inputs).unwrap();
             let plan = crate::fusion::plan(&graph);
-            let programs: Vec<Option<LoopProgram>> = plan
-                .kernels
-                .iter()
-                .map(|k| LoopProgram::compile(&graph, k).ok())
-                .collect();
-            assert!(programs.iter().all(|p| p.is_some()), "{plan:?}");
+            let programs = compiled(&graph, &plan);
             let mut values: Vec<Option<HostTensor>> = vec![None; graph.num_values()];
             for (p, v) in graph.params().iter().zip(&inputs) {
                 values[p.0 as usize] = Some(v.clone());
@@ -2320,6 +2837,99 @@ mod tests {
             ),
             0.0,
         );
+    }
+
+    /// Whether the row-phase kernels of `graph`'s plan run block by block
+    /// (one entry per row kernel).
+    fn blocked_row_kernels(graph: &Graph) -> Vec<bool> {
+        let plan = crate::fusion::plan(graph);
+        compiled(graph, &plan)
+            .into_iter()
+            .filter_map(|p| match p {
+                Some(Program::Rows(r)) => Some(r.blocked()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Softmax, log_softmax, layer_norm and rms_norm are row-phase kernels
+    /// run block by block, and give the node-by-node result: passes that
+    /// split across threads, rows longer than a block (a row a block), a
+    /// last block shorter than the others, half precision.
+    #[test]
+    fn row_phase_kernels_run_block_by_block_and_equal_the_reference() {
+        let f = |d: &[u64]| TensorType::new(DType::F32, d);
+        let h = |d: &[u64]| TensorType::new(DType::BF16, d);
+        let last = Attrs::new().with("dim", Attr::Int(-1));
+        let norm = |n: i64| Attrs::new().with("normalized_shape", Attr::Ints(vec![n]));
+        let cases: Vec<(Graph, f64)> = vec![
+            (op("softmax", &[f(&[8, 8, 64, 256])], last.clone()), 1e-6),
+            (op("softmax", &[f(&[3, 40_001])], last.clone()), 1e-6),
+            (op("log_softmax", &[f(&[37, 300])], last.clone()), 1e-6),
+            (op("log_softmax", &[h(&[301, 260])], last.clone()), 1e-2),
+            (
+                op(
+                    "layer_norm",
+                    &[f(&[1000, 96]), f(&[96]), f(&[96])],
+                    norm(96),
+                ),
+                1e-5,
+            ),
+            (
+                op("rms_norm", &[h(&[513, 128]), h(&[128])], norm(128)),
+                1e-2,
+            ),
+            (
+                op("rms_norm", &[f(&[700, 100]), f(&[100])], norm(100)),
+                1e-5,
+            ),
+        ];
+        // Nothing to run: however it runs, it gives an empty result.
+        check(&op("softmax", &[f(&[0, 16])], last.clone()), 0.0);
+        check(&op("layer_norm", &[f(&[0, 8])], norm(8)), 0.0);
+        for (graph, tol) in cases {
+            let blocked = blocked_row_kernels(&graph);
+            assert!(
+                !blocked.is_empty() && blocked.iter().all(|&b| b),
+                "{blocked:?}\n{graph}"
+            );
+            check(&graph, tol);
+        }
+    }
+
+    /// A phase that reads a row's sum broadcast down the columns instead of
+    /// along its row needs every row's sum first: the kernel then runs its
+    /// phases one after another over the whole space, with the result
+    /// separate passes give (threaded too).
+    #[test]
+    fn row_kernels_read_other_rows_phase_after_phase() {
+        for n in [12u64, 300] {
+            let mut g = crate::ir::GraphBuilder::new();
+            let x = g.param(TensorType::new(DType::F32, &[n, n]));
+            let e = g.unary(UnaryOp::Exp, x).unwrap();
+            let s = g
+                .op(
+                    Prim::Reduce {
+                        op: ReduceOp::Sum,
+                        dimensions: vec![1],
+                    },
+                    &[e],
+                )
+                .unwrap();
+            let down = g
+                .op(
+                    Prim::BroadcastInDim {
+                        dims: vec![n, n],
+                        mapping: vec![1],
+                    },
+                    &[s],
+                )
+                .unwrap();
+            let y = g.binary(BinaryOp::Div, e, down).unwrap();
+            let graph = g.build(&[y]).unwrap();
+            assert_eq!(blocked_row_kernels(&graph), [false], "{graph}");
+            check(&graph, 1e-6);
+        }
     }
 
     #[test]

@@ -111,6 +111,53 @@ def sdpa_train() -> None:
         "torch CPU SDPA (flash kernel)", "ms")
 
 
+def block_a(x, b):
+    """ANCHORS' block (a): bias + GELU(erf) + dropout(0.1) + residual +
+    layer_norm over the last dim."""
+    import torch.nn.functional as F
+
+    h = F.gelu(x + b)
+    h = F.dropout(h, p=0.1, training=True)
+    return F.layer_norm(h + x, (x.shape[-1],))
+
+
+def block_b(q, k, v):
+    """ANCHORS' block (b): softmax(q k^T / 8) v, written out (no SDPA)."""
+    return torch.softmax(q @ k.transpose(-2, -1) / 8, dim=-1) @ v
+
+
+def block_rows(name: str, block, shapes, rounds: int = 11) -> None:
+    """One block on tpu under defer-and-fuse (synchronized each call)
+    against the same block on torch CPU eager and compiled by inductor on
+    CPU: two rows, each pair interleaved in the same run."""
+    torch.manual_seed(0)
+    cpu = [torch.randn(*s) for s in shapes]
+    tpu = [t.to("tpu") for t in cpu]
+    compiled = torch.compile(block, backend="inductor")
+
+    def on_tpu():
+        with torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_AND_FUSE):
+            out = block(*tpu)
+        torch.tpu.synchronize()
+        return out
+
+    with torch.no_grad():
+        for _ in range(2):
+            on_tpu(), block(*cpu), compiled(*cpu)
+        ours, eager = interleaved(on_tpu, lambda: block(*cpu), rounds)
+        row(f"{name}_vs_eager", ours * 1e3, eager * 1e3, "torch CPU eager", "ms")
+        ours, inductor = interleaved(on_tpu, lambda: compiled(*cpu), rounds)
+        row(f"{name}_vs_inductor", ours * 1e3, inductor * 1e3,
+            "torch.compile inductor on CPU", "ms")
+
+
+def blocks() -> None:
+    """ANCHORS' two blocks through the PyTorch binding, at its shapes."""
+    block_rows("torch_block_bias_gelu_dropout_residual_layernorm_4096x1024", block_a,
+               [(4096, 1024), (1024,)])
+    block_rows("torch_block_softmax_attention_8x8x256x64", block_b, [(8, 8, 256, 64)] * 3)
+
+
 def llama_step(platform: str) -> None:
     """The Llama training step of ANCHORS.md under defer-and-fuse, in a
     child process (the platform is chosen per process), against torch CPU
@@ -169,6 +216,7 @@ BENCHES = {
     "torch_tiny_add_16_strict": tiny_add,
     "torch_sdpa_forward_8x8x256x64": sdpa_forward,
     "torch_sdpa_causal_gqa_fwd_bwd_8x8x128x32": sdpa_train,
+    "torch_blocks": blocks,
     "torch_llama_train_step_defer_host": lambda: llama_step("host"),
     "torch_llama_train_step_defer_xla": lambda: llama_step("xla"),
     "torch_llama_compiled": llama_compiled,

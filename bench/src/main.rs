@@ -280,8 +280,10 @@ fn block_b(
             .with("dim1", Attr::Int(-1)),
     );
     let sc = call(r, s, "matmul", &[q, &kt], Attrs::new());
+    // Queued, as a frontend uploads a Python scalar: a synchronous copy
+    // would wait for the stream and so cut a deferred recording in two.
     let eight = r.allocate(0, 4, s).unwrap();
-    r.copy_host_to_device(&8f32.to_le_bytes(), &eight, &TLayout::bytes(4), s)
+    r.copy_host_to_device_async(8f32.to_le_bytes().to_vec(), &eight, &TLayout::bytes(4), s)
         .unwrap();
     let eight = DeviceTensor::contiguous(eight, DType::F32, &[]).unwrap();
     let sc = call(r, s, "div", &[&sc, &eight], Attrs::new());
@@ -737,6 +739,48 @@ fn defer_only(_: &mut Vec<Row>) {
     }
 }
 
+/// Profiling aid: rms_norm over [8, 128, 256], softmax over
+/// [8, 8, 256, 256] and layer_norm over [4096, 1024], strict, each op synchronized (`TPURT_PROBE_OP` picks one,
+/// `TPURT_PROBE_REPS` sets the count); prints the minimum and median.
+fn rows_probe(_: &mut Vec<Row>) {
+    let r = rt_memory_cache();
+    let s = r.default_stream(0).unwrap();
+    let x = upload(&r, &s, &[8, 8, 256, 256], 1);
+    let y = upload(&r, &s, &[4096, 1024], 2);
+    let z = upload(&r, &s, &[8, 128, 256], 3);
+    for (name, input, attrs) in [
+        (
+            "rms_norm",
+            &z,
+            Attrs::new().with("normalized_shape", Attr::Ints(vec![256])),
+        ),
+        ("softmax", &x, Attrs::new().with("dim", Attr::Int(-1))),
+        (
+            "layer_norm",
+            &y,
+            Attrs::new().with("normalized_shape", Attr::Ints(vec![1024])),
+        ),
+    ] {
+        if std::env::var("TPURT_PROBE_OP").is_ok_and(|o| o != name) {
+            continue;
+        }
+        let mut ts = vec![];
+        let reps: usize = std::env::var("TPURT_PROBE_REPS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(40);
+        for _ in 0..reps {
+            let t = Instant::now();
+            let out = call(&r, &s, name, &[input], attrs.clone());
+            s.synchronize().unwrap();
+            ts.push(t.elapsed().as_secs_f64() * 1e3);
+            drop(out);
+        }
+        let min = ts.iter().cloned().fold(f64::INFINITY, f64::min);
+        eprintln!("{name}: min {min:.3} ms, median {:.3} ms", median(ts));
+    }
+}
+
 const ALL: &[(&str, Bench)] = &[
     ("pool_alloc_free", pool_alloc_free),
     ("stream_empty_task", stream_empty_task),
@@ -756,7 +800,11 @@ const ALL: &[(&str, Bench)] = &[
 ];
 
 /// Profiling aids: run only when named (they print no JSON).
-const AIDS: &[(&str, Bench)] = &[("mm_probe", mm_probe), ("defer_only", defer_only)];
+const AIDS: &[(&str, Bench)] = &[
+    ("mm_probe", mm_probe),
+    ("defer_only", defer_only),
+    ("rows_probe", rows_probe),
+];
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();

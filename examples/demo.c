@@ -161,6 +161,8 @@ int main(void) {
     uint32_t modes[3] = {TPURT_EAGER_DEFER_NEVER, TPURT_EAGER_DEFER_NEVER_AND_LAUNCH_BLOCKING, TPURT_EAGER_DEFER_AND_FUSE};
     for (int m = 0; m < 3; m++) {
       CHECK(tpurt_eager_mode_push(modes[m]));
+      /* Defer-and-fuse's steps under the profiler: each step's flush is one task. */
+      if (m == 2) CHECK(tpurt_profiler_start());
       float total = 0;
       for (int step = 0; step < 5; step++) {
         tpurt_event e0, e1;
@@ -211,6 +213,18 @@ int main(void) {
       }
       uint32_t popped;
       CHECK(tpurt_eager_mode_pop(&popped));
+      if (m == 2) {
+        char *events;
+        CHECK(tpurt_device_synchronize(rt, 0));
+        CHECK(tpurt_profiler_stop(&events));
+        int tasks = 0, kernels = 0;
+        for (const char *p = events; (p = strstr(p, "\"kind\":\"")) != NULL; p++) {
+          if (strncmp(p + 8, "task\"", 5) == 0) tasks++;
+          else kernels++;
+        }
+        printf("  profiler: %d tasks and %d host kernels in those steps\n", tasks, kernels);
+        tpurt_string_free(events);
+      }
     }
     tpurt_compile_cache_stats cs;
     memset(&cs, 0, sizeof cs);

@@ -526,6 +526,20 @@ struct tpurt_status *tpurt_compile_cache_set_cache_only(struct tpurt_runtime rt,
 // Write each missed graph's text into `dir` (NULL: stop).
 struct tpurt_status *tpurt_compile_cache_set_dump_on_miss(struct tpurt_runtime rt, const char *dir);
 
+// Start recording every task the process's streams run and every kernel
+// a host program runs. FAILED_PRECONDITION while a recording is under way.
+// Work queued before the call is recorded if it runs after it: synchronize
+// first for a clean start.
+struct tpurt_status *tpurt_profiler_start(void);
+
+// Stop recording. `*json` (may be NULL: the recording is dropped) gets
+// the recording as JSON: `{"events": [{"kind": "task" | "kernel",
+// "name", "thread", "stream", "start_ns", "duration_ns"}, ...],
+// "dropped": n}`, NUL-terminated, owned by the caller, who frees it with
+// `tpurt_string_free`. Synchronize before stopping, or queued work is
+// missing. FAILED_PRECONDITION when nothing is recording.
+struct tpurt_status *tpurt_profiler_stop(char **json);
+
 // The ABI version of the library (compare with `TPURT_ABI_VERSION`).
 uint32_t tpurt_abi_version(void);
 

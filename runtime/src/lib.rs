@@ -13,6 +13,7 @@ mod lazy;
 pub mod memory;
 pub mod ops;
 pub mod platform;
+pub mod profile;
 pub mod runtime;
 pub mod stream;
 pub mod tensor;

@@ -48,6 +48,14 @@ py::dict memory_stats(int device) {
   return d;
 }
 
+std::string profiler_stop() {
+  char* json = nullptr;
+  check(tpurt_profiler_stop(&json), "profiler stop");
+  std::string out(json == nullptr ? "" : json);
+  tpurt_string_free(json);
+  return out;
+}
+
 std::string memory_snapshot(int device) {
   check_device(device);
   char* json = nullptr;
@@ -236,6 +244,8 @@ PYBIND11_MODULE(_C, m) {
     return released;
   });
   m.def("memory_snapshot", &memory_snapshot);
+  m.def("profiler_start", [] { check(tpurt_profiler_start(), "profiler start"); });
+  m.def("profiler_stop", &profiler_stop);
 
   // Eager modes.
   m.def("eager_mode", [] {

@@ -445,3 +445,4 @@ def fused_attention_enabled() -> bool:
 # --- ops ------------------------------------------------------------------------------
 
 from . import ops  # noqa: E402  (torch.tpu.ops: the SparseCore embedding ops)
+from . import profiler  # noqa: E402  (torch.tpu.profiler: device time per task and kernel)

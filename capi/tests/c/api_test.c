@@ -575,6 +575,37 @@ static void test_slice_from_environment(void) {
   unsetenv("TPU_VISIBLE_CHIPS");
 }
 
+static void test_profiler(void) {
+  tpurt_runtime rt = make_runtime(1, 16u << 20);
+  tpurt_stream none = {0};
+  uint32_t add_id;
+  OK(tpurt_op_lookup("add", &add_id));
+  tpurt_buffer bx;
+  OK(tpurt_buffer_allocate(rt, 0, 4 * sizeof(float), none, &bx));
+  float x[4] = {1, 2, 3, 4};
+  OK(tpurt_copy_host_to_device(x, sizeof x, bx, NULL, none, 0));
+  uint64_t s4[1] = {4};
+  tpurt_tensor tx = tensor_of(bx, TPURT_DTYPE_F32, 1, s4, NULL, 0);
+  tpurt_tensor ins[2] = {tx, tx};
+
+  char *json = NULL;
+  ERR(tpurt_profiler_stop(&json), TPURT_CODE_FAILED_PRECONDITION, "not recording");
+  OK(tpurt_profiler_start());
+  ERR(tpurt_profiler_start(), TPURT_CODE_FAILED_PRECONDITION, "already recording");
+  OK(tpurt_op_launch(rt, add_id, ins, 2, &tx, 1, NULL, 0, none));
+  OK(tpurt_device_synchronize(rt, 0));
+  OK(tpurt_profiler_stop(&json));
+  /* The add ran as a task of the default stream, its kernel inside it. */
+  CHECK(json != NULL && strstr(json, "\"name\":\"add\"") != NULL);
+  CHECK(strstr(json, "\"kind\":\"kernel\"") != NULL && strstr(json, "\"dropped\":0") != NULL);
+  tpurt_string_free(json);
+  /* A NULL out pointer drops the recording. */
+  OK(tpurt_profiler_start());
+  OK(tpurt_profiler_stop(NULL));
+  OK(tpurt_buffer_free(bx));
+  OK(tpurt_runtime_destroy(rt));
+}
+
 int main(void) {
   test_version_and_runtime();
   test_slice_from_environment();
@@ -582,6 +613,7 @@ int main(void) {
   test_streams_and_events();
   test_memory_api();
   test_ops_modes_graphs_and_cache();
+  test_profiler();
   printf("C API test: %d checks passed\n", checks);
   return 0;
 }

@@ -554,6 +554,7 @@ fn execute(stream: &StreamQueue, task: Task) {
         clock.complete(seq);
         return;
     }
+    let began = crate::profile::recording().then(Instant::now);
     let outcome = match kind {
         TaskKind::Run(f) => guarded(f),
         TaskKind::Launch(l) => guarded(|| l.run(&stream.graveyard)),
@@ -568,6 +569,17 @@ fn execute(stream: &StreamQueue, task: Task) {
             Ok(())
         }
     };
+    if let Some(t0) = began {
+        let took = t0.elapsed();
+        let name = &name;
+        crate::profile::record(
+            crate::profile::EventKind::Task,
+            || name.to_string(),
+            clock.id().0,
+            t0,
+            took,
+        );
+    }
     if let Err(e) = outcome {
         let message = match e {
             Error::StreamPoisoned { message, .. } => message,

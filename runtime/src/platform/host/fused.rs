@@ -2386,6 +2386,67 @@ fn run_dot(
     kernels::eval(&prim, &ins).map(Some)
 }
 
+/// A kernel as the profiler names it: what it computes and over what
+/// shape, so the same kernel of every step sums into one row. A primitive:
+/// its name and operand types; a loop: its shape and primitives (the first
+/// dozen); a row kernel: also its phases, and whether it ran block by block.
+fn kernel_label(graph: &Graph, kernel: &Kernel, program: Option<&Program>) -> String {
+    let nodes = graph.nodes();
+    let prims = || {
+        let names: Vec<String> = kernel.nodes.iter().map(|&i| nodes[i].prim.name()).collect();
+        let shown = names.len().min(12);
+        let mut s = names[..shown].join(" ");
+        if names.len() > shown {
+            s += &format!(" +{} more", names.len() - shown);
+        }
+        s
+    };
+    let dims = |d: &[u64]| {
+        let d: Vec<String> = d.iter().map(u64::to_string).collect();
+        format!("[{}]", d.join(","))
+    };
+    match &kernel.kind {
+        KernelKind::Single => {
+            let Some(&i) = kernel.nodes.first() else {
+                return "empty kernel".into();
+            };
+            let n = &nodes[i];
+            let types = |vs: &[ValueId]| -> Vec<String> {
+                vs.iter()
+                    .map(|v| graph.value_type(*v).to_string())
+                    .collect()
+            };
+            format!(
+                "{} {} -> {}",
+                n.prim.name(),
+                types(&n.inputs).join(" "),
+                types(&n.outputs).join(" ")
+            )
+        }
+        KernelKind::Loop { shape, .. } => {
+            let node_by_node = if program.is_none() {
+                ", node by node"
+            } else {
+                ""
+            };
+            format!("loop {}{node_by_node}: {}", dims(shape), prims())
+        }
+        KernelKind::Rows { shape, phases, .. } => {
+            let how = match program {
+                Some(Program::Rows(r)) if r.blocked() => "by row blocks",
+                Some(_) => "phase after phase",
+                None => "node by node",
+            };
+            format!(
+                "rows {} ({} phases, {how}): {}",
+                dims(shape),
+                phases.len(),
+                prims()
+            )
+        }
+    }
+}
+
 /// Run a whole plan over `values` (parameters set or in `io`; results
 /// filled in, or written to device memory for the outputs in `io`), its
 /// kernels in order; after kernel k, the values of `dead[k]` are dropped
@@ -2399,6 +2460,7 @@ pub fn run_plan(
     dead: &[Vec<ValueId>],
 ) -> Result<()> {
     for (k, kernel) in plan.kernels.iter().enumerate() {
+        let began = crate::profile::recording().then(std::time::Instant::now);
         match &programs[k] {
             Some(p) => p.run(graph, values, io)?,
             None => {
@@ -2406,6 +2468,11 @@ pub fn run_plan(
                     eval_node(graph, i, values, io)?;
                 }
             }
+        }
+        if let Some(t0) = began {
+            let took = t0.elapsed();
+            let label = || kernel_label(graph, kernel, programs[k].as_ref());
+            crate::profile::record(crate::profile::EventKind::Kernel, label, 0, t0, took);
         }
         for v in dead.get(k).into_iter().flatten() {
             values[v.0 as usize] = None;

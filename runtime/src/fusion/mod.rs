@@ -36,8 +36,10 @@
 //! - A kernel stores a value when a later kernel (directly or through a
 //!   load) uses it, or the graph returns it; other values stay in the pass.
 
+mod attention;
 mod simplify;
 
+pub use attention::fuse_attention;
 pub use simplify::{dot_operand_through_transpose, simplify};
 
 use std::collections::HashSet;

@@ -1,8 +1,9 @@
-//! Graph simplification before planning: rewrites that change no result
-//! but remove work. Today: a transpose read only by `dot_general` is folded
-//! into the dot's dimension numbers (a matmul with `k.transpose(-2, -1)`
-//! then reads `k` in place instead of copying it), and nodes nobody uses
-//! are dropped.
+//! Graph simplification before planning: rewrites that remove work. A
+//! transpose read only by `dot_general` is folded into the dot's dimension
+//! numbers (a matmul with `k.transpose(-2, -1)` then reads `k` in place
+//! instead of copying it); written-out attention becomes one attention
+//! primitive (`super::attention`, which changes results by rounding
+//! only); nodes nobody uses are dropped.
 
 use std::collections::HashMap;
 
@@ -31,9 +32,19 @@ pub fn dot_operand_through_transpose(
     Some((nb, nc))
 }
 
-/// The graph with transposes folded into dot_general operands, or the
-/// graph unchanged when nothing applies.
+/// The graph with transposes folded into dot_general operands and
+/// written-out attention fused (`super::fuse_attention`), without the
+/// nodes that leaves unread; the graph unchanged when nothing applies.
 pub fn simplify(graph: &Graph) -> Result<Graph> {
+    let folded = fold_transposes(graph)?;
+    match super::fuse_attention(&folded)? {
+        Some(fused) => rebuild(&fused, &HashMap::new()),
+        None => Ok(folded),
+    }
+}
+
+/// Transposes read only by a dot_general folded into its dimension numbers.
+fn fold_transposes(graph: &Graph) -> Result<Graph> {
     let nodes = graph.nodes();
     let mut producer: Vec<Option<usize>> = vec![None; graph.num_values()];
     let mut uses: Vec<usize> = vec![0; graph.num_values()];
@@ -110,7 +121,13 @@ pub fn simplify(graph: &Graph) -> Result<Graph> {
     if rewritten.is_empty() {
         return Ok(graph.clone());
     }
-    // Rebuild, dropping nodes whose results nobody reads any more.
+    rebuild(graph, &rewritten)
+}
+
+/// The graph with the nodes in `rewritten` given new prims and inputs,
+/// without the nodes whose results nobody reads any more.
+fn rebuild(graph: &Graph, rewritten: &HashMap<usize, (Prim, Vec<ValueId>)>) -> Result<Graph> {
+    let nodes = graph.nodes();
     let mut live = vec![false; graph.num_values()];
     for o in graph.outputs() {
         live[o.0 as usize] = true;

@@ -644,6 +644,79 @@ mod tests {
         assert_eq!(r.compile_cache_stats().misses, mid.misses);
     }
 
+    /// ANCHORS' block (bias, GELU, dropout, residual, layer_norm) deferred
+    /// is one row kernel whose first phase draws dropout's numbers: they
+    /// are strict's, at the same positions, over rows that split across
+    /// threads and blocks; and its softmax attention is one attention.
+    #[test]
+    fn deferred_row_kernels_and_attention_equal_strict() {
+        let r = rt();
+        let s = r.default_stream(0).unwrap();
+        let (rows, cols) = (300u64, 256u64);
+        let xv: Vec<f32> = (0..rows * cols).map(|i| (i as f32 * 0.37).sin()).collect();
+        let bv: Vec<f32> = (0..cols).map(|i| (i as f32 * 0.11).cos()).collect();
+        let x = upload(&r, &s, &[rows, cols], &xv);
+        let b = upload(&r, &s, &[cols], &bv);
+        let c = upload(&r, &s, &[], &[1.0 / 16.0]);
+        let block = || {
+            let h = op(&r, &s, "add", &[&x, &b], Attrs::new());
+            let g = op(&r, &s, "gelu", &[&h], Attrs::new());
+            let drop = Attrs::new()
+                .with("p", Attr::Float(0.1))
+                .with("seed", Attr::Int(1234))
+                .with("offset", Attr::Int(0));
+            let d = op(&r, &s, "dropout", &[&g], drop);
+            let y = op(&r, &s, "add", &[&d, &x], Attrs::new());
+            let ln = Attrs::new().with("normalized_shape", Attr::Ints(vec![cols as i64]));
+            let n = op(&r, &s, "layer_norm", &[&y], ln);
+            // softmax(n nᵀ / 16) n, written out, over 4 heads.
+            let heads = Attrs::new().with("shape", Attr::Ints(vec![4, 75, 256]));
+            let q = op(&r, &s, "reshape", &[&n], heads);
+            let t = Attrs::new()
+                .with("dim0", Attr::Int(-2))
+                .with("dim1", Attr::Int(-1));
+            let kt = op(&r, &s, "transpose", &[&q], t);
+            let sc = op(&r, &s, "matmul", &[&q, &kt], Attrs::new());
+            let sc = op(&r, &s, "mul", &[&sc, &c], Attrs::new());
+            let p = op(
+                &r,
+                &s,
+                "softmax",
+                &[&sc],
+                Attrs::new().with("dim", Attr::Int(-1)),
+            );
+            let o = op(&r, &s, "matmul", &[&p, &q], Attrs::new());
+            // The intermediates die here, before any flush, as a model's do.
+            (n, o)
+        };
+        let both =
+            |(n, o): (DeviceTensor, DeviceTensor)| (download(&r, &s, &n), download(&r, &s, &o));
+        let (strict_n, strict_o) = both(block());
+        let _turn = crate::profile::TEST_LOCK
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        crate::profile::start().unwrap();
+        let (n, o) = both(in_mode(EagerMode::DeferAndFuse, block));
+        let kernels: Vec<String> = crate::profile::stop()
+            .unwrap()
+            .events
+            .into_iter()
+            .filter(|e| e.kind == crate::profile::EventKind::Kernel)
+            .map(|e| e.name)
+            .collect();
+        let has = |prefix: &str| kernels.iter().any(|k| k.starts_with(prefix));
+        assert!(has("rows [300,256] ("), "{kernels:#?}");
+        assert!(has("attention "), "{kernels:#?}");
+        assert!(!has("dot_general"), "{kernels:#?}");
+        assert!(strict_n.iter().any(|&v| v != 0.0));
+        for (a, b) in strict_n.iter().zip(&n) {
+            assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "{a} vs {b}");
+        }
+        for (a, b) in strict_o.iter().zip(&o) {
+            assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "{a} vs {b}");
+        }
+    }
+
     /// On the xla platform a deferred block is one XLA module (the whole
     /// recording lowered together); it gives the host's strict results,
     /// and in-place updates through overlapping views stay exact.

@@ -351,6 +351,27 @@ fn layer_norm_is_one_row_kernel_with_phases_over_the_rows() {
     assert_eq!(stored, outputs);
 }
 
+/// One value per row of `dims`, broadcast along its row.
+fn down_rows(g: &mut GraphBuilder, v: ValueId, dims: &[u64]) -> ValueId {
+    g.op(
+        Prim::BroadcastInDim {
+            dims: dims.to_vec(),
+            mapping: vec![0],
+        },
+        &[v],
+    )
+    .unwrap()
+}
+
+fn assert_no_row_kernel(p: &Plan) {
+    assert!(
+        p.kernels
+            .iter()
+            .all(|k| !matches!(k.kind, KernelKind::Rows { .. })),
+        "{p:#?}"
+    );
+}
+
 /// A later pass that reads a kernel between (here a reversal of the row
 /// maxima) cannot be a phase: the row kernel would run before that kernel.
 #[test]
@@ -367,23 +388,9 @@ fn a_pass_reading_a_kernel_after_the_reduction_is_not_a_phase() {
         )
         .unwrap();
     let r = reverse(&mut g, m);
-    let b = g
-        .op(
-            Prim::BroadcastInDim {
-                dims: vec![16, 32],
-                mapping: vec![0],
-            },
-            &[r],
-        )
-        .unwrap();
+    let b = down_rows(&mut g, r, &[16, 32]);
     let y = g.binary(BinaryOp::Sub, x, b).unwrap();
-    let p = plan(&g.build(&[y]).unwrap());
-    assert!(
-        p.kernels
-            .iter()
-            .all(|k| !matches!(k.kind, KernelKind::Rows { .. })),
-        "{p:#?}"
-    );
+    assert_no_row_kernel(&plan(&g.build(&[y]).unwrap()));
 }
 
 /// A pass that reads a value of the reducing pass through a transpose
@@ -403,21 +410,7 @@ fn a_pass_reading_a_full_value_transposed_is_not_a_phase() {
         )
         .unwrap();
     let t = g.op(Prim::Transpose { perm: vec![1, 0] }, &[e]).unwrap();
-    let b = g
-        .op(
-            Prim::BroadcastInDim {
-                dims: vec![16, 16],
-                mapping: vec![0],
-            },
-            &[s],
-        )
-        .unwrap();
+    let b = down_rows(&mut g, s, &[16, 16]);
     let y = g.binary(BinaryOp::Div, t, b).unwrap();
-    let p = plan(&g.build(&[y]).unwrap());
-    assert!(
-        p.kernels
-            .iter()
-            .all(|k| !matches!(k.kind, KernelKind::Rows { .. })),
-        "{p:#?}"
-    );
+    assert_no_row_kernel(&plan(&g.build(&[y]).unwrap()));
 }

@@ -23,9 +23,22 @@ use crate::error::Result;
 use crate::ir::{DType, TensorType};
 use crate::platform::host::vmath;
 
-/// Query rows per block: a block's scores (ROWS × s floats) stay in L2
-/// for the sequence lengths of the conformance models.
+/// Query rows per block under `causal`: a causal block reads the keys up
+/// to its last row, so small blocks skip more of them.
 const ROWS: usize = 64;
+
+/// Scores a block holds at most without a mask (256 KiB, in L2): fewer
+/// and larger blocks pack each head's keys and values fewer times.
+const BLOCK_SCORES: usize = 1 << 16;
+
+/// Query rows per block for `s` keys.
+fn block_rows(s: usize, causal: bool) -> usize {
+    if causal {
+        ROWS
+    } else {
+        (BLOCK_SCORES / s.max(1)).clamp(ROWS, 8 * ROWS)
+    }
+}
 
 /// A matrix inside a slice: element (r, c) is at `r * rs + c * cs`.
 #[derive(Clone, Copy)]
@@ -240,9 +253,10 @@ pub fn attention(
             let qh = &qs[h * sh.l * sh.e..(h + 1) * sh.l * sh.e];
             let kh = &ks[kv * sh.s * sh.e..(kv + 1) * sh.s * sh.e];
             let vh = &vs[kv * sh.s * sh.ev..(kv + 1) * sh.s * sh.ev];
-            let mut scores = vec![0f32; ROWS.min(sh.l) * sh.s];
-            for r0 in (0..sh.l).step_by(ROWS) {
-                let rows = ROWS.min(sh.l - r0);
+            let block = block_rows(sh.s, causal);
+            let mut scores = vec![0f32; block.min(sh.l) * sh.s];
+            for r0 in (0..sh.l).step_by(block) {
+                let rows = block.min(sh.l - r0);
                 let keys = sh.keys(causal, r0 + rows);
                 let sc = &mut scores[..rows * keys];
                 mm(
@@ -317,7 +331,8 @@ pub fn attention_backward(
         .for_each(|(kv, ((dq, dk), dv))| {
             let kh = &ks[kv * sh.s * sh.e..(kv + 1) * sh.s * sh.e];
             let vh = &vs[kv * sh.s * sh.ev..(kv + 1) * sh.s * sh.ev];
-            let block = ROWS.min(sh.l) * sh.s;
+            let step = block_rows(sh.s, causal);
+            let block = step.min(sh.l) * sh.s;
             let (mut p, mut dp) = (vec![0f32; block], vec![0f32; block]);
             for gi in 0..sh.groups {
                 let h = kv * sh.groups + gi;
@@ -326,8 +341,8 @@ pub fn attention_backward(
                 let oh = &os[h * sh.l * sh.ev..(h + 1) * sh.l * sh.ev];
                 let lh = &ls[h * sh.l..(h + 1) * sh.l];
                 let dqh = &mut dq[gi * sh.l * sh.e..(gi + 1) * sh.l * sh.e];
-                for r0 in (0..sh.l).step_by(ROWS) {
-                    let rows = ROWS.min(sh.l - r0);
+                for r0 in (0..sh.l).step_by(step) {
+                    let rows = step.min(sh.l - r0);
                     let keys = sh.keys(causal, r0 + rows);
                     let (p, dp) = (&mut p[..rows * keys], &mut dp[..rows * keys]);
                     let q_blk = Mat::rows_of(qh, sh.e, r0, rows);
@@ -449,6 +464,8 @@ mod tests {
             (&[2, 3, 7], &[2, 9, 7], &[2, 9, 3]),
             (&[1, 2, 9, 4], &[1, 2, 3, 4], &[1, 2, 3, 4]),
             (&[1, 2, 70, 4], &[1, 1, 66, 4], &[1, 1, 66, 5]),
+            // Unmasked rows over blocks of 327 rows (256K of scores).
+            (&[1, 1, 700, 4], &[1, 1, 200, 4], &[1, 1, 200, 3]),
             (&[1, 2, 3, 4], &[1, 2, 0, 4], &[1, 2, 0, 4]),
             (&[1, 2, 0, 4], &[1, 2, 3, 4], &[1, 2, 3, 4]),
             (&[2, 2, 3, 0], &[2, 2, 3, 0], &[2, 2, 3, 2]),

@@ -2261,6 +2261,10 @@ fn eval_node(
     io: &DeviceIo<'_>,
 ) -> Result<()> {
     let n = &graph.nodes()[node];
+    if let Some(view) = transpose_in_place(n, values, io) {
+        values[n.outputs[0].0 as usize] = Some(view);
+        return Ok(());
+    }
     if let Some(outs) = run_dot(n, values, io)? {
         for (o, t) in n.outputs.iter().zip(outs) {
             values[o.0 as usize] = Some(t);
@@ -2299,6 +2303,38 @@ fn eval_node(
         values[o.0 as usize] = Some(t);
     }
     Ok(())
+}
+
+/// A transpose of a parameter that is itself a transposed view of dense
+/// memory, back into that memory's order (attention's keys passed as
+/// `k.transpose(-2, -1)`, transposed back for the attention primitive):
+/// the memory, read where it lies. None otherwise; the kernel then runs.
+fn transpose_in_place(
+    n: &crate::ir::Node,
+    values: &[Option<HostTensor>],
+    io: &DeviceIo<'_>,
+) -> Option<HostTensor> {
+    let Prim::Transpose { perm } = &n.prim else {
+        return None;
+    };
+    let v = n.inputs[0];
+    if values[v.0 as usize].is_some() {
+        return None;
+    }
+    let t = io.inputs.get(&v)?;
+    if t.is_contiguous() {
+        return None;
+    }
+    // SAFETY: as for the views of `eval_node`.
+    let (memory, view_perm) = unsafe { HostTensor::borrow_device_permuted(t) }?;
+    // The input is transpose(memory, view_perm); the node's result is
+    // transpose(input, perm): memory itself when the two undo each other.
+    let undone = perm
+        .iter()
+        .enumerate()
+        .all(|(d, &p)| view_perm.get(p) == Some(&d));
+    let dims: Vec<u64> = perm.iter().map(|&p| t.dims()[p]).collect();
+    (undone && memory.dims() == &dims[..]).then_some(memory)
 }
 
 /// A dot_general, reading parameters where they lie and writing its
@@ -2961,6 +2997,94 @@ mod tests {
                 "{blocked:?}\n{graph}"
             );
             check(&graph, tol);
+        }
+    }
+
+    /// A transposed view passed in and transposed back (attention's keys
+    /// as `k.transpose(-2, -1)`) is its memory, read in place; a view the
+    /// transpose does not undo, or one with gaps, is transposed by the
+    /// kernel. Each gives the transpose of what the view shows.
+    #[test]
+    fn a_transpose_undoing_a_view_reads_its_memory() {
+        use crate::{DeviceTensor, Layout, Runtime, RuntimeOptions};
+        let r = Runtime::new(&RuntimeOptions {
+            platform: Some("host".into()),
+            cache: Some(crate::compile::CacheConfig::memory_only(16)),
+            ..Default::default()
+        })
+        .unwrap();
+        let s = r.default_stream(0).unwrap();
+        let (a, b, c) = (2u64, 3u64, 5u64);
+        let vals: Vec<f32> = (0..2 * a * b * c).map(|i| i as f32).collect();
+        let buf = r.allocate(0, vals.len() as u64 * 4, &s).unwrap();
+        r.copy_host_to_device(
+            bytemuck::cast_slice(&vals),
+            &buf,
+            &Layout::bytes(buf.len()),
+            &s,
+        )
+        .unwrap();
+        // (view sizes, view strides, transpose perm): memory [a, b, c]
+        // seen as [a, c, b] and transposed back; the same view transposed
+        // otherwise; every other element (gaps) transposed back.
+        let cases: [(&[u64], &[u64], &[usize]); 3] = [
+            (&[a, c, b], &[b * c, 1, c], &[0, 2, 1]),
+            (&[a, c, b], &[b * c, 1, c], &[1, 0, 2]),
+            (&[a, c, b], &[2 * b * c, 2, 2 * c], &[0, 2, 1]),
+        ];
+        for (sizes, strides, perm) in cases {
+            let view = DeviceTensor {
+                buffer: buf.clone(),
+                dtype: DType::F32,
+                layout: Layout {
+                    offset: 0,
+                    sizes: sizes.into(),
+                    strides: strides.into(),
+                    elem_size: 4,
+                },
+            };
+            let mut g = crate::ir::GraphBuilder::new();
+            let x = g.param(view.ty());
+            let y = g
+                .op(
+                    Prim::Transpose {
+                        perm: perm.to_vec(),
+                    },
+                    &[x],
+                )
+                .unwrap();
+            let exe = super::super::executable::HostExecutable::new(g.build(&[y]).unwrap());
+            let out_ty = crate::platform::Executable::output_types(&exe)[0].clone();
+            let ob = r.allocate(0, out_ty.nbytes(), &s).unwrap();
+            let out = DeviceTensor::contiguous(ob, DType::F32, &out_ty.dims).unwrap();
+            crate::platform::Executable::execute(
+                &exe,
+                std::slice::from_ref(&view),
+                std::slice::from_ref(&out),
+            )
+            .unwrap();
+            let mut got = vec![0u8; out_ty.nbytes() as usize];
+            r.copy_device_to_host(&out.buffer, &out.layout, &mut got, &s)
+                .unwrap();
+            let got: &[f32] = bytemuck::cast_slice(&got);
+            // The reference: the view read element by element, transposed.
+            let at =
+                |ix: &[u64]| vals[ix.iter().zip(strides).map(|(i, s)| i * s).sum::<u64>() as usize];
+            let od = &out_ty.dims;
+            let mut k = 0;
+            for i in 0..od[0] {
+                for j in 0..od[1] {
+                    for l in 0..od[2] {
+                        let o = [i, j, l];
+                        let mut ix = [0u64; 3];
+                        for d in 0..3 {
+                            ix[perm[d]] = o[d];
+                        }
+                        assert_eq!(got[k], at(&ix), "{sizes:?} {strides:?} {perm:?} at {o:?}");
+                        k += 1;
+                    }
+                }
+            }
         }
     }
 

@@ -60,42 +60,6 @@ impl Recording {
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).unwrap_or_default()
     }
-
-    /// Events with the same kind and name, summed: most total time first.
-    pub fn summary(&self) -> Vec<SummaryRow> {
-        let mut rows: Vec<SummaryRow> = Vec::new();
-        let mut index: std::collections::HashMap<(EventKind, &str), usize> = Default::default();
-        for e in &self.events {
-            let i = *index.entry((e.kind, &e.name)).or_insert_with(|| {
-                rows.push(SummaryRow {
-                    kind: e.kind,
-                    name: e.name.clone(),
-                    count: 0,
-                    total_ns: 0,
-                    min_ns: u64::MAX,
-                    max_ns: 0,
-                });
-                rows.len() - 1
-            });
-            let r = &mut rows[i];
-            r.count += 1;
-            r.total_ns += e.duration_ns;
-            r.min_ns = r.min_ns.min(e.duration_ns);
-            r.max_ns = r.max_ns.max(e.duration_ns);
-        }
-        rows.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.name.cmp(&b.name)));
-        rows
-    }
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct SummaryRow {
-    pub kind: EventKind,
-    pub name: String,
-    pub count: u64,
-    pub total_ns: u64,
-    pub min_ns: u64,
-    pub max_ns: u64,
 }
 
 static RECORDING: AtomicBool = AtomicBool::new(false);
@@ -233,13 +197,8 @@ mod tests {
         assert_eq!(names, ["add", "loop", "add"]);
         assert_eq!(r.events[0].stream, 3);
         assert_eq!(r.events[0].duration_ns, 7_000);
-        let s = r.summary();
-        assert_eq!(s[0].name, "add");
-        assert_eq!(
-            (s[0].count, s[0].total_ns, s[0].min_ns, s[0].max_ns),
-            (2, 10_000, 3_000, 7_000)
-        );
-        assert_eq!((s[1].name.as_str(), s[1].kind), ("loop", EventKind::Kernel));
+        assert_eq!(r.events[1].kind, EventKind::Kernel);
+        assert_eq!(r.events[2].duration_ns, 3_000);
         let json: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
         assert_eq!(json["events"][1]["kind"], "kernel");
         assert_eq!(json["dropped"], 0);

@@ -400,6 +400,20 @@ mod tests {
         .unwrap()
     }
 
+    /// a · b over batch dimension 0, contracting a's dimension 2 with b's `rhs`.
+    fn batched_product(g: &mut GraphBuilder, a: ValueId, b: ValueId, rhs: usize) -> ValueId {
+        g.op(
+            Prim::DotGeneral {
+                lhs_batch: vec![0],
+                rhs_batch: vec![0],
+                lhs_contract: vec![2],
+                rhs_contract: vec![rhs],
+            },
+            &[a, b],
+        )
+        .unwrap()
+    }
+
     /// softmax(q kᵀ · scale) v over batch [6], L 5, S 7, E 4, Ev 3.
     fn written(w: Written) -> Graph {
         let (b, l, s, e, ev) = (6u64, 5u64, 7u64, 4u64, 3u64);
@@ -418,17 +432,7 @@ mod tests {
             _ => None,
         };
         let mask = w.masked.then(|| g.param(f(&[b, l, s])));
-        let scores = g
-            .op(
-                Prim::DotGeneral {
-                    lhs_batch: vec![0],
-                    rhs_batch: vec![0],
-                    lhs_contract: vec![2],
-                    rhs_contract: vec![if w.transposed_k { 1 } else { 2 }],
-                },
-                &[q, k],
-            )
-            .unwrap();
+        let scores = batched_product(&mut g, q, k, if w.transposed_k { 1 } else { 2 });
         let mut dims = vec![b, l, s];
         let mut x = scores;
         if w.reshaped {
@@ -485,17 +489,7 @@ mod tests {
                 )
                 .unwrap();
         }
-        let out = g
-            .op(
-                Prim::DotGeneral {
-                    lhs_batch: vec![0],
-                    rhs_batch: vec![0],
-                    lhs_contract: vec![2],
-                    rhs_contract: vec![1],
-                },
-                &[p, v],
-            )
-            .unwrap();
+        let out = batched_product(&mut g, p, v, 1);
         let outs = if w.probs_returned {
             vec![out, probs]
         } else {

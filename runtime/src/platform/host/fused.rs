@@ -1247,17 +1247,20 @@ impl LoopProgram {
                 local_sources: &[],
                 local_sinks: &[],
             };
-            // Threads take whole reductions; a pass without one splits
-            // anywhere (at chunk boundaries), so one long row splits too.
-            let unit = if self.epilogues.is_empty() {
-                CHUNK as u64
-            } else {
-                self.reduce_len.max(1)
-            };
-            run_split(&split(n, unit), |_, a, b| pass.range(a, b))?;
+            run_split(&split(n, self.split_unit()), |_, a, b| pass.range(a, b))?;
         }
         self.finish(values, outs, red_outs);
         Ok(())
+    }
+
+    /// What threads split a pass into: whole reductions; a pass without
+    /// one splits anywhere (at chunk boundaries), so one long row splits too.
+    fn split_unit(&self) -> u64 {
+        if self.epilogues.is_empty() {
+            CHUNK as u64
+        } else {
+            self.reduce_len.max(1)
+        }
     }
 
     /// The length of the loop's rows (its last dimension; 1 for a scalar).
@@ -1745,12 +1748,14 @@ impl RowProgram {
         let mut made: HashMap<ValueId, (bool, DType)> = HashMap::new();
         let mut blocked = row > 0;
         let in_kernel: std::collections::HashSet<usize> = kernel.nodes.iter().copied().collect();
+        let producer = graph.producers();
         for (p, &rowwise) in phases.iter().zip(&per_row) {
             // Gathers run before any phase: of values from outside only.
             let gathers_inside = p.materialize.iter().any(|&m| {
-                graph.nodes()[m].inputs.iter().any(|v| {
-                    graph.producers()[v.0 as usize].is_some_and(|q| in_kernel.contains(&q))
-                })
+                graph.nodes()[m]
+                    .inputs
+                    .iter()
+                    .any(|v| producer[v.0 as usize].is_some_and(|q| in_kernel.contains(&q)))
             });
             if gathers_inside {
                 return Err(Error::Internal(
@@ -1941,16 +1946,12 @@ impl RowProgram {
                 })
                 .collect();
             if self.block.is_none() {
-                for (k, (pass, p)) in passes.iter().zip(&self.phases).enumerate() {
+                for (pass, p) in passes.iter().zip(&self.phases) {
                     let n: u64 = p.shape.iter().product();
-                    let unit = if self.per_row[k] || p.epilogues.is_empty() {
-                        CHUNK as u64
-                    } else {
-                        p.reduce_len.max(1)
-                    };
-                    run_split(&split(n, unit), |_, a, b| pass.range(a, b))?;
+                    run_split(&split(n, p.split_unit()), |_, a, b| pass.range(a, b))?;
                 }
             }
+            // Block by block (no ranges when phase after phase).
             run_split(&ranges, |t, a, b| {
                 let mut regs: Vec<Registers> = self.phases.iter().map(Registers::new).collect();
                 // This thread's slot of the local values.

@@ -644,8 +644,15 @@ impl Pass<'_> {
     }
 
     /// As `range`, with the registers given; local sources and sinks are
-    /// addressed at flat position minus `shift`.
+    /// addressed at flat position minus `shift`. Compiled for AVX-512 too
+    /// (`cpu::dispatch`): the instructions' loops are the engine's
+    /// arithmetic.
     fn range_in(&self, f0: u64, f1: u64, shift: i64, r: &mut Registers) -> Result<()> {
+        super::cpu::dispatch!(self.range_in_any(f0, f1, shift, r))
+    }
+
+    #[inline(always)]
+    fn range_in_any(&self, f0: u64, f1: u64, shift: i64, r: &mut Registers) -> Result<()> {
         if f0 >= f1 || self.last == 0 {
             return Ok(());
         }

@@ -7,6 +7,7 @@
 //! large capacity costs nothing until it is used. Each chip has one
 //! TensorCore and one SparseCore queue; the runtime's executors model them.
 
+mod cpu;
 pub(crate) mod executable;
 pub mod fused;
 pub mod kernels;

@@ -21,6 +21,7 @@ use rayon::prelude::*;
 use super::HostTensor;
 use crate::error::Result;
 use crate::ir::{DType, TensorType};
+use crate::platform::host::cpu::dispatch;
 use crate::platform::host::vmath;
 
 /// Query rows per block under `causal`: a causal block reads the keys up
@@ -179,45 +180,101 @@ impl Shape {
     }
 }
 
-/// Softmax of a row of scores over its first `n` keys in place, with the
-/// keys past `n` set to 0; returns the logsumexp.
-fn softmax_row(row: &mut [f32], n: usize) -> f32 {
+/// A row of scores over its first `n` keys turned in place into
+/// exp(score - max), the keys past `n` set to 0: the row's softmax times
+/// its sum. Returns the logsumexp and 1/sum, the factor that normalizes
+/// the row (1 where the sum is 0 or NaN: the row stays as it is). The
+/// forward multiplies the product of the row and v by it, which is fewer
+/// multiplications than the row (v is narrower than the keys are many).
+/// Max, then exp and sum in one pass, each in 16 independent lanes, so
+/// they vectorize (16 wide under AVX-512, see `cpu::dispatch`).
+#[inline(always)]
+fn exp_row(row: &mut [f32], n: usize) -> (f32, f32) {
     if n == 0 {
         row.fill(0.0);
-        return f32::NEG_INFINITY;
+        return (f32::NEG_INFINITY, 1.0);
     }
-    let max = row[..n].iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+    let max = max_lanes(&row[..n]);
     // A row of -inf (or +inf) scores: subtracting would give NaN for
     // -inf; torch's math path gives NaN for +inf, and so does this.
     let shift = if max == f32::NEG_INFINITY { 0.0 } else { max };
-    for x in &mut row[..n] {
-        *x = vmath::exp_f32(*x - shift);
-    }
-    let sum = sum_lanes(&row[..n]);
-    if sum > 0.0 {
-        let inv = 1.0 / sum;
-        for x in &mut row[..n] {
-            *x *= inv;
-        }
-    }
+    let sum = exp_sum_lanes(&mut row[..n], shift);
     row[n..].fill(0.0);
     if sum > 0.0 {
-        shift + sum.ln()
+        (shift + sum.ln(), 1.0 / sum)
     } else {
-        f32::NEG_INFINITY
+        (f32::NEG_INFINITY, 1.0)
     }
 }
 
-/// Sum in eight lanes, so the loop vectorizes.
-fn sum_lanes(x: &[f32]) -> f32 {
-    let mut lanes = [0f32; 8];
-    let mut chunks = x.chunks_exact(8);
+const LANES: usize = 16;
+
+/// The largest element, NaN ignored (as `f32::max` does): four runs of
+/// 16 lanes, so four vector maxima are in flight (one would wait on the
+/// last one's latency), then 16 lanes, then one by one.
+#[inline(always)]
+fn max_lanes(x: &[f32]) -> f32 {
+    let max16 = |l: &mut [f32; LANES], c: &[f32]| {
+        for (l, &v) in l.iter_mut().zip(c) {
+            *l = l.max(v);
+        }
+    };
+    let mut m = [[f32::NEG_INFINITY; LANES]; 4];
+    let mut chunks = x.chunks_exact(4 * LANES);
+    for c in &mut chunks {
+        let (a, b) = c.split_at(2 * LANES);
+        max16(&mut m[0], &a[..LANES]);
+        max16(&mut m[1], &a[LANES..]);
+        max16(&mut m[2], &b[..LANES]);
+        max16(&mut m[3], &b[LANES..]);
+    }
+    let [mut lanes, b, c, d] = m;
+    for w in [b, c, d] {
+        max16(&mut lanes, &w);
+    }
+    let mut rest = chunks.remainder().chunks_exact(LANES);
+    for c in &mut rest {
+        max16(&mut lanes, c);
+    }
+    let tail = rest
+        .remainder()
+        .iter()
+        .fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    tail.max(halve(lanes, f32::max))
+}
+
+/// `x = exp(x - shift)` in place, returning the sum, in 16 lanes.
+#[inline(always)]
+fn exp_sum_lanes(x: &mut [f32], shift: f32) -> f32 {
+    let mut lanes = [0f32; LANES];
+    let mut chunks = x.chunks_exact_mut(LANES);
     for c in &mut chunks {
         for (l, v) in lanes.iter_mut().zip(c) {
-            *l += v;
+            *v = vmath::exp_f32(*v - shift);
+            *l += *v;
         }
     }
-    lanes.iter().sum::<f32>() + chunks.remainder().iter().sum::<f32>()
+    let mut tail = 0f32;
+    for v in chunks.into_remainder() {
+        *v = vmath::exp_f32(*v - shift);
+        tail += *v;
+    }
+    halve(lanes, |a, b| a + b) + tail
+}
+
+/// Lanes combined by halving (8 pairs, 4, 2, 1): four vector steps, where
+/// one lane after another would be sixteen dependent ones (a row of 256
+/// keys is only sixteen vectors).
+#[inline(always)]
+fn halve(mut lanes: [f32; LANES], f: impl Fn(f32, f32) -> f32) -> f32 {
+    let mut width = LANES;
+    while width > 1 {
+        width /= 2;
+        for k in 0..width {
+            lanes[k] = f(lanes[k], lanes[k + width]);
+        }
+    }
+    lanes[0]
 }
 
 /// Row `i` of a row-major block `width` wide.
@@ -245,16 +302,17 @@ pub fn attention(
     let scale = scale as f32;
     let outs = pieces(out.as_slice_mut::<f32>(), sh.heads, sh.l * sh.ev);
     let lses = pieces(lse.as_slice_mut::<f32>(), sh.heads, sh.l);
-    outs.into_par_iter()
-        .zip(lses)
-        .enumerate()
-        .for_each(|(h, (out, lse))| {
+    let block = block_rows(sh.s, causal);
+    // One block of scores per thread's run of heads, not per head: 256
+    // KiB from the allocator is a fresh mapping, page-faulted anew.
+    let scratch = block.min(sh.l) * sh.s;
+    outs.into_par_iter().zip(lses).enumerate().for_each_init(
+        || (vec![0f32; scratch], vec![0f32; block]),
+        |(scores, norm), (h, (out, lse))| {
             let kv = h / sh.groups;
             let qh = &qs[h * sh.l * sh.e..(h + 1) * sh.l * sh.e];
             let kh = &ks[kv * sh.s * sh.e..(kv + 1) * sh.s * sh.e];
             let vh = &vs[kv * sh.s * sh.ev..(kv + 1) * sh.s * sh.ev];
-            let block = block_rows(sh.s, causal);
-            let mut scores = vec![0f32; block.min(sh.l) * sh.s];
             for r0 in (0..sh.l).step_by(block) {
                 let rows = block.min(sh.l - r0);
                 let keys = sh.keys(causal, r0 + rows);
@@ -267,12 +325,13 @@ pub fn attention(
                     scale,
                     false,
                 );
-                for i in 0..rows {
+                dispatch!(for i in 0..rows {
                     let n = sh.row_keys(causal, r0 + i);
-                    lse[r0 + i] = softmax_row(row_mut(sc, keys, i), n);
-                }
+                    (lse[r0 + i], norm[i]) = exp_row(row_mut(sc, keys, i), n);
+                });
+                let out = &mut out[r0 * sh.ev..(r0 + rows) * sh.ev];
                 mm(
-                    &mut out[r0 * sh.ev..(r0 + rows) * sh.ev],
+                    out,
                     sh.ev,
                     Mat {
                         data: sc,
@@ -285,8 +344,14 @@ pub fn attention(
                     1.0,
                     false,
                 );
+                if sh.ev > 0 {
+                    for (o, &f) in out.chunks_exact_mut(sh.ev).zip(&norm[..rows]) {
+                        o.iter_mut().for_each(|x| *x *= f);
+                    }
+                }
             }
-        });
+        },
+    );
     Ok(vec![out, lse])
 }
 
@@ -324,96 +389,98 @@ pub fn attention_backward(
     let dqs = pieces(dq.as_slice_mut::<f32>(), kv_heads, sh.groups * sh.l * sh.e);
     let dks = pieces(dk.as_slice_mut::<f32>(), kv_heads, sh.s * sh.e);
     let dvs = pieces(dv.as_slice_mut::<f32>(), kv_heads, sh.s * sh.ev);
+    let step = block_rows(sh.s, causal);
+    let block = step.min(sh.l) * sh.s;
     dqs.into_par_iter()
         .zip(dks)
         .zip(dvs)
         .enumerate()
-        .for_each(|(kv, ((dq, dk), dv))| {
-            let kh = &ks[kv * sh.s * sh.e..(kv + 1) * sh.s * sh.e];
-            let vh = &vs[kv * sh.s * sh.ev..(kv + 1) * sh.s * sh.ev];
-            let step = block_rows(sh.s, causal);
-            let block = step.min(sh.l) * sh.s;
-            let (mut p, mut dp) = (vec![0f32; block], vec![0f32; block]);
-            for gi in 0..sh.groups {
-                let h = kv * sh.groups + gi;
-                let qh = &qs[h * sh.l * sh.e..(h + 1) * sh.l * sh.e];
-                let gh = &gs[h * sh.l * sh.ev..(h + 1) * sh.l * sh.ev];
-                let oh = &os[h * sh.l * sh.ev..(h + 1) * sh.l * sh.ev];
-                let lh = &ls[h * sh.l..(h + 1) * sh.l];
-                let dqh = &mut dq[gi * sh.l * sh.e..(gi + 1) * sh.l * sh.e];
-                for r0 in (0..sh.l).step_by(step) {
-                    let rows = step.min(sh.l - r0);
-                    let keys = sh.keys(causal, r0 + rows);
-                    let (p, dp) = (&mut p[..rows * keys], &mut dp[..rows * keys]);
-                    let q_blk = Mat::rows_of(qh, sh.e, r0, rows);
-                    let g_blk = Mat::rows_of(gh, sh.ev, r0, rows);
-                    let k_keys = Mat::rows_of(kh, sh.e, 0, keys);
-                    // P = exp(scale · q kᵀ - lse), 0 past each row's keys.
-                    mm(p, keys, q_blk, k_keys.t(), scale, false);
-                    for i in 0..rows {
-                        let row = row_mut(p, keys, i);
-                        let n = sh.row_keys(causal, r0 + i);
-                        let l = lh[r0 + i];
-                        if l == f32::NEG_INFINITY {
-                            row.fill(0.0);
-                            continue;
-                        }
-                        for x in &mut row[..n] {
-                            *x = vmath::exp_f32(*x - l);
-                        }
-                        row[n..].fill(0.0);
+        .for_each_init(
+            || (vec![0f32; block], vec![0f32; block]),
+            |(p, dp), (kv, ((dq, dk), dv))| {
+                let kh = &ks[kv * sh.s * sh.e..(kv + 1) * sh.s * sh.e];
+                let vh = &vs[kv * sh.s * sh.ev..(kv + 1) * sh.s * sh.ev];
+                for gi in 0..sh.groups {
+                    let h = kv * sh.groups + gi;
+                    let qh = &qs[h * sh.l * sh.e..(h + 1) * sh.l * sh.e];
+                    let gh = &gs[h * sh.l * sh.ev..(h + 1) * sh.l * sh.ev];
+                    let oh = &os[h * sh.l * sh.ev..(h + 1) * sh.l * sh.ev];
+                    let lh = &ls[h * sh.l..(h + 1) * sh.l];
+                    let dqh = &mut dq[gi * sh.l * sh.e..(gi + 1) * sh.l * sh.e];
+                    for r0 in (0..sh.l).step_by(step) {
+                        let rows = step.min(sh.l - r0);
+                        let keys = sh.keys(causal, r0 + rows);
+                        let (p, dp) = (&mut p[..rows * keys], &mut dp[..rows * keys]);
+                        let q_blk = Mat::rows_of(qh, sh.e, r0, rows);
+                        let g_blk = Mat::rows_of(gh, sh.ev, r0, rows);
+                        let k_keys = Mat::rows_of(kh, sh.e, 0, keys);
+                        // P = exp(scale · q kᵀ - lse), 0 past each row's keys.
+                        mm(p, keys, q_blk, k_keys.t(), scale, false);
+                        dispatch!(for i in 0..rows {
+                            let row = row_mut(p, keys, i);
+                            let n = sh.row_keys(causal, r0 + i);
+                            let l = lh[r0 + i];
+                            if l == f32::NEG_INFINITY {
+                                row.fill(0.0);
+                                continue;
+                            }
+                            for x in &mut row[..n] {
+                                *x = vmath::exp_f32(*x - l);
+                            }
+                            row[n..].fill(0.0);
+                        });
+                        let p_blk = Mat {
+                            data: p,
+                            rows,
+                            cols: keys,
+                            rs: keys,
+                            cs: 1,
+                        };
+                        // dV += Pᵀ dO
+                        mm(dv, sh.ev, p_blk.t(), g_blk, 1.0, true);
+                        // dP = dO vᵀ, then dS = scale · P (dP - rowsum(dO · out)).
+                        mm(
+                            dp,
+                            keys,
+                            g_blk,
+                            Mat::rows_of(vh, sh.ev, 0, keys).t(),
+                            1.0,
+                            false,
+                        );
+                        dispatch!(for i in 0..rows {
+                            let dprow = row_mut(dp, keys, i);
+                            let prow = &p[i * keys..(i + 1) * keys];
+                            let at = (r0 + i) * sh.ev;
+                            let delta: f32 = gh[at..at + sh.ev]
+                                .iter()
+                                .zip(&oh[at..at + sh.ev])
+                                .map(|(a, b)| a * b)
+                                .sum();
+                            for (d, &pv) in dprow.iter_mut().zip(prow) {
+                                *d = scale * pv * (*d - delta);
+                            }
+                        });
+                        let ds = Mat {
+                            data: dp,
+                            rows,
+                            cols: keys,
+                            rs: keys,
+                            cs: 1,
+                        };
+                        // dQ = dS k, dK += dSᵀ q
+                        mm(
+                            &mut dqh[r0 * sh.e..(r0 + rows) * sh.e],
+                            sh.e,
+                            ds,
+                            k_keys,
+                            1.0,
+                            false,
+                        );
+                        mm(dk, sh.e, ds.t(), q_blk, 1.0, true);
                     }
-                    let p_blk = Mat {
-                        data: p,
-                        rows,
-                        cols: keys,
-                        rs: keys,
-                        cs: 1,
-                    };
-                    // dV += Pᵀ dO
-                    mm(dv, sh.ev, p_blk.t(), g_blk, 1.0, true);
-                    // dP = dO vᵀ, then dS = scale · P (dP - rowsum(dO · out)).
-                    mm(
-                        dp,
-                        keys,
-                        g_blk,
-                        Mat::rows_of(vh, sh.ev, 0, keys).t(),
-                        1.0,
-                        false,
-                    );
-                    for i in 0..rows {
-                        let dprow = row_mut(dp, keys, i);
-                        let prow = &p[i * keys..(i + 1) * keys];
-                        let at = (r0 + i) * sh.ev;
-                        let delta: f32 = gh[at..at + sh.ev]
-                            .iter()
-                            .zip(&oh[at..at + sh.ev])
-                            .map(|(a, b)| a * b)
-                            .sum();
-                        for (d, &pv) in dprow.iter_mut().zip(prow) {
-                            *d = scale * pv * (*d - delta);
-                        }
-                    }
-                    let ds = Mat {
-                        data: dp,
-                        rows,
-                        cols: keys,
-                        rs: keys,
-                        cs: 1,
-                    };
-                    // dQ = dS k, dK += dSᵀ q
-                    mm(
-                        &mut dqh[r0 * sh.e..(r0 + rows) * sh.e],
-                        sh.e,
-                        ds,
-                        k_keys,
-                        1.0,
-                        false,
-                    );
-                    mm(dk, sh.e, ds.t(), q_blk, 1.0, true);
                 }
-            }
-        });
+            },
+        );
     Ok(vec![dq, dk, dv])
 }
 

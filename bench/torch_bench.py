@@ -23,16 +23,27 @@ from rows import chosen, row
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def interleaved(a, b, rounds: int) -> tuple[float, float]:
-    """Medians of a() and b(), run alternately so both see the same noise."""
+# Each side runs a block of calls before the other side's block, and the
+# medians are over single calls: torch's OpenMP workers spin for a while
+# after a parallel region (libgomp's default; rayon's workers too), so the
+# first call or two after a switch shares the cores with the other side's
+# spinning threads (our attention ran 10.4 ms per call right after torch's
+# SDPA, one call each in turn, and 6.6 ms with OMP_WAIT_POLICY=PASSIVE).
+# The median leaves those calls out; pausing between calls instead would
+# time threads waking from sleep on both sides.
+BLOCK = 5
+
+
+def interleaved(a, b, rounds: int, block: int = BLOCK) -> tuple[float, float]:
+    """Medians of single calls of a() and b(), run in alternating blocks
+    so both see the same noise."""
     ta, tb = [], []
     for _ in range(rounds):
-        t0 = time.perf_counter()
-        a()
-        ta.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        b()
-        tb.append(time.perf_counter() - t0)
+        for f, times in ((a, ta), (b, tb)):
+            for _ in range(block):
+                t0 = time.perf_counter()
+                f()
+                times.append(time.perf_counter() - t0)
     return statistics.median(ta), statistics.median(tb)
 
 
@@ -54,7 +65,7 @@ def tiny_add() -> None:
 
     with torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_NEVER):
         on_tpu()
-        ours, peer = interleaved(on_tpu, on_cpu, 15)
+        ours, peer = interleaved(on_tpu, on_cpu, 8)
     row("torch_tiny_add_16_strict", ours / n * 1e6, peer / n * 1e6, "torch CPU eager", "us/op")
 
 
@@ -77,7 +88,7 @@ def sdpa_forward() -> None:
 
     on_tpu()
     on_cpu()
-    ours, peer = interleaved(on_tpu, on_cpu, 15)
+    ours, peer = interleaved(on_tpu, on_cpu, 8)
     row("torch_sdpa_forward_8x8x256x64", ours * 1e3, peer * 1e3, "torch CPU SDPA", "ms")
 
 
@@ -106,7 +117,7 @@ def sdpa_train() -> None:
 
     on_tpu()
     on_cpu()
-    ours, peer = interleaved(on_tpu, on_cpu, 15)
+    ours, peer = interleaved(on_tpu, on_cpu, 8)
     row("torch_sdpa_causal_gqa_fwd_bwd_8x8x128x32", ours * 1e3, peer * 1e3,
         "torch CPU SDPA (flash kernel)", "ms")
 
@@ -126,7 +137,7 @@ def block_b(q, k, v):
     return torch.softmax(q @ k.transpose(-2, -1) / 8, dim=-1) @ v
 
 
-def block_rows(name: str, block, shapes, rounds: int = 11) -> None:
+def block_rows(name: str, block, shapes, rounds: int = 6) -> None:
     """One block on tpu under defer-and-fuse (synchronized each call)
     against the same block on torch CPU eager and compiled by inductor on
     CPU: two rows, each pair interleaved in the same run."""

@@ -781,6 +781,64 @@ fn rows_probe(_: &mut Vec<Row>) {
     }
 }
 
+/// Profiling aid: one unary or binary op over [8, 128, 688] f32 (or
+/// attention over [8, 8, 256, 64]), strict,
+/// each call synchronized (`TPURT_PROBE_OP`, default `exp`;
+/// `TPURT_PROBE_REPS`); prints the minimum and median.
+fn op_probe(_: &mut Vec<Row>) {
+    let r = rt_memory_cache();
+    let s = r.default_stream(0).unwrap();
+    let name = std::env::var("TPURT_PROBE_OP").unwrap_or_else(|_| "exp".into());
+    let (dims, dims2): (&[u64], &[u64]) = if name.contains("attention") {
+        (&[8, 8, 256, 64], &[8, 8, 256, 64])
+    } else if name == "mm" {
+        (&[1024, 256], &[256, 688])
+    } else {
+        (&[8, 128, 688], &[8, 128, 688])
+    };
+    let mut x = upload(&r, &s, dims, 1);
+    let mut y = upload(&r, &s, dims2, 2);
+    // TPURT_PROBE_MM=m,k,n[,t]: the product's shape; t: lhs is a
+    // transposed view of a [k, m] tensor (as a weight gradient reads it).
+    if let Ok(spec) = std::env::var("TPURT_PROBE_MM") {
+        let f: Vec<&str> = spec.split(',').collect();
+        let (m, k, n): (u64, u64, u64) = (
+            f[0].parse().unwrap(),
+            f[1].parse().unwrap(),
+            f[2].parse().unwrap(),
+        );
+        if f.get(3) == Some(&"t") {
+            let t = upload(&r, &s, &[k, m], 1);
+            x = DeviceTensor::new(t.buffer, DType::F32, 0, &[m, k], Some(&[1, m])).unwrap();
+        } else {
+            x = upload(&r, &s, &[m, k], 1);
+        }
+        y = upload(&r, &s, &[k, n], 2);
+    }
+    let reps: usize = std::env::var("TPURT_PROBE_REPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    let binary = ["add", "sub", "mul", "div", "maximum", "pow", "mm"].contains(&name.as_str());
+    let ins: Vec<&DeviceTensor> = if name.contains("attention") {
+        vec![&x, &y, &x]
+    } else if binary {
+        vec![&x, &y]
+    } else {
+        vec![&x]
+    };
+    let mut ts = vec![];
+    for _ in 0..reps {
+        let t = Instant::now();
+        let out = call(&r, &s, &name, &ins, Attrs::new());
+        s.synchronize().unwrap();
+        ts.push(t.elapsed().as_secs_f64() * 1e6);
+        drop(out);
+    }
+    let min = ts.iter().cloned().fold(f64::INFINITY, f64::min);
+    eprintln!("{name}: min {min:.1} us, median {:.1} us", median(ts));
+}
+
 const ALL: &[(&str, Bench)] = &[
     ("pool_alloc_free", pool_alloc_free),
     ("stream_empty_task", stream_empty_task),
@@ -804,6 +862,7 @@ const AIDS: &[(&str, Bench)] = &[
     ("mm_probe", mm_probe),
     ("defer_only", defer_only),
     ("rows_probe", rows_probe),
+    ("op_probe", op_probe),
 ];
 
 fn main() {

@@ -679,6 +679,24 @@ impl Pass<'_> {
         let sources = p.sources.len();
         let mut rows: Vec<RowPiece> = Vec::new();
         let mut row_bases: Vec<u64> = Vec::new();
+        // Each source's element at the current row's first column, kept
+        // in step with the odometer below: recomputing it from the
+        // multi-index for every row cost more than a short row's work.
+        // (A splat's strides are empty: it steps by 0.)
+        let mut bases: Vec<u64> = self
+            .strides
+            .iter()
+            .zip(self.offsets)
+            .enumerate()
+            .map(|(k, (strides, offset))| {
+                let at = offset + index.iter().zip(*strides).map(|(i, s)| i * s).sum::<u64>();
+                if local(self.local_sources, k) {
+                    (at as i64 - shift) as u64
+                } else {
+                    at
+                }
+            })
+            .collect();
         let (constants, body) = p.insts.split_at(p.constants);
         for inst in constants {
             if let Inst::Load { dst, src } = *inst {
@@ -704,26 +722,29 @@ impl Pass<'_> {
                     start,
                     len: take,
                 });
-                row_bases.extend(self.strides.iter().zip(self.offsets).enumerate().map(
-                    |(k, (strides, offset))| {
-                        let at =
-                            offset + index.iter().zip(*strides).map(|(i, s)| i * s).sum::<u64>();
-                        if local(self.local_sources, k) {
-                            (at as i64 - shift) as u64
-                        } else {
-                            at
-                        }
-                    },
-                ));
+                // Pushed one by one: a handful of bases, where
+                // `extend_from_slice` called memcpy for each row piece.
+                for &b in &bases {
+                    row_bases.push(b);
+                }
                 off += take;
                 start += take as u64;
                 if start == last {
-                    // Next row (odometer over all but the last dim).
+                    // Next row (odometer over all but the last dim), the
+                    // bases stepping with it (wrapping: a local source's
+                    // base may sit below its shift).
                     start = 0;
                     for d in (0..index.len()).rev() {
                         index[d] += 1;
                         if index[d] < p.shape[d] {
+                            for (b, st) in bases.iter_mut().zip(self.strides) {
+                                *b = b.wrapping_add(st.get(d).copied().unwrap_or(0));
+                            }
                             break;
+                        }
+                        for (b, st) in bases.iter_mut().zip(self.strides) {
+                            let step = st.get(d).copied().unwrap_or(0);
+                            *b = b.wrapping_sub(step * (p.shape[d] - 1));
                         }
                         index[d] = 0;
                     }

@@ -926,12 +926,22 @@ fn strides_through(
     let mut dims = graph.value_type(cur).dims.clone();
     let mut strides = contiguous(&dims);
     let mut offset = 0u64;
+    // Where the current run of reshapes began: reshapes keep row-major
+    // order, so a run is one reshape from there to where it ends (a
+    // broadcast reshaped to another shape and back is the broadcast,
+    // though the shape between has no strides).
+    let mut run_start: Option<(Vec<u64>, Vec<u64>)> = None;
     for &p in chain.iter().rev() {
         let node = &graph.nodes()[p];
         let out = &graph.value_type(node.outputs[0]).dims;
+        if !matches!(node.prim, Prim::Reshape { .. } | Prim::Convert { .. }) {
+            if let Some((d0, s0)) = run_start.take() {
+                strides = view_strides(&d0, &s0, &dims)?;
+            }
+        }
         match &node.prim {
-            Prim::Reshape { dims: nd } => {
-                strides = view_strides(&dims, &strides, nd)?;
+            Prim::Reshape { .. } => {
+                run_start.get_or_insert_with(|| (dims.clone(), strides.clone()));
             }
             // Read widened to f32, element for element.
             Prim::Convert { .. } => {}
@@ -952,6 +962,9 @@ fn strides_through(
             _ => return None,
         }
         dims = out.clone();
+    }
+    if let Some((d0, s0)) = run_start {
+        strides = view_strides(&d0, &s0, &dims)?;
     }
     (dims == shape).then_some((cur, strides, offset))
 }
@@ -3172,6 +3185,68 @@ mod tests {
         );
         // Two loop dimensions stepping through one: gathered.
         assert_eq!(strides_in_place(&[2, 4], &[1, 1], &[1, 4], &[4, 1]), None);
+    }
+
+    /// A row's reduction broadcast along the row, reshaped to another
+    /// shape and back (the shape between has no strides), is read by the
+    /// next phase in place (found by the random graphs below: the phase
+    /// did not compile).
+    #[test]
+    fn a_run_of_reshapes_reads_as_one() {
+        use crate::ir::GraphBuilder;
+        let (rows, cols) = (2u64, 3u64);
+        let mut g = GraphBuilder::new();
+        let x = g.param(TensorType::new(DType::F32, &[rows, cols]));
+        let r = g
+            .op(
+                Prim::Reduce {
+                    op: ReduceOp::Sum,
+                    dimensions: vec![1],
+                },
+                &[x],
+            )
+            .unwrap();
+        let r2 = g
+            .op(
+                Prim::Reshape {
+                    dims: vec![rows, 1],
+                },
+                &[r],
+            )
+            .unwrap();
+        let b = g
+            .op(
+                Prim::BroadcastInDim {
+                    dims: vec![rows, cols],
+                    mapping: vec![0, 1],
+                },
+                &[r2],
+            )
+            .unwrap();
+        let flip = g
+            .op(
+                Prim::Reshape {
+                    dims: vec![cols, rows],
+                },
+                &[b],
+            )
+            .unwrap();
+        let back = g
+            .op(
+                Prim::Reshape {
+                    dims: vec![rows, cols],
+                },
+                &[flip],
+            )
+            .unwrap();
+        let e = g.unary(UnaryOp::Exp, back).unwrap();
+        let graph = g.build(&[e, flip]).unwrap();
+        let plan = crate::fusion::plan(&graph);
+        assert!(plan
+            .kernels
+            .iter()
+            .any(|k| matches!(k.kind, KernelKind::Rows { .. })));
+        check(&graph, 1e-5);
     }
 
     #[test]

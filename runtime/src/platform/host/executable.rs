@@ -90,9 +90,11 @@ impl HostExecutable {
 }
 
 /// Graph outputs that kernels may write straight into device memory: those
-/// a loop program stores and no other kernel reads (the engine keeps no
-/// host copy), and float products (later kernels read a view of the
-/// output).
+/// a loop program stores and float products. Later kernels that read one
+/// read a view of the output's memory (see `LoopProgram::finish`), so a
+/// value the program both keeps (an activation the backward reads) and
+/// uses is written once, in place, instead of into a host tensor copied
+/// into the output at the end.
 fn direct_outputs(
     graph: &Graph,
     plan: &Plan,
@@ -104,25 +106,6 @@ fn direct_outputs(
     for (k, ker) in plan.kernels.iter().enumerate() {
         for &i in &ker.nodes {
             kernel_of[i] = k;
-        }
-    }
-    // Values read across kernels (through folded loads).
-    let mut read_elsewhere = std::collections::HashSet::new();
-    for (k, ker) in plan.kernels.iter().enumerate() {
-        for &i in &ker.nodes {
-            for v in &nodes[i].inputs {
-                let mut v = *v;
-                while let Some(p) = producer[v.0 as usize].filter(|p| plan.folded_loads.contains(p))
-                {
-                    match nodes[p].inputs.first() {
-                        Some(u) => v = *u,
-                        None => break,
-                    }
-                }
-                if producer[v.0 as usize].is_some_and(|p| kernel_of[p] != k) {
-                    read_elsewhere.insert(v);
-                }
-            }
         }
     }
     let float_product = |p: usize, v: &crate::ir::ValueId| {
@@ -147,7 +130,6 @@ fn direct_outputs(
                 }
                 // Epilogue results are kept on the host by the engine.
                 !matches!(nodes[p].prim, crate::ir::Prim::Reduce { .. })
-                    && !read_elsewhere.contains(v)
             })
         })
         .collect()
@@ -412,17 +394,20 @@ impl Executable for HostExecutable {
         } else {
             run(&mut values)?;
         }
-        // Results may be views of input memory (contiguous inputs are read
-        // in place, and a kernel may pass one through). Writing an output
-        // that overlaps an input would change what such a view shows, so
-        // then every view is copied first.
+        // The values of the outputs written below may be views of input
+        // memory (contiguous inputs are read in place, and a kernel may
+        // pass one through). Writing an output that overlaps an input would
+        // change what such a view shows, so then those views are copied
+        // first. (Kernels are done: no other value is read again.)
         if outputs
             .iter()
             .any(|o| inputs.iter().any(|i| i.may_overlap(o)))
         {
-            for t in values.iter_mut().flatten() {
-                if t.data.is_view() {
-                    t.data.as_bytes_mut();
+            for v in self.graph.outputs().iter().filter(|v| !direct.contains(v)) {
+                if let Some(t) = values[v.0 as usize].as_mut() {
+                    if t.data.is_view() {
+                        t.data.as_bytes_mut();
+                    }
                 }
             }
         }
@@ -568,8 +553,8 @@ mod store_over_tests {
 
     /// Run in place (outputs over their inputs), with and without the
     /// stores going straight into the parameters: strict's results.
-    #[test]
-    fn updates_run_in_place_give_the_results_of_separate_outputs() {
+    /// A one-chip host runtime and its default stream.
+    fn host_runtime() -> (crate::runtime::Runtime, crate::stream::Stream) {
         use crate::runtime::{Runtime, RuntimeOptions};
         let r = Runtime::new(&RuntimeOptions {
             platform: Some("host".into()),
@@ -580,18 +565,37 @@ mod store_over_tests {
         })
         .unwrap();
         let s = r.default_stream(0).unwrap();
-        let upload = |v: &[f32]| {
-            let b = r.allocate(0, (v.len() * 4) as u64, &s).unwrap();
-            r.copy_host_to_device(bytemuck::cast_slice(v), &b, &Layout::bytes(b.len()), &s)
-                .unwrap();
-            DeviceTensor::contiguous(b, DType::F32, &[3, 4]).unwrap()
-        };
-        let download = |t: &DeviceTensor| {
-            let mut out = vec![0u8; 48];
-            r.copy_device_to_host(&t.buffer, &t.layout, &mut out, &s)
-                .unwrap();
-            bytemuck::cast_slice::<u8, f32>(&out).to_vec()
-        };
+        (r, s)
+    }
+
+    fn upload(
+        r: &crate::runtime::Runtime,
+        s: &crate::stream::Stream,
+        dims: &[u64],
+        v: &[f32],
+    ) -> DeviceTensor {
+        let b = r.allocate(0, (v.len() * 4) as u64, s).unwrap();
+        r.copy_host_to_device(bytemuck::cast_slice(v), &b, &Layout::bytes(b.len()), s)
+            .unwrap();
+        DeviceTensor::contiguous(b, DType::F32, dims).unwrap()
+    }
+
+    fn download(
+        r: &crate::runtime::Runtime,
+        s: &crate::stream::Stream,
+        t: &DeviceTensor,
+    ) -> Vec<f32> {
+        let mut out = vec![0u8; t.ty().nbytes() as usize];
+        r.copy_device_to_host(&t.buffer, &t.layout, &mut out, s)
+            .unwrap();
+        bytemuck::cast_slice::<u8, f32>(&out).to_vec()
+    }
+
+    #[test]
+    fn updates_run_in_place_give_the_results_of_separate_outputs() {
+        let (r, s) = host_runtime();
+        let upload = |v: &[f32]| upload(&r, &s, &[3, 4], v);
+        let download = |t: &DeviceTensor| download(&r, &s, t);
         let pv: Vec<f32> = (0..12).map(|i| i as f32).collect();
         let gv: Vec<f32> = (0..12).map(|i| 100.0 - i as f32).collect();
         let mv: Vec<f32> = (0..12).map(|i| -(i as f32)).collect();
@@ -649,5 +653,48 @@ mod store_over_tests {
                 assert_eq!(download(e), want);
             }
         }
+    }
+
+    /// A loop's output that a later kernel reads (an activation the
+    /// backward keeps and the next layer uses) is stored once, straight
+    /// into the output's memory, and the later kernel reads it there.
+    #[test]
+    fn an_output_read_by_a_later_kernel_is_stored_in_place() {
+        let mut b = GraphBuilder::new();
+        let (x, w) = (b.param(f32s(&[3, 4])), b.param(f32s(&[4, 2])));
+        let y = b.unary(crate::ir::UnaryOp::Neg, x).unwrap();
+        let dot = Prim::DotGeneral {
+            lhs_batch: vec![],
+            rhs_batch: vec![],
+            lhs_contract: vec![1],
+            rhs_contract: vec![0],
+        };
+        let z = b.op(dot, &[y, w]).unwrap();
+        // And by a loop (which may be y's own).
+        let y2 = b.binary(BinaryOp::Mul, y, y).unwrap();
+        let exe = HostExecutable::new(b.build(&[y, z, y2]).unwrap());
+        assert!(
+            exe.direct_ok.contains(&exe.graph().outputs()[0]),
+            "{:?}",
+            exe.plan()
+        );
+        let (r, s) = host_runtime();
+        let xv: Vec<f32> = (0..12).map(|i| i as f32 - 5.0).collect();
+        let wv: Vec<f32> = (0..8).map(|i| (i % 3) as f32 + 0.5).collect();
+        let (xt, wt) = (upload(&r, &s, &[3, 4], &xv), upload(&r, &s, &[4, 2], &wv));
+        let outs = [
+            upload(&r, &s, &[3, 4], &[0.0; 12]),
+            upload(&r, &s, &[3, 2], &[0.0; 6]),
+            upload(&r, &s, &[3, 4], &[0.0; 12]),
+        ];
+        exe.execute(&[xt, wt], &outs).unwrap();
+        let yv: Vec<f32> = xv.iter().map(|v| -v).collect();
+        let zv: Vec<f32> = (0..6)
+            .map(|k| (0..4).map(|j| yv[k / 2 * 4 + j] * wv[j * 2 + k % 2]).sum())
+            .collect();
+        assert_eq!(download(&r, &s, &outs[0]), yv);
+        assert_eq!(download(&r, &s, &outs[1]), zv);
+        let y2v: Vec<f32> = yv.iter().map(|v| v * v).collect();
+        assert_eq!(download(&r, &s, &outs[2]), y2v);
     }
 }

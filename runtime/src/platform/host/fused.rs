@@ -1290,8 +1290,7 @@ impl LoopProgram {
             };
             run_split(&split(n, self.split_unit()), |_, a, b| pass.range(a, b))?;
         }
-        self.finish(values, outs, red_outs);
-        Ok(())
+        self.finish(values, io, outs, red_outs)
     }
 
     /// What threads split a pass into: whole reductions; a pass without
@@ -1510,13 +1509,17 @@ impl LoopProgram {
     }
 
     /// Put the stored values and reductions into `values` (empty
-    /// iteration space: reductions give their identity).
+    /// iteration space: reductions give their identity). A value stored
+    /// straight into an output's device memory becomes a view of that
+    /// memory, for the kernels that read it later (a copy where the
+    /// memory is not aligned for a view).
     fn finish(
         &self,
         values: &mut [Option<HostTensor>],
+        io: &DeviceIo<'_>,
         outs: Vec<Target>,
         red_outs: Vec<HostTensor>,
-    ) {
+    ) -> Result<()> {
         let n: u64 = self.shape.iter().product();
         let mut red_outs = red_outs;
         if n == 0 || self.last() == 0 {
@@ -1528,13 +1531,29 @@ impl LoopProgram {
             }
         }
         for ((_, v, _), t) in self.stores.iter().zip(outs) {
-            if let Target::Host(t) = t {
-                values[v.0 as usize] = Some(t);
+            match t {
+                Target::Host(t) => values[v.0 as usize] = Some(t),
+                Target::Device { .. } => {
+                    if let Some(out) = io.outputs.get(v) {
+                        // SAFETY: the executable hands a pass an output
+                        // that overlaps no input but those it stores over
+                        // (read by this kernel alone) and no other output;
+                        // nothing writes it again during `execute`, and the
+                        // task holds its buffer while `values` lives.
+                        let view = unsafe { HostTensor::borrow_device(out) };
+                        values[v.0 as usize] = Some(match view {
+                            Some(view) => view,
+                            None => read_tensor(out)?,
+                        });
+                    }
+                }
+                Target::Local => {}
             }
         }
         for (e, t) in self.epilogues.iter().zip(red_outs) {
             values[e.out.0 as usize] = Some(t);
         }
+        Ok(())
     }
 
     #[inline(always)]
@@ -2013,7 +2032,7 @@ impl RowProgram {
             })?;
         }
         for ((p, o), r) in self.phases.iter().zip(outs).zip(red_outs) {
-            p.finish(values, o, r);
+            p.finish(values, io, o, r)?;
         }
         Ok(())
     }

@@ -28,9 +28,9 @@ pub struct HostExecutable {
     /// Outputs a loop stores that no later kernel reads: these may be
     /// written straight into the output tensor.
     direct_ok: std::collections::HashSet<crate::ir::ValueId>,
-    /// For each of those outputs, the parameters whose memory its pass may
-    /// store it into (an in-place update: `store_over`).
-    store_over: std::collections::HashMap<ValueId, Vec<ValueId>>,
+    /// Where those outputs may be written over parameters (in-place
+    /// updates: `store_over`).
+    in_place: InPlace,
     /// Whether a kernel may split across threads (see `execute`).
     threaded: bool,
     /// Values to drop after each kernel (`Plan::dead_after`).
@@ -49,7 +49,7 @@ impl HostExecutable {
             .map(|k| Program::compile(&graph, k))
             .collect();
         let direct_ok = direct_outputs(&graph, &plan, &programs);
-        let store_over = store_over(&graph, &plan, &programs, &direct_ok);
+        let in_place = store_over(&graph, &plan, &programs, &direct_ok);
         let threaded = crate::platform::host::fused::may_split(&graph);
         HostExecutable {
             threaded,
@@ -59,7 +59,7 @@ impl HostExecutable {
             plan,
             programs,
             direct_ok,
-            store_over,
+            in_place,
             graph,
         }
     }
@@ -135,18 +135,52 @@ fn direct_outputs(
         .collect()
 }
 
-/// For each direct output a loop stores, the parameters it may be stored
-/// over in place: read by that loop's kernel alone (so no other kernel
-/// reads them after the store, or holds a view of them), and read by its
-/// pass element for element before the store (`may_store_over`). An
-/// optimizer's update of a parameter and its moments, run in place, then
-/// writes straight into them instead of into host tensors copied back.
+/// Where direct outputs may be written over parameters' memory (updates
+/// run in place, see `store_over`).
+#[derive(Default)]
+struct InPlace {
+    /// For each direct output a loop stores, the parameters it may be
+    /// stored over: read by that loop's pass element for element before
+    /// the store (`may_store_over`).
+    over: std::collections::HashMap<ValueId, Vec<ValueId>>,
+    /// The kernel of each direct output a loop stores.
+    kernel: std::collections::HashMap<ValueId, usize>,
+    /// Parameters (not outputs) that only kernels keeping no view of them
+    /// read, with the last of those kernels.
+    last_read: std::collections::HashMap<ValueId, usize>,
+}
+
+impl InPlace {
+    /// Whether output `v` may be written where it overlaps parameter `p`
+    /// (`same_view`: the same buffer, layout and dtype): stored over it in
+    /// order, or stored after the last kernel that reads it.
+    fn may_overwrite(&self, v: ValueId, p: ValueId, same_view: bool) -> bool {
+        (same_view && self.over.get(&v).is_some_and(|ps| ps.contains(&p)))
+            || self
+                .kernel
+                .get(&v)
+                .zip(self.last_read.get(&p))
+                .is_some_and(|(k, j)| j < k)
+    }
+}
+
+/// Parameters that direct outputs a loop stores may be written over: one
+/// read by that loop's kernel, and otherwise only by kernels before it
+/// that keep no view of it (loops and products make new values; a kernel
+/// run node by node may hand on a view, a reshape say), so nothing reads
+/// it after the store, which the pass reads element for element before it
+/// stores (`may_store_over`); and any other view of a parameter that only
+/// such kernels before the loop read. An optimizer's update of a
+/// parameter and its moments, run in place, then writes straight into
+/// them instead of into host tensors copied back, also when the same
+/// program's forward and backward read the parameter (transposed, as a
+/// linear layer's weight).
 fn store_over(
     graph: &Graph,
     plan: &Plan,
     programs: &[Option<Program>],
     direct_ok: &std::collections::HashSet<ValueId>,
-) -> std::collections::HashMap<ValueId, Vec<ValueId>> {
+) -> InPlace {
     let nodes = graph.nodes();
     let producer = graph.producers();
     // The kernels reading each parameter, through any chain of loads.
@@ -162,31 +196,46 @@ fn store_over(
             }
         }
     }
-    let mut out: std::collections::HashMap<ValueId, Vec<ValueId>> = Default::default();
+    // Kernels whose results are new memory, never a view of an input: the
+    // loop engine's, and products.
+    let fresh = |j: usize| {
+        programs[j].is_some()
+            || plan.kernels[j]
+                .nodes
+                .iter()
+                .all(|&i| matches!(nodes[i].prim, crate::ir::Prim::DotGeneral { .. }))
+    };
+    let mut in_place = InPlace::default();
+    for (p, r) in &readers {
+        if !graph.outputs().contains(p) && r.iter().all(|&j| fresh(j)) {
+            in_place.last_read.insert(*p, *r.iter().max().unwrap_or(&0));
+        }
+    }
     for (k, ker) in plan.kernels.iter().enumerate() {
         let Some(program) = &programs[k] else {
             continue;
         };
         for v in ker.stores.iter().filter(|v| direct_ok.contains(v)) {
+            in_place.kernel.insert(*v, k);
             let params: Vec<ValueId> = graph
                 .params()
                 .iter()
                 .copied()
                 .filter(|p| {
                     !graph.outputs().contains(p)
-                        && readers
-                            .get(p)
-                            .is_some_and(|r| r.len() == 1 && r.contains(&k))
+                        && readers.get(p).is_some_and(|r| {
+                            r.contains(&k) && r.iter().all(|&j| j == k || (j < k && fresh(j)))
+                        })
                         && graph.value_type(*p) == graph.value_type(*v)
                         && program.may_store_over(*v, *p)
                 })
                 .collect();
             if !params.is_empty() {
-                out.insert(*v, params);
+                in_place.over.insert(*v, params);
             }
         }
     }
-    out
+    in_place
 }
 
 /// Read a device tensor into a contiguous host tensor.
@@ -342,7 +391,6 @@ impl Executable for HostExecutable {
         // input, or only the very inputs its pass may store it over.
         let mut direct = std::collections::HashSet::new();
         for (v, t) in self.graph.outputs().iter().zip(outputs) {
-            let over = self.store_over.get(v).map_or(&[][..], |p| &p[..]);
             let mut overwritten = Vec::new();
             let inputs_ok = self
                 .graph
@@ -353,10 +401,9 @@ impl Executable for HostExecutable {
                 .all(|(p, i)| {
                     let same = i.buffer.same_buffer(&t.buffer)
                         && i.layout == t.layout
-                        && i.dtype == t.dtype
-                        && over.contains(p);
+                        && i.dtype == t.dtype;
                     overwritten.push(*p);
-                    same
+                    self.in_place.may_overwrite(*v, *p, same)
                 });
             let ok = self.direct_ok.contains(v)
                 && t.is_contiguous()
@@ -520,7 +567,7 @@ mod store_over_tests {
 
     fn over(exe: &HostExecutable, out: usize) -> Vec<ValueId> {
         let v = exe.graph().outputs()[out];
-        exe.store_over.get(&v).cloned().unwrap_or_default()
+        exe.in_place.over.get(&v).cloned().unwrap_or_default()
     }
 
     #[test]
@@ -696,5 +743,150 @@ mod store_over_tests {
         assert_eq!(download(&r, &s, &outs[1]), zv);
         let y2v: Vec<f32> = yv.iter().map(|v| v * v).collect();
         assert_eq!(download(&r, &s, &outs[2]), y2v);
+    }
+
+    /// A parameter the program's products read before its update (the
+    /// forward's and backward's products read a weight, the optimizer then
+    /// updates it) is updated in place; one that a kernel run node by node
+    /// reads first (which may hand on a view of it) is not.
+    #[test]
+    fn an_update_stores_over_a_parameter_products_read_before_it() {
+        let dot = Prim::DotGeneral {
+            lhs_batch: vec![],
+            rhs_batch: vec![],
+            lhs_contract: vec![1],
+            rhs_contract: vec![0],
+        };
+        // `first` reads p (and x) before p_new = p * 0.5 + g.
+        let graph = |first: &dyn Fn(&mut GraphBuilder, ValueId, ValueId) -> ValueId| {
+            let mut b = GraphBuilder::new();
+            let (p, g, x) = (
+                b.param(f32s(&[3, 4])),
+                b.param(f32s(&[3, 4])),
+                b.param(f32s(&[2, 3])),
+            );
+            let y = first(&mut b, p, x);
+            let half = b.scalar(DType::F32, 0.5).unwrap();
+            let half = b
+                .op(
+                    Prim::BroadcastInDim {
+                        dims: vec![3, 4],
+                        mapping: vec![],
+                    },
+                    &[half],
+                )
+                .unwrap();
+            let scaled = b.binary(BinaryOp::Mul, p, half).unwrap();
+            let p_new = b.binary(BinaryOp::Add, scaled, g).unwrap();
+            b.build(&[p_new, y]).unwrap()
+        };
+        let product =
+            |b: &mut GraphBuilder, p: ValueId, x: ValueId| b.op(dot.clone(), &[x, p]).unwrap();
+        let exe = HostExecutable::new(graph(&product));
+        let (p, g) = (exe.graph().params()[0], exe.graph().params()[1]);
+        // (p_new may go over g as well: read in order, by this loop only.)
+        assert_eq!(over(&exe, 0), vec![p, g], "{:?}", exe.plan());
+        let concat = |b: &mut GraphBuilder, p: ValueId, _| {
+            b.op(Prim::Concatenate { dimension: 0 }, &[p, p]).unwrap()
+        };
+        assert_eq!(over(&HostExecutable::new(graph(&concat)), 0), vec![g]);
+
+        // Run: the product saw p before the update went over it.
+        let (r, s) = host_runtime();
+        let pv: Vec<f32> = (0..12).map(|i| i as f32).collect();
+        let gv: Vec<f32> = (0..12).map(|i| 1.0 - i as f32).collect();
+        let xv: Vec<f32> = (0..6).map(|i| (i % 4) as f32 - 1.5).collect();
+        let (pt, gt, xt) = (
+            upload(&r, &s, &[3, 4], &pv),
+            upload(&r, &s, &[3, 4], &gv),
+            upload(&r, &s, &[2, 3], &xv),
+        );
+        let y = upload(&r, &s, &[2, 4], &[0.0; 8]);
+        exe.execute(&[pt.clone(), gt, xt], &[pt.clone(), y.clone()])
+            .unwrap();
+        let want_p: Vec<f32> = pv.iter().zip(&gv).map(|(p, g)| p * 0.5 + g).collect();
+        let want_y: Vec<f32> = (0..8)
+            .map(|k| (0..3).map(|j| xv[k / 4 * 3 + j] * pv[j * 4 + k % 4]).sum())
+            .collect();
+        assert_eq!(download(&r, &s, &pt), want_p);
+        assert_eq!(download(&r, &s, &y), want_y);
+    }
+
+    /// The same memory as two parameters, a weight and its transpose (a
+    /// linear layer's forward reads `w.t()`, the optimizer updates `w`):
+    /// the update may overwrite the transposed view when a product read it
+    /// before, not when one reads it after; both give the same results.
+    #[test]
+    fn an_update_overwrites_another_view_only_after_its_last_read() {
+        let dot = Prim::DotGeneral {
+            lhs_batch: vec![],
+            rhs_batch: vec![],
+            lhs_contract: vec![1],
+            rhs_contract: vec![0],
+        };
+        // [p, g, x, wt]: y = x . wt (wt [4, 3], given as p transposed) read
+        // before or after p_new = p * 0.5 + g.
+        let graph = |product_first: bool| {
+            let mut b = GraphBuilder::new();
+            let (p, g, x, wt) = (
+                b.param(f32s(&[3, 4])),
+                b.param(f32s(&[3, 4])),
+                b.param(f32s(&[2, 4])),
+                b.param(f32s(&[4, 3])),
+            );
+            let mut y = None;
+            if product_first {
+                y = Some(b.op(dot.clone(), &[x, wt]).unwrap());
+            }
+            let g2 = b.binary(BinaryOp::Add, g, g).unwrap();
+            let p_new = b.binary(BinaryOp::Sub, p, g2).unwrap();
+            let y = y.unwrap_or_else(|| b.op(dot.clone(), &[x, wt]).unwrap());
+            b.build(&[p_new, y]).unwrap()
+        };
+        let (r, s) = host_runtime();
+        let pv: Vec<f32> = (0..12).map(|i| i as f32).collect();
+        let gv: Vec<f32> = (0..12).map(|i| 0.25 * i as f32).collect();
+        let xv: Vec<f32> = (0..8).map(|i| (i % 3) as f32 - 1.0).collect();
+        for product_first in [true, false] {
+            let exe = HostExecutable::new(graph(product_first));
+            let ps = exe.graph().params().to_vec();
+            let p_new = exe.graph().outputs()[0];
+            assert_eq!(
+                exe.in_place.may_overwrite(p_new, ps[3], false),
+                product_first,
+                "{:?}",
+                exe.plan()
+            );
+            let pt = upload(&r, &s, &[3, 4], &pv);
+            let wt = DeviceTensor::new(pt.buffer.clone(), DType::F32, 0, &[4, 3], Some(&[1, 4]))
+                .unwrap();
+            let y = upload(&r, &s, &[2, 3], &[0.0; 6]);
+            let ins = [
+                pt.clone(),
+                upload(&r, &s, &[3, 4], &gv),
+                upload(&r, &s, &[2, 4], &xv),
+                wt,
+            ];
+            exe.execute(&ins, &[pt.clone(), y.clone()]).unwrap();
+            let want_p: Vec<f32> = pv.iter().zip(&gv).map(|(p, g)| p - 2.0 * g).collect();
+            // wt[j][c] = p[c][j], the old p.
+            let want_y: Vec<f32> = (0..6)
+                .map(|k| {
+                    (0..4)
+                        .map(|j| xv[k / 3 * 4 + j] * pv[(k % 3) * 4 + j])
+                        .sum()
+                })
+                .collect();
+            assert_eq!(
+                download(&r, &s, &pt),
+                want_p,
+                "product first {product_first}"
+            );
+            assert_eq!(
+                download(&r, &s, &y),
+                want_y,
+                "product first {product_first}"
+            );
+        }
     }
 }

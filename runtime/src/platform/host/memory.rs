@@ -13,10 +13,24 @@ use crate::platform::DeviceMemory;
 pub const SEGMENT_ALIGN: usize = 4096;
 
 /// A zero-filled, page-aligned host allocation. Pages are backed lazily by
-/// the OS, so reserving a large segment is cheap until it is written.
+/// the OS, so reserving a large segment is cheap until it is written: it
+/// is a `calloc` of a page more than asked (the allocator maps large
+/// requests fresh from the OS, already zero, and clears nothing), aligned
+/// inside. (`alloc_zeroed` with page alignment would write zeros over
+/// every page at once: the standard library clears aligned allocations
+/// itself.)
 pub struct HostSegment {
+    /// The aligned start, inside `base`'s allocation.
     ptr: NonNull<u8>,
     len: usize,
+    /// What the allocator returned, freed with `base_layout(len)`.
+    base: NonNull<u8>,
+}
+
+/// The layout of a segment's allocation: `len` plus a page to align in,
+/// at the allocator's own alignment (so `alloc_zeroed` is a `calloc`).
+fn base_layout(len: usize) -> Option<Layout> {
+    Layout::from_size_align(len.checked_add(SEGMENT_ALIGN)?, 16).ok()
 }
 
 // SAFETY: HostSegment owns its allocation outright; all access goes through
@@ -37,16 +51,21 @@ impl HostSegment {
     pub fn allocate(bytes: u64) -> Result<Self> {
         let len = usize::try_from(bytes.max(1))
             .map_err(|_| Error::OutOfMemory(format!("{bytes} bytes do not fit in host memory")))?;
-        let layout = Layout::from_size_align(len, SEGMENT_ALIGN)
-            .map_err(|_| Error::OutOfMemory(format!("{bytes} bytes do not fit in host memory")))?;
+        let layout = base_layout(len).ok_or_else(|| {
+            Error::OutOfMemory(format!("{bytes} bytes do not fit in host memory"))
+        })?;
         // SAFETY: layout has a non-zero size.
         let raw = unsafe { alloc::alloc_zeroed(layout) };
-        let ptr = NonNull::new(raw).ok_or_else(|| {
+        let base = NonNull::new(raw).ok_or_else(|| {
             Error::OutOfMemory(format!(
                 "the host could not provide a segment of {bytes} bytes"
             ))
         })?;
-        Ok(HostSegment { ptr, len })
+        // SAFETY: the allocation holds len + SEGMENT_ALIGN bytes, and the
+        // offset to the next page boundary is below SEGMENT_ALIGN.
+        let ptr = unsafe { raw.add(raw.align_offset(SEGMENT_ALIGN)) };
+        let ptr = NonNull::new(ptr).ok_or_else(|| Error::Internal("a null segment".into()))?;
+        Ok(HostSegment { ptr, len, base })
     }
 
     /// Base address, for kernels that work on raw memory.
@@ -67,10 +86,10 @@ impl HostSegment {
 
 impl Drop for HostSegment {
     fn drop(&mut self) {
-        let layout = Layout::from_size_align(self.len, SEGMENT_ALIGN)
-            .expect("layout was valid at allocation");
-        // SAFETY: ptr came from alloc_zeroed with this exact layout and is freed once.
-        unsafe { alloc::dealloc(self.ptr.as_ptr(), layout) }
+        let layout = base_layout(self.len).expect("layout was valid at allocation");
+        // SAFETY: base came from alloc_zeroed with this exact layout and is
+        // freed once.
+        unsafe { alloc::dealloc(self.base.as_ptr(), layout) }
     }
 }
 
@@ -132,5 +151,43 @@ impl DeviceMemory for HostSegment {
 
     fn as_any(&self) -> &dyn Any {
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Resident memory of this process, from /proc (Linux).
+    #[cfg(target_os = "linux")]
+    fn resident_bytes() -> u64 {
+        let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+        let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+        pages * 4096
+    }
+
+    /// A segment is page-aligned and zero, and its pages are backed only
+    /// when written: a 2 GiB segment costs no resident memory until used
+    /// (the page-aligned `alloc_zeroed` it was before wrote all 2 GiB).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn segments_are_aligned_zero_and_backed_lazily() {
+        let before = resident_bytes();
+        let seg = HostSegment::allocate(2 << 30).unwrap();
+        let grown = resident_bytes().saturating_sub(before);
+        assert!(
+            grown < 256 << 20,
+            "a fresh 2 GiB segment took {grown} resident bytes"
+        );
+        assert_eq!(seg.as_ptr() as usize % SEGMENT_ALIGN, 0);
+        for at in [0u64, 4095, 1 << 20, (2 << 30) - 8] {
+            let mut b = [1u8; 8];
+            seg.read(at.min((2 << 30) - 8), &mut b).unwrap();
+            assert_eq!(b, [0; 8]);
+        }
+        seg.write(1 << 30, &[7; 4]).unwrap();
+        let mut b = [0u8; 4];
+        seg.read(1 << 30, &mut b).unwrap();
+        assert_eq!(b, [7; 4]);
     }
 }

@@ -536,17 +536,18 @@ mod store_over_tests {
         TensorType::new(DType::F32, dims)
     }
 
-    /// `p * 0.5 + g` and `m * 0.9`: an update of each parameter, as an
-    /// optimizer's in-place step records it, plus `extra` on top.
-    fn update(
-        extra: impl FnOnce(&mut GraphBuilder, ValueId, ValueId, ValueId) -> Vec<ValueId>,
-    ) -> Graph {
-        let mut b = GraphBuilder::new();
-        let (p, g, m) = (
-            b.param(f32s(&[3, 4])),
-            b.param(f32s(&[3, 4])),
-            b.param(f32s(&[3, 4])),
-        );
+    /// The plain matrix product: lhs [m, k] . rhs [k, n].
+    fn matmul() -> Prim {
+        Prim::DotGeneral {
+            lhs_batch: vec![],
+            rhs_batch: vec![],
+            lhs_contract: vec![1],
+            rhs_contract: vec![0],
+        }
+    }
+
+    /// `p * 0.5 + g` over [3, 4], and the broadcast 0.5 it scales by.
+    fn halved_plus(b: &mut GraphBuilder, p: ValueId, g: ValueId) -> (ValueId, ValueId) {
         let half = b.scalar(DType::F32, 0.5).unwrap();
         let half = b
             .op(
@@ -558,7 +559,21 @@ mod store_over_tests {
             )
             .unwrap();
         let scaled = b.binary(BinaryOp::Mul, p, half).unwrap();
-        let p_new = b.binary(BinaryOp::Add, scaled, g).unwrap();
+        (b.binary(BinaryOp::Add, scaled, g).unwrap(), half)
+    }
+
+    /// `p * 0.5 + g` and `m * 0.9`: an update of each parameter, as an
+    /// optimizer's in-place step records it, plus `extra` on top.
+    fn update(
+        extra: impl FnOnce(&mut GraphBuilder, ValueId, ValueId, ValueId) -> Vec<ValueId>,
+    ) -> Graph {
+        let mut b = GraphBuilder::new();
+        let (p, g, m) = (
+            b.param(f32s(&[3, 4])),
+            b.param(f32s(&[3, 4])),
+            b.param(f32s(&[3, 4])),
+        );
+        let (p_new, half) = halved_plus(&mut b, p, g);
         let m_new = b.binary(BinaryOp::Mul, m, half).unwrap();
         let mut outs = vec![p_new, m_new];
         outs.extend(extra(&mut b, p, m, p_new));
@@ -710,13 +725,7 @@ mod store_over_tests {
         let mut b = GraphBuilder::new();
         let (x, w) = (b.param(f32s(&[3, 4])), b.param(f32s(&[4, 2])));
         let y = b.unary(crate::ir::UnaryOp::Neg, x).unwrap();
-        let dot = Prim::DotGeneral {
-            lhs_batch: vec![],
-            rhs_batch: vec![],
-            lhs_contract: vec![1],
-            rhs_contract: vec![0],
-        };
-        let z = b.op(dot, &[y, w]).unwrap();
+        let z = b.op(matmul(), &[y, w]).unwrap();
         // And by a loop (which may be y's own).
         let y2 = b.binary(BinaryOp::Mul, y, y).unwrap();
         let exe = HostExecutable::new(b.build(&[y, z, y2]).unwrap());
@@ -751,12 +760,6 @@ mod store_over_tests {
     /// reads first (which may hand on a view of it) is not.
     #[test]
     fn an_update_stores_over_a_parameter_products_read_before_it() {
-        let dot = Prim::DotGeneral {
-            lhs_batch: vec![],
-            rhs_batch: vec![],
-            lhs_contract: vec![1],
-            rhs_contract: vec![0],
-        };
         // `first` reads p (and x) before p_new = p * 0.5 + g.
         let graph = |first: &dyn Fn(&mut GraphBuilder, ValueId, ValueId) -> ValueId| {
             let mut b = GraphBuilder::new();
@@ -766,22 +769,11 @@ mod store_over_tests {
                 b.param(f32s(&[2, 3])),
             );
             let y = first(&mut b, p, x);
-            let half = b.scalar(DType::F32, 0.5).unwrap();
-            let half = b
-                .op(
-                    Prim::BroadcastInDim {
-                        dims: vec![3, 4],
-                        mapping: vec![],
-                    },
-                    &[half],
-                )
-                .unwrap();
-            let scaled = b.binary(BinaryOp::Mul, p, half).unwrap();
-            let p_new = b.binary(BinaryOp::Add, scaled, g).unwrap();
+            let (p_new, _) = halved_plus(&mut b, p, g);
             b.build(&[p_new, y]).unwrap()
         };
         let product =
-            |b: &mut GraphBuilder, p: ValueId, x: ValueId| b.op(dot.clone(), &[x, p]).unwrap();
+            |b: &mut GraphBuilder, p: ValueId, x: ValueId| b.op(matmul(), &[x, p]).unwrap();
         let exe = HostExecutable::new(graph(&product));
         let (p, g) = (exe.graph().params()[0], exe.graph().params()[1]);
         // (p_new may go over g as well: read in order, by this loop only.)
@@ -818,12 +810,6 @@ mod store_over_tests {
     /// before, not when one reads it after; both give the same results.
     #[test]
     fn an_update_overwrites_another_view_only_after_its_last_read() {
-        let dot = Prim::DotGeneral {
-            lhs_batch: vec![],
-            rhs_batch: vec![],
-            lhs_contract: vec![1],
-            rhs_contract: vec![0],
-        };
         // [p, g, x, wt]: y = x . wt (wt [4, 3], given as p transposed) read
         // before or after p_new = p * 0.5 + g.
         let graph = |product_first: bool| {
@@ -836,11 +822,11 @@ mod store_over_tests {
             );
             let mut y = None;
             if product_first {
-                y = Some(b.op(dot.clone(), &[x, wt]).unwrap());
+                y = Some(b.op(matmul(), &[x, wt]).unwrap());
             }
             let g2 = b.binary(BinaryOp::Add, g, g).unwrap();
             let p_new = b.binary(BinaryOp::Sub, p, g2).unwrap();
-            let y = y.unwrap_or_else(|| b.op(dot.clone(), &[x, wt]).unwrap());
+            let y = y.unwrap_or_else(|| b.op(matmul(), &[x, wt]).unwrap());
             b.build(&[p_new, y]).unwrap()
         };
         let (r, s) = host_runtime();

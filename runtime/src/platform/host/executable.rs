@@ -25,8 +25,9 @@ pub struct HostExecutable {
     /// The loop engine's program for each loop or row-phase kernel of
     /// the plan.
     programs: Vec<Option<Program>>,
-    /// Outputs a loop stores that no later kernel reads: these may be
-    /// written straight into the output tensor.
+    /// Outputs a loop stores (other than reductions) and float products:
+    /// these may be written straight into the output tensor, where later
+    /// kernels read them (`direct_outputs`).
     direct_ok: std::collections::HashSet<crate::ir::ValueId>,
     /// Where those outputs may be written over parameters (in-place
     /// updates: `store_over`).

@@ -1536,10 +1536,11 @@ impl LoopProgram {
                 Target::Device { .. } => {
                     if let Some(out) = io.outputs.get(v) {
                         // SAFETY: the executable hands a pass an output
-                        // that overlaps no input but those it stores over
-                        // (read by this kernel alone) and no other output;
-                        // nothing writes it again during `execute`, and the
-                        // task holds its buffer while `values` lives.
+                        // that overlaps no other output, and no input but
+                        // those it may overwrite (which no kernel reads
+                        // after this one: `store_over`); nothing writes it
+                        // again during `execute`, and the task holds its
+                        // buffer while `values` lives.
                         let view = unsafe { HostTensor::borrow_device(out) };
                         values[v.0 as usize] = Some(match view {
                             Some(view) => view,

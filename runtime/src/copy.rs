@@ -25,22 +25,37 @@ pub struct Layout {
 impl Layout {
     /// Row-major contiguous layout.
     pub fn contiguous(sizes: &[u64], elem_size: u64) -> Layout {
-        // Built without `vec![0; n]`, which is a calloc: glibc serves that
-        // from its arena under a lock instead of the thread's cache, and a
-        // layout is made for every tensor of every op.
-        let mut strides = Dims::with_capacity(sizes.len());
+        // Inline up to six dimensions, so no heap: a `vec![0; n]` is a
+        // calloc, which glibc serves from its arena under a lock instead of
+        // the thread's cache, and a layout is made for every tensor of
+        // every op.
+        let mut strides: Dims = smallvec::smallvec![0; sizes.len()];
         let mut acc = 1u64;
-        for &s in sizes.iter().rev() {
-            strides.push(acc);
+        for (st, &s) in strides.iter_mut().zip(sizes).rev() {
+            *st = acc;
             acc = acc.saturating_mul(s);
         }
-        strides.reverse();
         Layout {
             offset: 0,
             sizes: Dims::from_slice(sizes),
             strides,
             elem_size,
         }
+    }
+
+    /// Row-major contiguous from its offset: each dimension of more than
+    /// one element has the stride a contiguous layout gives it. Walks the
+    /// strides from the last dimension back without building them (every
+    /// op's launch and run asks this).
+    pub fn is_contiguous(&self) -> bool {
+        let mut want = 1u64;
+        for (&n, &s) in self.sizes.iter().zip(&self.strides).rev() {
+            if n > 1 && s != want {
+                return false;
+            }
+            want = want.saturating_mul(n);
+        }
+        true
     }
 
     /// A flat run of `bytes` bytes at offset 0.
@@ -194,6 +209,43 @@ mod tests {
         })
         .unwrap();
         v
+    }
+
+    /// `is_contiguous` agrees with comparing against the strides
+    /// `Layout::contiguous` builds, over sizes with ones and zeros.
+    #[test]
+    fn is_contiguous_matches_the_built_strides() {
+        let built = |l: &Layout| {
+            let c = Layout::contiguous(&l.sizes, l.elem_size);
+            l.sizes
+                .iter()
+                .zip(l.strides.iter().zip(&c.strides))
+                .all(|(&n, (&a, &b))| n <= 1 || a == b)
+        };
+        let sizes: [&[u64]; 6] = [&[], &[5], &[2, 3], &[2, 1, 3], &[4, 0, 3], &[1, 7, 1]];
+        for sz in sizes {
+            let c = Layout::contiguous(sz, 4);
+            assert!(c.is_contiguous(), "{sz:?}");
+            // Every single stride changed by one, and a transpose.
+            for d in 0..sz.len() {
+                let mut l = c.clone();
+                l.strides[d] += 1;
+                assert_eq!(l.is_contiguous(), built(&l), "{sz:?} stride {d} + 1");
+            }
+            if sz.len() >= 2 {
+                let mut l = c.clone();
+                l.sizes.swap(0, 1);
+                l.strides.swap(0, 1);
+                assert_eq!(l.is_contiguous(), built(&l), "{sz:?} transposed");
+            }
+        }
+        let t = Layout {
+            offset: 0,
+            sizes: smallvec::smallvec![3, 2],
+            strides: smallvec::smallvec![1, 3],
+            elem_size: 4,
+        };
+        assert!(!t.is_contiguous());
     }
 
     #[test]

@@ -8,6 +8,7 @@ pub mod copy;
 pub mod eager;
 pub mod error;
 pub mod fusion;
+pub mod fxhash;
 pub mod ir;
 mod lazy;
 pub mod memory;

@@ -678,7 +678,7 @@ fn signature_hash<'a>(
     attrs: &Attrs,
 ) -> u64 {
     use std::hash::{Hash, Hasher};
-    let mut h = MemoHasher(0);
+    let mut h = crate::fxhash::FxHasher::default();
     op.0.hash(&mut h);
     for (d, dims) in inputs {
         d.hash(&mut h);
@@ -686,40 +686,6 @@ fn signature_hash<'a>(
     }
     attrs.hash_bits(&mut h);
     h.finish()
-}
-
-/// A multiply-rotate hasher (the rustc compiler's "Fx" scheme) for memo
-/// keys: several times cheaper than SipHash on a few dozen bytes, and the
-/// memo checks each hit's signature, so a collision costs a comparison,
-/// never a wrong entry. Keys come from the process's own ops, not from
-/// anyone who could aim for collisions.
-struct MemoHasher(u64);
-
-impl std::hash::Hasher for MemoHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for c in &mut chunks {
-            self.write_u64(u64::from_le_bytes(c.try_into().unwrap_or_default()));
-        }
-        for &b in chunks.remainder() {
-            self.write_u64(u64::from(b));
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-    fn write_u32(&mut self, v: u32) {
-        self.write_u64(u64::from(v));
-    }
-    fn write_u8(&mut self, v: u8) {
-        self.write_u64(u64::from(v));
-    }
-    fn write_usize(&mut self, v: usize) {
-        self.write_u64(v as u64);
-    }
-    fn finish(&self) -> u64 {
-        self.0
-    }
 }
 
 /// Each tensor's (dtype, dims), as the op memo reads a signature.

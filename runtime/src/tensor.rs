@@ -71,12 +71,7 @@ impl DeviceTensor {
 
     /// Row-major contiguous from its offset (so one run of bytes).
     pub fn is_contiguous(&self) -> bool {
-        let c = Layout::contiguous(&self.layout.sizes, self.layout.elem_size);
-        self.layout
-            .sizes
-            .iter()
-            .zip(self.layout.strides.iter().zip(&c.strides))
-            .all(|(&n, (&a, &b))| n <= 1 || a == b)
+        self.layout.is_contiguous()
     }
 
     /// The same view over a work reference to its buffer, for work queued

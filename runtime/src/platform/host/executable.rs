@@ -11,6 +11,7 @@ use super::kernels::HostTensor;
 use crate::copy::{for_each_run, Layout};
 use crate::error::{Error, Result};
 use crate::fusion::{self, Plan};
+use crate::fxhash::{FxHashMap, FxHashSet};
 use crate::ir::{Graph, TensorType, ValueId};
 use crate::platform::Executable;
 use crate::tensor::DeviceTensor;
@@ -28,7 +29,7 @@ pub struct HostExecutable {
     /// Outputs a loop stores (other than reductions) and float products:
     /// these may be written straight into the output tensor, where later
     /// kernels read them (`direct_outputs`).
-    direct_ok: std::collections::HashSet<crate::ir::ValueId>,
+    direct_ok: FxHashSet<crate::ir::ValueId>,
     /// Where those outputs may be written over parameters (in-place
     /// updates: `store_over`).
     in_place: InPlace,
@@ -100,7 +101,7 @@ fn direct_outputs(
     graph: &Graph,
     plan: &Plan,
     programs: &[Option<Program>],
-) -> std::collections::HashSet<crate::ir::ValueId> {
+) -> FxHashSet<crate::ir::ValueId> {
     let nodes = graph.nodes();
     let producer = graph.producers();
     let mut kernel_of = vec![usize::MAX; nodes.len()];
@@ -143,12 +144,12 @@ struct InPlace {
     /// For each direct output a loop stores, the parameters it may be
     /// stored over: read by that loop's pass element for element before
     /// the store (`may_store_over`).
-    over: std::collections::HashMap<ValueId, Vec<ValueId>>,
+    over: FxHashMap<ValueId, Vec<ValueId>>,
     /// The kernel of each direct output a loop stores.
-    kernel: std::collections::HashMap<ValueId, usize>,
+    kernel: FxHashMap<ValueId, usize>,
     /// Parameters (not outputs) that only kernels keeping no view of them
     /// read, with the last of those kernels.
-    last_read: std::collections::HashMap<ValueId, usize>,
+    last_read: FxHashMap<ValueId, usize>,
 }
 
 impl InPlace {
@@ -180,13 +181,12 @@ fn store_over(
     graph: &Graph,
     plan: &Plan,
     programs: &[Option<Program>],
-    direct_ok: &std::collections::HashSet<ValueId>,
+    direct_ok: &FxHashSet<ValueId>,
 ) -> InPlace {
     let nodes = graph.nodes();
     let producer = graph.producers();
     // The kernels reading each parameter, through any chain of loads.
-    let mut readers: std::collections::HashMap<ValueId, std::collections::HashSet<usize>> =
-        std::collections::HashMap::new();
+    let mut readers: FxHashMap<ValueId, FxHashSet<usize>> = FxHashMap::default();
     for (k, ker) in plan.kernels.iter().enumerate() {
         for &i in &ker.nodes {
             for &v in &nodes[i].inputs {
@@ -383,14 +383,20 @@ impl Executable for HostExecutable {
         crate::platform::check_io("host executable", self, inputs, outputs)?;
         let mut values: Vec<Option<HostTensor>> = vec![None; self.graph.num_values()];
         // Parameters stay in device memory; kernels read them when needed.
-        let mut io = DeviceIo::default();
+        // Sized up front: a map that grows rehashes (a few hundred
+        // instructions of a tiny op's run).
+        let mut io = DeviceIo {
+            inputs: FxHashMap::with_capacity_and_hasher(inputs.len(), Default::default()),
+            outputs: FxHashMap::with_capacity_and_hasher(outputs.len(), Default::default()),
+            overwritten: FxHashSet::default(),
+        };
         for (p, t) in self.graph.params().iter().zip(inputs) {
             io.inputs.insert(*p, t);
         }
         // Results of the loop engine go straight to device memory when the
         // output is contiguous, no later kernel reads it, and it aliases no
         // input, or only the very inputs its pass may store it over.
-        let mut direct = std::collections::HashSet::new();
+        let mut direct = FxHashSet::with_capacity_and_hasher(outputs.len(), Default::default());
         for (v, t) in self.graph.outputs().iter().zip(outputs) {
             let mut overwritten = Vec::new();
             let inputs_ok = self

@@ -7,7 +7,7 @@
 //! node-by-node ones to that accuracy. Trailing-dimension reductions
 //! accumulate in f64 (as the reduce kernel does) while the pass runs.
 
-use std::collections::HashMap;
+use crate::fxhash::{FxHashMap, FxHashSet};
 
 use half::{bf16, f16};
 
@@ -22,6 +22,14 @@ use crate::tensor::DeviceTensor;
 /// Elements per chunk: 4 KiB of f32 per register, so the registers of a
 /// group stay in L1/L2.
 const CHUNK: usize = 1024;
+
+/// A pass's per-source and per-output lists: inline up to eight, so a
+/// small op's run allocates nothing for them.
+type Few<T> = smallvec::SmallVec<[T; 8]>;
+
+/// A pass's stored values and reductions: a tensor each, so fewer inline
+/// (a returned list is moved, inline part and all).
+type Outs<T> = smallvec::SmallVec<[T; 2]>;
 
 /// Where a loop reads an outside value from.
 #[derive(Clone, Debug)]
@@ -155,8 +163,8 @@ impl Inst {
 /// values at once, where graph order would hold every parameter's.
 fn depth_first(graph: &Graph, kernel: &Kernel, producer: &[Option<usize>]) -> Vec<usize> {
     let nodes = graph.nodes();
-    let in_group: std::collections::HashSet<usize> = kernel.nodes.iter().copied().collect();
-    let mut used_in_group: std::collections::HashSet<usize> = std::collections::HashSet::new();
+    let in_group: FxHashSet<usize> = kernel.nodes.iter().copied().collect();
+    let mut used_in_group: FxHashSet<usize> = FxHashSet::default();
     for &i in &kernel.nodes {
         for v in &nodes[i].inputs {
             if let Some(p) = producer[v.0 as usize].filter(|p| in_group.contains(p)) {
@@ -165,7 +173,7 @@ fn depth_first(graph: &Graph, kernel: &Kernel, producer: &[Option<usize>]) -> Ve
         }
     }
     let mut order = Vec::with_capacity(kernel.nodes.len());
-    let mut done: std::collections::HashSet<usize> = std::collections::HashSet::new();
+    let mut done: FxHashSet<usize> = FxHashSet::default();
     let results = kernel.nodes.iter().filter(|i| !used_in_group.contains(i));
     for &root in results.chain(&kernel.nodes) {
         // Post-order, with an explicit stack (chains can be long).
@@ -215,7 +223,7 @@ fn allocate(
             complete[*reg] = k;
         }
     }
-    let mut store_after: HashMap<usize, Vec<usize>> = HashMap::new();
+    let mut store_after: FxHashMap<usize, Vec<usize>> = FxHashMap::default();
     for (sink, (reg, v, _)) in stores.iter().enumerate() {
         let k = complete[*reg];
         if k == usize::MAX {
@@ -315,14 +323,14 @@ struct Epilogue {
 #[derive(Default)]
 pub struct DeviceIo<'a> {
     /// Parameters not read into host tensors up front.
-    pub inputs: HashMap<ValueId, &'a DeviceTensor>,
+    pub inputs: FxHashMap<ValueId, &'a DeviceTensor>,
     /// Results the loop engine stores directly (contiguous, used by no
     /// later kernel, aliasing no input but those in `overwritten`).
-    pub outputs: HashMap<ValueId, &'a DeviceTensor>,
+    pub outputs: FxHashMap<ValueId, &'a DeviceTensor>,
     /// Parameters whose memory a pass stores a result into while it reads
     /// them (an in-place update, see [`LoopProgram::may_store_over`]): a
     /// pass copies their chunks into registers, never reads them in place.
-    pub overwritten: std::collections::HashSet<ValueId>,
+    pub overwritten: FxHashSet<ValueId>,
 }
 
 /// A value's data for a pass: host f32s, or f32s in device memory.
@@ -424,10 +432,12 @@ enum Target {
 
 /// Each source's strides and first element over the loop, and the
 /// parameters gathered into host copies first (see `LoopProgram::layout`).
-struct SourceLayout {
-    strides: Vec<Vec<u64>>,
-    offsets: Vec<u64>,
-    staged: HashMap<ValueId, HostTensor>,
+struct SourceLayout<'p> {
+    /// The program's own strides, borrowed, where the source is read as
+    /// the program assumes (nearly always).
+    strides: Few<std::borrow::Cow<'p, [u64]>>,
+    offsets: Few<u64>,
+    staged: FxHashMap<ValueId, HostTensor>,
 }
 
 /// The sinks of a pass's stored values: the memory of each target, or of
@@ -435,8 +445,8 @@ struct SourceLayout {
 fn sinks_of(
     outs: &mut [Target],
     stores: &[(usize, ValueId, DType)],
-    local: &HashMap<ValueId, (*mut f32, usize)>,
-) -> Vec<Sink> {
+    local: &FxHashMap<ValueId, (*mut f32, usize)>,
+) -> Few<Sink> {
     outs.iter_mut()
         .zip(stores)
         .map(|(o, (_, v, dtype))| match o {
@@ -463,7 +473,7 @@ fn sinks_of(
         .collect()
 }
 
-fn red_sinks_of(red_outs: &mut [HostTensor], epilogues: &[Epilogue]) -> Vec<Sink> {
+fn red_sinks_of(red_outs: &mut [HostTensor], epilogues: &[Epilogue]) -> Few<Sink> {
     red_outs
         .iter_mut()
         .zip(epilogues)
@@ -477,7 +487,7 @@ fn red_sinks_of(red_outs: &mut [HostTensor], epilogues: &[Epilogue]) -> Vec<Sink
 
 /// The flat ranges [a, b) the threads of a pass over `n` elements take:
 /// whole multiples of `unit`, one range per thread (see `worker_count`).
-fn split(n: u64, unit: u64) -> Vec<(u64, u64)> {
+fn split(n: u64, unit: u64) -> Few<(u64, u64)> {
     let threads = worker_count(n) as u64;
     let per = n.div_ceil(unit.max(1)).div_ceil(threads).max(1) * unit.max(1);
     (0..threads)
@@ -578,7 +588,7 @@ struct ChunkAt<'a> {
     /// Each source's offset of each piece's row, `rows.len()` × sources.
     row_bases: &'a [u64],
     flat0: u64,
-    scalars: &'a HashMap<ValueId, u64>,
+    scalars: &'a FxHashMap<ValueId, u64>,
     /// The pass's stored outputs.
     sinks: &'a [Sink],
     /// Sinks written at flat position minus `shift` (see `Pass`).
@@ -599,7 +609,7 @@ struct RowPiece {
 struct Pass<'a> {
     program: &'a LoopProgram,
     /// i64 scalars the program reads (rng seeds and offsets).
-    scalars: &'a HashMap<ValueId, u64>,
+    scalars: &'a FxHashMap<ValueId, u64>,
     src: &'a [SourceData<'a>],
     /// Each source's strides over the loop: the program's, or a strided
     /// parameter's own when it is read in place.
@@ -621,17 +631,43 @@ struct Pass<'a> {
 struct Registers {
     regs: Vec<f32>,
     /// Registers a load points straight at source memory (see `exec`).
-    views: Vec<Option<*const f32>>,
-    acc: Vec<f64>,
+    views: smallvec::SmallVec<[Option<*const f32>; 16]>,
+    acc: Few<f64>,
+}
+
+thread_local! {
+    /// The register file a thread's last pass left behind, for its next
+    /// one: a fresh one was a calloc and a memset of `registers * CHUNK`
+    /// floats for every pass, most of a 16-element op's kernel time.
+    static SPARE_REGS: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 impl Registers {
     fn new(p: &LoopProgram) -> Self {
+        // Every instruction writes its destination before any reads it
+        // (see `allocate`), so what a reused register file held is never
+        // read; only the new part of a grown one is zeroed.
+        let mut regs = SPARE_REGS.with(|s| s.take());
+        regs.resize(p.registers.max(1) * CHUNK, 0.0);
         Registers {
-            regs: vec![0f32; p.registers.max(1) * CHUNK],
-            views: vec![None; p.registers.max(1)],
-            acc: vec![0.0; p.epilogues.len()],
+            regs,
+            views: smallvec::smallvec![None; p.registers.max(1)],
+            acc: smallvec::smallvec![0.0; p.epilogues.len()],
         }
+    }
+}
+
+impl Drop for Registers {
+    fn drop(&mut self) {
+        let regs = std::mem::take(&mut self.regs);
+        SPARE_REGS.with(|s| {
+            let spare = s.take();
+            s.set(if spare.capacity() > regs.capacity() {
+                spare
+            } else {
+                regs
+            });
+        });
     }
 }
 
@@ -665,7 +701,8 @@ impl Pass<'_> {
         }
         let local = |flags: &[bool], i: usize| flags.get(i).copied().unwrap_or(false);
         // The multi-index of f0's row over all but the last dimension.
-        let mut index = vec![0u64; rank.saturating_sub(1)];
+        let mut index: smallvec::SmallVec<[u64; 6]> =
+            smallvec::smallvec![0u64; rank.saturating_sub(1)];
         let mut rest = f0 / last;
         for d in (0..index.len()).rev() {
             index[d] = rest % p.shape[d];
@@ -677,13 +714,13 @@ impl Pass<'_> {
         // under a transpose), one instruction per row would cost more in
         // dispatch than in arithmetic.
         let sources = p.sources.len();
-        let mut rows: Vec<RowPiece> = Vec::new();
-        let mut row_bases: Vec<u64> = Vec::new();
+        let mut rows: smallvec::SmallVec<[RowPiece; 8]> = smallvec::SmallVec::new();
+        let mut row_bases: smallvec::SmallVec<[u64; 32]> = smallvec::SmallVec::new();
         // Each source's element at the current row's first column, kept
         // in step with the odometer below: recomputing it from the
         // multi-index for every row cost more than a short row's work.
         // (A splat's strides are empty: it steps by 0.)
-        let mut bases: Vec<u64> = self
+        let mut bases: Few<u64> = self
             .strides
             .iter()
             .zip(self.offsets)
@@ -1025,11 +1062,11 @@ impl LoopProgram {
         };
         let nodes = graph.nodes();
         let producer = graph.producers();
-        let in_group: std::collections::HashSet<usize> = kernel.nodes.iter().copied().collect();
-        let mut reg_of: HashMap<ValueId, usize> = HashMap::new();
+        let in_group: FxHashSet<usize> = kernel.nodes.iter().copied().collect();
+        let mut reg_of: FxHashMap<ValueId, usize> = FxHashMap::default();
         let mut registers = 0usize;
         let mut sources: Vec<Source> = Vec::new();
-        let mut source_of: HashMap<ValueId, usize> = HashMap::new();
+        let mut source_of: FxHashMap<ValueId, usize> = FxHashMap::default();
         let mut insts = Vec::new();
         let mut epilogues = Vec::new();
         let mut materialize = Vec::new();
@@ -1271,11 +1308,11 @@ impl LoopProgram {
         let mut red_outs = self.reduction_targets(graph);
         let layout = self.layout(values, io)?;
         {
-            let src_data = self.source_data(values, &layout, io, &HashMap::new())?;
+            let src_data = self.source_data(values, &layout, io, &FxHashMap::default())?;
             let scalars = self.scalars(values, io)?;
-            let sinks = sinks_of(&mut outs, &self.stores, &HashMap::new());
+            let sinks = sinks_of(&mut outs, &self.stores, &FxHashMap::default());
             let red_sinks = red_sinks_of(&mut red_outs, &self.epilogues);
-            let strides: Vec<&[u64]> = layout.strides.iter().map(|s| &s[..]).collect();
+            let strides: Few<&[u64]> = layout.strides.iter().map(|s| &s[..]).collect();
             let pass = Pass {
                 program: self,
                 scalars: &scalars,
@@ -1315,8 +1352,8 @@ impl LoopProgram {
         &self,
         graph: &Graph,
         io: &DeviceIo<'_>,
-        local: &std::collections::HashSet<ValueId>,
-    ) -> Vec<Target> {
+        local: &FxHashSet<ValueId>,
+    ) -> Outs<Target> {
         self.stores
             .iter()
             .map(|(_, v, _)| {
@@ -1339,7 +1376,7 @@ impl LoopProgram {
             .collect()
     }
 
-    fn reduction_targets(&self, graph: &Graph) -> Vec<HostTensor> {
+    fn reduction_targets(&self, graph: &Graph) -> Outs<HostTensor> {
         self.epilogues
             .iter()
             .map(|e| HostTensor::zeros(graph.value_type(e.out).clone()))
@@ -1350,16 +1387,17 @@ impl LoopProgram {
     /// strided f32 parameter's own (a transposed or expanded view is read
     /// in place). Parameters read neither way are staged: gathered into a
     /// contiguous host copy, converted to f32 once.
-    fn layout(&self, values: &[Option<HostTensor>], io: &DeviceIo<'_>) -> Result<SourceLayout> {
-        let mut strides: Vec<Vec<u64>> = self
+    fn layout(&self, values: &[Option<HostTensor>], io: &DeviceIo<'_>) -> Result<SourceLayout<'_>> {
+        use std::borrow::Cow;
+        let mut strides: Few<Cow<'_, [u64]>> = self
             .sources
             .iter()
             .map(|s| match s {
-                Source::Strided { strides, .. } => strides.clone(),
-                Source::Splat(_) => vec![],
+                Source::Strided { strides, .. } => Cow::Borrowed(&strides[..]),
+                Source::Splat(_) => Cow::Borrowed(&[][..]),
             })
             .collect();
-        let mut offsets: Vec<u64> = self
+        let mut offsets: Few<u64> = self
             .sources
             .iter()
             .map(|s| match s {
@@ -1367,8 +1405,8 @@ impl LoopProgram {
                 Source::Splat(_) => 0,
             })
             .collect();
-        let mut staged: HashMap<ValueId, HostTensor> = HashMap::new();
-        let mut in_place: HashMap<ValueId, Vec<(usize, Vec<u64>, u64)>> = HashMap::new();
+        let mut staged: FxHashMap<ValueId, HostTensor> = FxHashMap::default();
+        let mut in_place: FxHashMap<ValueId, Vec<(usize, Vec<u64>, u64)>> = FxHashMap::default();
         for (i, s) in self.sources.iter().enumerate() {
             let Source::Strided {
                 value,
@@ -1410,7 +1448,7 @@ impl LoopProgram {
                 continue;
             }
             for (i, own, own_offset) in uses {
-                strides[i] = own;
+                strides[i] = Cow::Owned(own);
                 offsets[i] = own_offset;
             }
         }
@@ -1437,10 +1475,10 @@ impl LoopProgram {
     fn source_data<'a>(
         &self,
         values: &'a [Option<HostTensor>],
-        layout: &'a SourceLayout,
+        layout: &'a SourceLayout<'_>,
         io: &DeviceIo<'a>,
-        chain: &HashMap<ValueId, (*const f32, usize)>,
-    ) -> Result<Vec<SourceData<'a>>> {
+        chain: &FxHashMap<ValueId, (*const f32, usize)>,
+    ) -> Result<Few<SourceData<'a>>> {
         self.sources
             .iter()
             .map(|s| match s {
@@ -1482,8 +1520,8 @@ impl LoopProgram {
         &self,
         values: &[Option<HostTensor>],
         io: &DeviceIo<'_>,
-    ) -> Result<HashMap<ValueId, u64>> {
-        let mut scalars: HashMap<ValueId, u64> = HashMap::new();
+    ) -> Result<FxHashMap<ValueId, u64>> {
+        let mut scalars: FxHashMap<ValueId, u64> = FxHashMap::default();
         for inst in &self.insts {
             if let Inst::Uniform { seed, offset, .. } = inst {
                 for s in [seed, offset] {
@@ -1517,8 +1555,8 @@ impl LoopProgram {
         &self,
         values: &mut [Option<HostTensor>],
         io: &DeviceIo<'_>,
-        outs: Vec<Target>,
-        red_outs: Vec<HostTensor>,
+        outs: Outs<Target>,
+        red_outs: Outs<HostTensor>,
     ) -> Result<()> {
         let n: u64 = self.shape.iter().product();
         let mut red_outs = red_outs;
@@ -1806,9 +1844,9 @@ impl RowProgram {
         // Values an earlier phase made: (one per row?, dtype). Later
         // phases read them as f32 from the memory they were stored in (or
         // a block of it), so they must be f32 there.
-        let mut made: HashMap<ValueId, (bool, DType)> = HashMap::new();
+        let mut made: FxHashMap<ValueId, (bool, DType)> = FxHashMap::default();
         let mut blocked = row > 0;
-        let in_kernel: std::collections::HashSet<usize> = kernel.nodes.iter().copied().collect();
+        let in_kernel: FxHashSet<usize> = kernel.nodes.iter().copied().collect();
         let producer = graph.producers();
         for (p, &rowwise) in phases.iter().zip(&per_row) {
             // Gathers run before any phase: of values from outside only.
@@ -1907,21 +1945,21 @@ impl RowProgram {
         // one slot of the whole space.
         let (block, ranges) = match self.block {
             Some(block) => (block, split(n, block)),
-            None => (n, vec![]),
+            None => (n, Few::new()),
         };
         let slots = ranges.len().max(1) as u64;
-        let local_set: std::collections::HashSet<ValueId> = self.local.iter().copied().collect();
+        let local_set: FxHashSet<ValueId> = self.local.iter().copied().collect();
         let mut local: Vec<HostTensor> = self
             .local
             .iter()
             .map(|_| HostTensor::for_overwrite(TensorType::new(DType::F32, &[slots * block])))
             .collect();
-        let mut outs: Vec<Vec<Target>> = self
+        let mut outs: Vec<Outs<Target>> = self
             .phases
             .iter()
             .map(|p| p.targets(graph, io, &local_set))
             .collect();
-        let mut red_outs: Vec<Vec<HostTensor>> = self
+        let mut red_outs: Vec<Outs<HostTensor>> = self
             .phases
             .iter()
             .map(|p| p.reduction_targets(graph))
@@ -1934,13 +1972,13 @@ impl RowProgram {
         {
             // One pointer into each buffer the phases share, taken once:
             // sinks write through it and later phases read through it.
-            let local_ptrs: HashMap<ValueId, (*mut f32, usize)> = self
+            let local_ptrs: FxHashMap<ValueId, (*mut f32, usize)> = self
                 .local
                 .iter()
                 .zip(local.iter_mut())
                 .map(|(v, t)| (*v, (t.bytes_mut().as_mut_ptr() as *mut f32, t.numel())))
                 .collect();
-            let mut chain: HashMap<ValueId, (*const f32, usize)> = local_ptrs
+            let mut chain: FxHashMap<ValueId, (*const f32, usize)> = local_ptrs
                 .iter()
                 .map(|(v, &(p, len))| (*v, (p as *const f32, len)))
                 .collect();
@@ -1962,12 +2000,12 @@ impl RowProgram {
                 sinks.push(s);
                 red_sinks.push(r);
             }
-            let scalars: Vec<HashMap<ValueId, u64>> = self
+            let scalars: Vec<FxHashMap<ValueId, u64>> = self
                 .phases
                 .iter()
                 .map(|p| p.scalars(values, io))
                 .collect::<Result<_>>()?;
-            let srcs: Vec<Vec<SourceData<'_>>> = self
+            let srcs: Vec<Few<SourceData<'_>>> = self
                 .phases
                 .iter()
                 .zip(&layouts)

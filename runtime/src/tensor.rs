@@ -31,18 +31,30 @@ impl DeviceTensor {
         dims: &[u64],
         strides: Option<&[u64]>,
     ) -> Result<Self> {
-        let mut layout = Layout::contiguous(dims, dtype.size() as u64);
-        layout.offset = offset;
-        if let Some(s) = strides {
-            if s.len() != dims.len() {
-                return Err(Error::invalid(format!(
-                    "{} strides for {} dimensions",
-                    s.len(),
-                    dims.len()
-                )));
+        let elem_size = dtype.size() as u64;
+        let layout = match strides {
+            // Given strides are taken as they are: building the contiguous
+            // ones first only to replace them cost every op's inputs.
+            Some(s) => {
+                if s.len() != dims.len() {
+                    return Err(Error::invalid(format!(
+                        "{} strides for {} dimensions",
+                        s.len(),
+                        dims.len()
+                    )));
+                }
+                Layout {
+                    offset,
+                    sizes: crate::copy::Dims::from_slice(dims),
+                    strides: crate::copy::Dims::from_slice(s),
+                    elem_size,
+                }
             }
-            layout.strides = crate::copy::Dims::from_slice(s);
-        }
+            None => Layout {
+                offset,
+                ..Layout::contiguous(dims, elem_size)
+            },
+        };
         if !offset.is_multiple_of(dtype.size() as u64) {
             return Err(Error::invalid(format!(
                 "offset {offset} is not a multiple of the {dtype} element size {}",
@@ -105,5 +117,42 @@ impl DeviceTensor {
             .map(|(&n, &s)| n.saturating_sub(1) * s)
             .sum();
         (l.offset, l.offset + (last + 1) * l.elem_size)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::{Runtime, RuntimeOptions};
+
+    /// Given strides are kept as given, none means contiguous, and a
+    /// wrong stride count, a misaligned offset or a view past the buffer
+    /// is an error naming what was wrong.
+    #[test]
+    fn views_take_their_strides_and_refuse_bad_ones() {
+        let r = Runtime::new(&RuntimeOptions {
+            platform: Some("host".into()),
+            cache: Some(crate::compile::CacheConfig::memory_only(4)),
+            ..Default::default()
+        })
+        .unwrap();
+        let s = r.default_stream(0).unwrap();
+        let b = r.allocate(0, 4 * 24, &s).unwrap();
+        let c = DeviceTensor::new(b.clone(), DType::F32, 8, &[2, 3, 2], None).unwrap();
+        assert_eq!(&c.layout.strides[..], &[6, 2, 1]);
+        assert_eq!(c.layout.offset, 8);
+        assert!(c.is_contiguous());
+        let t = DeviceTensor::new(b.clone(), DType::F32, 0, &[3, 2], Some(&[1, 3])).unwrap();
+        assert_eq!(&t.layout.strides[..], &[1, 3]);
+        assert!(!t.is_contiguous());
+        let e = DeviceTensor::new(b.clone(), DType::F32, 0, &[3, 2], Some(&[1]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("1 strides for 2 dimensions"), "{e}");
+        let e = DeviceTensor::new(b.clone(), DType::F32, 2, &[3], None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("offset 2"), "{e}");
+        assert!(DeviceTensor::new(b, DType::F32, 0, &[25], None).is_err());
     }
 }

@@ -2664,20 +2664,15 @@ mod tests {
         ];
         let x: Vec<f32> = (0..53).map(|i| special[i % special.len()]).collect();
         let y: Vec<f32> = (0..53).map(|i| special[(i / 7) % special.len()]).collect();
-        type Holds = fn(f32, f32) -> bool;
-        let ops: [(CompareOp, Holds); 6] = [
-            (CompareOp::Eq, |a, b| a == b),
-            (CompareOp::Ne, |a, b| a != b),
-            (CompareOp::Lt, |a, b| a < b),
-            (CompareOp::Le, |a, b| a <= b),
-            (CompareOp::Gt, |a, b| a > b),
-            (CompareOp::Ge, |a, b| a >= b),
-        ];
-        for (op, f) in ops {
+        for (op, f) in crate::platform::host::kernels::IEEE_COMPARES {
             let mut out = vec![7.0f32; x.len()];
             compare(op, &mut out, &x, &y);
             for j in 0..x.len() {
-                let want = if f(x[j], y[j]) { 1.0 } else { 0.0 };
+                let want = if f(x[j] as f64, y[j] as f64) {
+                    1.0
+                } else {
+                    0.0
+                };
                 assert_eq!(out[j], want, "{op:?} {} {}", x[j], y[j]);
             }
         }

@@ -1657,7 +1657,7 @@ pub(super) mod tests {
     }
 
     type IntFn = fn(i128) -> i128;
-    type CompareFn = fn(f64, f64) -> bool;
+    pub(crate) type CompareFn = fn(f64, f64) -> bool;
 
     #[test]
     fn integer_and_bool_unary_ops_wrap() {
@@ -1850,16 +1850,20 @@ pub(super) mod tests {
 
     // -- compare, select, clamp ---------------------------------------------
 
+    /// Each compare op with what IEEE comparison says of it (also the
+    /// loop engine's reference).
+    pub(crate) const IEEE_COMPARES: [(CompareOp, CompareFn); 6] = [
+        (CompareOp::Eq, |a, b| a == b),
+        (CompareOp::Ne, |a, b| a != b),
+        (CompareOp::Lt, |a, b| a < b),
+        (CompareOp::Le, |a, b| a <= b),
+        (CompareOp::Gt, |a, b| a > b),
+        (CompareOp::Ge, |a, b| a >= b),
+    ];
+
     #[test]
     fn compare_follows_ieee_in_every_dtype() {
-        let ops: [(CompareOp, CompareFn); 6] = [
-            (CompareOp::Eq, |a, b| a == b),
-            (CompareOp::Ne, |a, b| a != b),
-            (CompareOp::Lt, |a, b| a < b),
-            (CompareOp::Le, |a, b| a <= b),
-            (CompareOp::Gt, |a, b| a > b),
-            (CompareOp::Ge, |a, b| a >= b),
-        ];
+        let ops = IEEE_COMPARES;
         for d in ALL {
             for (k, dims) in SHAPES.iter().enumerate() {
                 let n = numel(dims);

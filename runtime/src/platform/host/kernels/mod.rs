@@ -8,6 +8,8 @@
 mod attention;
 mod dot;
 mod elementwise;
+#[cfg(test)]
+pub(crate) use elementwise::tests::IEEE_COMPARES;
 mod index;
 mod reduce;
 pub(crate) mod rng;

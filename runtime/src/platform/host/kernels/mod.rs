@@ -447,7 +447,6 @@ pub fn eval(prim: &Prim, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>> {
     let types: Vec<TensorType> = inputs.iter().map(|t| t.ty.clone()).collect();
     let out_types = crate::ir::graph::infer_types(prim, &types)?;
     let one = |t: Result<HostTensor>| t.map(|t| vec![t]);
-    let name = prim.name();
     let result = match prim {
         Prim::Constant { dtype, dims, bytes } => {
             one(HostTensor::from_bytes(TensorType::new(*dtype, dims), bytes))
@@ -545,8 +544,10 @@ pub fn eval(prim: &Prim, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>> {
             attention::attention_backward(inputs, *scale, *causal, &out_types)
         }
     };
+    // The name only for an error: it is serialized through serde, which
+    // every run of a node kernel paid for before.
     result.map_err(|e| match e {
-        Error::InvalidArgument(m) => Error::InvalidArgument(format!("{name}: {m}")),
+        Error::InvalidArgument(m) => Error::InvalidArgument(format!("{}: {m}", prim.name())),
         other => other,
     })
 }

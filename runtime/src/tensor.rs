@@ -55,7 +55,7 @@ impl DeviceTensor {
                 ..Layout::contiguous(dims, elem_size)
             },
         };
-        if !offset.is_multiple_of(dtype.size() as u64) {
+        if !offset.is_multiple_of(elem_size) {
             return Err(Error::invalid(format!(
                 "offset {offset} is not a multiple of the {dtype} element size {}",
                 dtype.size()

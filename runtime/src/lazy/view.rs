@@ -42,7 +42,7 @@ impl Block {
 /// it). Both layouts address the same buffer.
 fn block(whole: &Layout, view: &Layout) -> Option<Block> {
     let e = whole.elem_size;
-    if e == 0 || view.elem_size != e || !dense(whole) {
+    if e == 0 || view.elem_size != e || !whole.is_contiguous() {
         return None;
     }
     let rel = view.offset.checked_sub(whole.offset)?;
@@ -198,15 +198,6 @@ fn broadcast(view: &Layout) -> bool {
         .iter()
         .zip(&view.strides)
         .any(|(&s, &t)| s > 1 && t == 0)
-}
-
-/// Row-major contiguous (dimensions of size 1 may have any stride).
-fn dense(l: &Layout) -> bool {
-    let c = Layout::contiguous(&l.sizes, l.elem_size);
-    l.sizes
-        .iter()
-        .zip(l.strides.iter().zip(&c.strides))
-        .all(|(&n, (&a, &b))| n <= 1 || a == b)
 }
 
 /// Primitives in order, each skipped when it would change nothing.

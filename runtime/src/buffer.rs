@@ -154,6 +154,13 @@ impl Buffer {
         Arc::strong_count(&self.inner)
     }
 
+    /// How many owners the buffer has (see the module comment): the
+    /// handles of `handle_count` less the work references of queued work.
+    /// Unlike that count, it does not depend on how far the device lags.
+    pub fn owner_count(&self) -> usize {
+        self.inner.owners.load(Ordering::SeqCst)
+    }
+
     /// Identity for maps (stable while the buffer lives).
     pub fn id(&self) -> usize {
         Arc::as_ptr(&self.inner) as usize

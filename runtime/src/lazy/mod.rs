@@ -264,15 +264,18 @@ pub(crate) fn prepare(
     if ops.is_empty() {
         return Ok(None);
     }
-    // Live buffers: held by someone besides this recording. Counted before
-    // this function clones any tensor.
+    // Live buffers: owned by someone besides this recording. Counted before
+    // this function clones any tensor. Work references do not count: work
+    // queued earlier that still holds a buffer (the host running ahead of
+    // the device) would otherwise make the stored set, and so the program
+    // and its compile, depend on timing.
     let mut ours: HashMap<usize, usize> = HashMap::new();
     for d in ops {
         for t in d.inputs.iter().chain(&d.outputs) {
             *ours.entry(t.buffer.id()).or_default() += 1;
         }
     }
-    let live = |t: &DeviceTensor| t.buffer.handle_count() > ours[&t.buffer.id()];
+    let live = |t: &DeviceTensor| t.buffer.owner_count() > ours[&t.buffer.id()];
     // The recording's shape: op graphs, how inputs are wired, which views
     // are written, which results are live.
     const OUT: u64 = 3 << 60;
@@ -985,6 +988,40 @@ mod tests {
         let mid = download(&r, &s, &mid.unwrap());
         assert!((mid[0] - 1f32.exp()).abs() < 1e-5, "{mid:?}");
         assert_eq!(download(&r, &s, &b3), got2);
+    }
+
+    /// A result the frontend dropped is dead even while work queued
+    /// earlier still references its buffer (the host runs ahead of the
+    /// device): the program is the same however far the device lags. (It
+    /// was not: a soak run on xla loaded new programs mid-run.)
+    #[test]
+    fn queued_work_does_not_keep_a_dropped_result_live() {
+        let r = rt();
+        let s = r.default_stream(0).unwrap();
+        let x = upload(&r, &s, &[64], &vec![0.25; 64]);
+        let step = |queued: bool| {
+            in_mode(EagerMode::DeferAndFuse, || {
+                let a = op(&r, &s, "exp", &[&x], Attrs::new());
+                // As a launch still in the queue would hold it.
+                let _work = queued.then(|| a.buffer.for_work(s.clock()));
+                let b = op(&r, &s, "mul", &[&a, &x], Attrs::new());
+                drop(a);
+                download(&r, &s, &b)
+            })
+        };
+        let misses = r.compile_cache_stats().misses;
+        let lagging = step(true);
+        let caught_up = step(false);
+        assert_eq!(lagging, caught_up);
+        assert!(
+            (lagging[0] - 0.25f32.exp() * 0.25).abs() < 1e-6,
+            "{lagging:?}"
+        );
+        assert_eq!(
+            r.compile_cache_stats().misses - misses,
+            1,
+            "one program for both"
+        );
     }
 
     #[test]

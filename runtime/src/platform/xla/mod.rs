@@ -113,6 +113,8 @@ pub struct XlaPlatform {
     /// tensor in the pool can be handed to XLA as a view, with no copy.
     zero_copy: bool,
     transfers: TransferCounters,
+    /// Input views kept across executions (see [`ViewCache`]).
+    views: std::sync::Mutex<ViewCache>,
     /// [`compile_settings`] when the plugin was loaded.
     settings: String,
 }
@@ -122,6 +124,7 @@ pub struct XlaPlatform {
 #[derive(Debug, Default)]
 struct TransferCounters {
     input_views: std::sync::atomic::AtomicU64,
+    views_created: std::sync::atomic::AtomicU64,
     staged_inputs: std::sync::atomic::AtomicU64,
     staged_input_bytes: std::sync::atomic::AtomicU64,
     in_place_outputs: std::sync::atomic::AtomicU64,
@@ -134,6 +137,9 @@ struct TransferCounters {
 pub struct TransferStats {
     /// Inputs XLA read in place, through a view of the pool's memory.
     pub input_views: u64,
+    /// The PJRT views made for them: fewer than `input_views` when views
+    /// were reused (see [`ViewCache`]).
+    pub views_created: u64,
     /// Inputs copied into a plugin-owned buffer first, and their bytes
     /// (strided, misaligned or empty inputs, and every input on a plugin
     /// with memory of its own).
@@ -156,6 +162,7 @@ impl TransferStats {
     pub fn since(&self, before: &TransferStats) -> TransferStats {
         TransferStats {
             input_views: self.input_views - before.input_views,
+            views_created: self.views_created - before.views_created,
             staged_inputs: self.staged_inputs - before.staged_inputs,
             staged_input_bytes: self.staged_input_bytes - before.staged_input_bytes,
             in_place_outputs: self.in_place_outputs - before.in_place_outputs,
@@ -171,6 +178,62 @@ const VIEW_ALIGN: usize = 64;
 /// A view's delete callback: the memory is the pool's, so nothing to do
 /// (the plugin requires a callback; a null one crashes at destroy).
 unsafe extern "C" fn view_released(_ptr: *mut std::ffi::c_void, _arg: *mut std::ffi::c_void) {}
+
+/// How many input views [`ViewCache`] keeps before it starts over.
+const VIEW_CACHE_ENTRIES: usize = 4096;
+
+/// A PJRT view over pool bytes, shared by the executions that read it.
+struct CachedView {
+    buffer: *mut sys::PJRT_Buffer,
+    /// The segment the bytes lie in. Held weakly, it keeps the segment's
+    /// allocation, so no other segment can take its identity: a view
+    /// whose segment is gone is never found again (only destroyed).
+    segment: std::sync::Weak<dyn super::DeviceMemory>,
+}
+
+// SAFETY: a PJRT buffer may be used and destroyed from any thread (the
+// PJRT C API's contract); `ViewCache` destroys it only once no execution
+// holds it.
+unsafe impl Send for CachedView {}
+// SAFETY: as above; executions only read the pointer.
+unsafe impl Sync for CachedView {}
+
+/// What identifies a view: its first byte's address, element type, dims
+/// and device.
+#[derive(PartialEq, Eq, Hash)]
+struct ViewKey {
+    address: usize,
+    dtype: crate::ir::DType,
+    dims: SmallVec<[i64; 6]>,
+    device: usize,
+}
+
+/// Input views kept across executions. A view of pool bytes is only an
+/// address and a shape: it stays valid for as long as its segment does,
+/// whichever tensor lies there now, and XLA reads the bytes when it runs.
+/// A training loop reads the same pool addresses step after step, so
+/// keeping views saves two PJRT calls an input an execution (making the
+/// view, destroying it): on a tiny op, much of the launch.
+///
+/// Executions hold an `Arc` to each view they use. When the map is full
+/// its views are retired, and a retired view is destroyed once no
+/// execution holds it.
+struct ViewCache {
+    map: crate::fxhash::FxHashMap<ViewKey, Arc<CachedView>>,
+    retired: Vec<Arc<CachedView>>,
+    /// How many views the map holds before it starts over.
+    cap: usize,
+}
+
+impl Default for ViewCache {
+    fn default() -> Self {
+        ViewCache {
+            map: Default::default(),
+            retired: Vec::new(),
+            cap: VIEW_CACHE_ENTRIES,
+        }
+    }
+}
 
 // SAFETY: a PJRT client is thread-safe by the PJRT C API's contract; the
 // api table is immutable and the library stays loaded for the process.
@@ -299,6 +362,7 @@ impl XlaPlatform {
             slice: None,
             zero_copy: false,
             transfers: TransferCounters::default(),
+            views: std::sync::Mutex::new(ViewCache::default()),
             settings: compile_settings(|name| std::env::var_os(name)),
         };
         let mut init = args!(PJRT_Plugin_Initialize_Args {});
@@ -422,6 +486,7 @@ impl XlaPlatform {
         let c = &self.transfers;
         TransferStats {
             input_views: c.input_views.load(Relaxed),
+            views_created: c.views_created.load(Relaxed),
             staged_inputs: c.staged_inputs.load(Relaxed),
             staged_input_bytes: c.staged_input_bytes.load(Relaxed),
             in_place_outputs: c.in_place_outputs.load(Relaxed),
@@ -633,6 +698,12 @@ impl Drop for XlaPlatform {
     fn drop(&mut self) {
         if self.client.is_null() {
             return;
+        }
+        // Every executable holds the platform, so none runs now: each view
+        // is the cache's alone, and goes before the client.
+        let cache = std::mem::take(self.views.get_mut().unwrap_or_else(|e| e.into_inner()));
+        for v in cache.map.into_values().chain(cache.retired) {
+            self.destroy_buffer(v.buffer);
         }
         let mut d = args!(PJRT_Client_Destroy_Args {
             client: self.client
@@ -888,21 +959,75 @@ impl XlaPlatform {
     /// A view of `t`'s bytes in the pool as a PJRT buffer on `device`, when
     /// the plugin addresses host memory and `t` is contiguous, non-empty
     /// and 64-byte aligned; None otherwise.
+    /// Views are kept in [`ViewCache`]: the one for the same bytes, type
+    /// and dims is reused.
     fn view_of(
         &self,
         t: &DeviceTensor,
         device: *mut sys::PJRT_Device,
-    ) -> Result<Option<*mut sys::PJRT_Buffer>> {
+    ) -> Result<Option<Arc<CachedView>>> {
         let Some(ptr) = self.shareable_bytes(t) else {
             return Ok(None);
         };
-        let dims: SmallVec<[i64; 6]> = t.dims().iter().map(|&d| d as i64).collect();
+        let segment = t.buffer.segment();
+        let key = ViewKey {
+            address: ptr as usize,
+            dtype: t.dtype,
+            dims: t.dims().iter().map(|&d| d as i64).collect(),
+            device: device as usize,
+        };
+        let mut cache = self.views.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(v) = cache.map.get(&key) {
+            if std::ptr::addr_eq(v.segment.as_ptr(), Arc::as_ptr(segment)) {
+                self.transfers
+                    .input_views
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return Ok(Some(Arc::clone(v)));
+            }
+        }
+        let buffer = self.make_view(ptr, t.dtype, &key.dims, device)?;
+        let view = Arc::new(CachedView {
+            buffer,
+            segment: Arc::downgrade(segment),
+        });
+        if cache.map.len() >= cache.cap {
+            let old: Vec<_> = cache.map.drain().map(|(_, v)| v).collect();
+            cache.retired.extend(old);
+        }
+        if let Some(old) = cache.map.insert(key, Arc::clone(&view)) {
+            cache.retired.push(old);
+        }
+        self.destroy_unused(&mut cache.retired);
+        Ok(Some(view))
+    }
+
+    /// Destroy the views in `retired` that no execution holds any more.
+    fn destroy_unused(&self, retired: &mut Vec<Arc<CachedView>>) {
+        retired.retain(|v| {
+            // Only the cache hands out clones, under its lock, and not of
+            // a retired view: a count of one cannot rise again.
+            let unused = Arc::strong_count(v) == 1;
+            if unused {
+                self.destroy_buffer(v.buffer);
+            }
+            !unused
+        });
+    }
+
+    /// `PJRT_Client_CreateViewOfDeviceBuffer` over the bytes at `ptr`.
+    fn make_view(
+        &self,
+        ptr: *mut u8,
+        dtype: crate::ir::DType,
+        dims: &[i64],
+        device: *mut sys::PJRT_Device,
+    ) -> Result<*mut sys::PJRT_Buffer> {
         let mut a = args!(PJRT_Client_CreateViewOfDeviceBuffer_Args {
             client: self.client,
             device_buffer_ptr: ptr as *mut std::ffi::c_void,
             dims: dims.as_ptr(),
             num_dims: dims.len(),
-            element_type: buffer_type(t.dtype),
+            element_type: buffer_type(dtype),
             device: device,
             on_delete_callback: Some(view_released),
         });
@@ -911,16 +1036,17 @@ impl XlaPlatform {
             std::mem::offset_of!(sys::PJRT_Api, PJRT_Client_CreateViewOfDeviceBuffer),
             |api| {
                 // SAFETY: ptr addresses the tensor's bytes in a live pool
-                // segment (the task holds its buffer until the view is
-                // destroyed, after the execution that reads it completes);
-                // dims outlive the call; the callback is a valid no-op.
+                // segment; the view is only read by executions whose task
+                // holds a buffer over those bytes, and it is never found
+                // again once the segment is gone (see `CachedView`); dims
+                // outlive the call; the callback is a valid no-op.
                 unsafe { api.PJRT_Client_CreateViewOfDeviceBuffer.map(|f| f(&mut a)) }
             },
         )?;
-        self.transfers
-            .input_views
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Ok(Some(a.buffer))
+        use std::sync::atomic::Ordering::Relaxed;
+        self.transfers.input_views.fetch_add(1, Relaxed);
+        self.transfers.views_created.fetch_add(1, Relaxed);
+        Ok(a.buffer)
     }
 
     /// `PJRT_Client_BufferFromHostBuffer` of `dims` elements of `dtype` at
@@ -1258,7 +1384,11 @@ impl Executable for XlaExecutable {
             .device_ptrs
             .first()
             .ok_or_else(|| Error::Internal("no xla device".into()))?;
+        // Arguments: those in `bufs` are destroyed after the execution;
+        // the cached views in `views` are only let go.
         let mut bufs: SmallVec<[*mut sys::PJRT_Buffer; 8]> = SmallVec::new();
+        let mut args: SmallVec<[*mut sys::PJRT_Buffer; 8]> = SmallVec::new();
+        let mut views: SmallVec<[Arc<CachedView>; 4]> = SmallVec::new();
         // The in-place targets' "done with host buffer" events, and which
         // outputs have one.
         let mut targets: SmallVec<[*mut sys::PJRT_Event; 4]> = SmallVec::new();
@@ -1272,8 +1402,15 @@ impl Executable for XlaExecutable {
             // only once the whole execution is done (awaited below).
             for t in inputs {
                 match p.view_of(t, device)? {
-                    Some(view) => bufs.push(view),
-                    None => bufs.push(p.stage(t, device)?),
+                    Some(view) => {
+                        args.push(view.buffer);
+                        views.push(view);
+                    }
+                    None => {
+                        let b = p.stage(t, device)?;
+                        bufs.push(b);
+                        args.push(b);
+                    }
                 }
             }
             // Outputs: each has an aliased parameter (`lower_aliased`).
@@ -1293,10 +1430,15 @@ impl Executable for XlaExecutable {
                 {
                     Some((buf, done)) => {
                         bufs.push(buf);
+                        args.push(buf);
                         targets.push(done);
                         in_place[i] = true;
                     }
-                    None => bufs.push(p.scratch(ty, device)?),
+                    None => {
+                        let b = p.scratch(ty, device)?;
+                        bufs.push(b);
+                        args.push(b);
+                    }
                 }
             }
             let mut outs: SmallVec<[*mut sys::PJRT_Buffer; 8]> =
@@ -1305,7 +1447,7 @@ impl Executable for XlaExecutable {
             // uses them, and no output may be copied into the pool while
             // XLA still reads a view: `execute_and_wait` waits for every
             // output, whatever fails.
-            let mut result = p.execute_and_wait(self.exe, &bufs, &mut outs);
+            let mut result = p.execute_and_wait(self.exe, &args, &mut outs);
             // The index checks first: a bad index fails the op before any
             // output is written (as on the host platform).
             let n_out = self.outputs.len();
@@ -1356,6 +1498,7 @@ impl Executable for XlaExecutable {
         for b in bufs {
             p.destroy_buffer(b);
         }
+        drop(views);
         // An in-place target's memory is ours again once the plugin has
         // let go of it: after both the donated argument and the output
         // that took it over are destroyed (awaiting it before deadlocks).
@@ -1482,6 +1625,112 @@ mod tests {
             .collect();
         assert_eq!(d, vec![(0, vec![0, 2]), (3, vec![1, 3])]);
         assert_eq!(p.slice().unwrap().num_hosts(), 2);
+    }
+
+    /// Input views are kept across executions: the same bytes, type and
+    /// dims reuse one view, which reads the bytes as they are when the
+    /// execution runs; other dims make another; a full cache starts over
+    /// and destroys what no execution holds; a released segment's views
+    /// are never used again.
+    #[test]
+    fn input_views_are_kept_and_read_the_bytes_of_the_moment() {
+        use crate::ir::DType;
+        use crate::ops::{self, Attrs};
+        use crate::runtime::Runtime;
+        let p = XlaPlatform::load(&find_plugin().unwrap(), 1).unwrap();
+        let r = Runtime::with_platform_and_cache(
+            p.clone(),
+            crate::compile::CacheConfig::memory_only(16),
+        )
+        .unwrap();
+        let s = r.default_stream(0).unwrap();
+        let f32s = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        let write = |t: &DeviceTensor, v: &[f32]| {
+            let bytes = f32s(v);
+            r.copy_host_to_device(&bytes, &t.buffer, &t.layout, &s)
+                .unwrap();
+        };
+        let put = |dims: &[u64], v: &[f32]| {
+            let b = r.allocate(0, (v.len() * 4) as u64, &s).unwrap();
+            let t = DeviceTensor::contiguous(b, DType::F32, dims).unwrap();
+            write(&t, v);
+            t
+        };
+        let get = |t: &DeviceTensor| -> Vec<f32> {
+            let mut out = vec![0u8; (t.numel() * 4) as usize];
+            r.copy_device_to_host(&t.buffer, &t.layout, &mut out, &s)
+                .unwrap();
+            out.chunks(4)
+                .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+                .collect()
+        };
+        let add = ops::lookup("add").unwrap();
+        let add_into = |a: &DeviceTensor, b: &DeviceTensor, out: &DeviceTensor| {
+            let before = p.transfer_stats();
+            r.call_op(
+                add,
+                &[a.clone(), b.clone()],
+                std::slice::from_ref(out),
+                &Attrs::new(),
+                &s,
+            )
+            .unwrap();
+            s.synchronize().unwrap();
+            let d = p.transfer_stats().since(&before);
+            (d.input_views, d.views_created)
+        };
+        let xs: Vec<f32> = (0..32).map(|i| i as f32).collect();
+        let ys: Vec<f32> = (0..32).map(|i| 100.0 - i as f32).collect();
+        let (x, y, out) = (put(&[32], &xs), put(&[32], &ys), put(&[32], &[0.0; 32]));
+        let sum = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(p, q)| p + q).collect::<Vec<_>>();
+        assert_eq!(add_into(&x, &y, &out), (2, 2));
+        assert_eq!(get(&out), sum(&xs, &ys));
+        // Again: both views reused.
+        assert_eq!(add_into(&x, &y, &out), (2, 0));
+        // New bytes in x: the kept view reads them.
+        let xs2: Vec<f32> = xs.iter().map(|v| v * 3.0 + 0.5).collect();
+        write(&x, &xs2);
+        assert_eq!(add_into(&x, &y, &out), (2, 0));
+        assert_eq!(get(&out), sum(&xs2, &ys));
+        // x + x: one view, twice.
+        assert_eq!(add_into(&x, &x, &out), (2, 0));
+        assert_eq!(get(&out), sum(&xs2, &xs2));
+        // Their second halves (64 bytes in, still aligned): other views.
+        let half = |t: &DeviceTensor| {
+            DeviceTensor::new(t.buffer.clone(), DType::F32, 64, &[16], None).unwrap()
+        };
+        assert_eq!(add_into(&half(&x), &half(&y), &half(&out)), (2, 2));
+        assert_eq!(get(&half(&out)), sum(&xs2[16..], &ys[16..]));
+        // A full cache starts over; the views no execution holds go.
+        let (z, w) = (put(&[32], &ys), put(&[32], &xs));
+        p.views.lock().unwrap().cap = 2;
+        assert_eq!(add_into(&z, &w, &out), (2, 2));
+        assert_eq!(get(&out), sum(&ys, &xs));
+        assert_eq!(add_into(&x, &y, &out), (2, 2));
+        assert_eq!(get(&out), sum(&xs2, &ys));
+        {
+            let cache = p.views.lock().unwrap();
+            assert_eq!((cache.map.len(), cache.retired.len()), (2, 0));
+        }
+        // One view of room: x's view, which the execution holds when y's
+        // comes, is retired but kept until a later start-over.
+        p.views.lock().unwrap().cap = 1;
+        assert_eq!(add_into(&z, &w, &out), (2, 2));
+        {
+            let cache = p.views.lock().unwrap();
+            assert_eq!((cache.map.len(), cache.retired.len()), (1, 1));
+        }
+        assert_eq!(add_into(&x, &z, &out), (2, 2));
+        assert_eq!(get(&out), sum(&xs2, &ys));
+        p.views.lock().unwrap().cap = VIEW_CACHE_ENTRIES;
+        // Every buffer gone and its segment released: the next tensors,
+        // even at the same addresses, get views of their own.
+        drop((x, y, z, w, out));
+        s.synchronize().unwrap();
+        assert!(r.empty_cache(0).unwrap() > 0, "the segment was released");
+        let (x, y, out) = (put(&[32], &ys), put(&[32], &xs), put(&[32], &[0.0; 32]));
+        assert_eq!(add_into(&x, &y, &out), (2, 2));
+        assert_eq!(get(&out), sum(&ys, &xs));
     }
 
     #[test]

@@ -545,8 +545,7 @@ impl Runtime {
     ) -> Result<()> {
         check_devices(name, inputs, outputs, stream)?;
         crate::platform::check_io(name, exe.as_ref(), inputs, outputs)?;
-        let launch = crate::stream::executor::Launch::new(exe, inputs, outputs, stream.clock());
-        stream.launch(name, launch)
+        stream.launch(name, exe, inputs, outputs)
     }
 
     /// Run one op of the op library on `stream`, writing `outputs` (whose
@@ -886,6 +885,45 @@ mod tests {
             .call_op_alloc(add, &[x.clone(), x], &Attrs::new(), &s)
             .unwrap();
         assert_eq!(s.graveyard_len(), 0);
+    }
+
+    /// A finished launch's tensor list is kept by its stream and taken by
+    /// the next launch: a frontend that waits for each op uses one list
+    /// over and over; one that queues ops ahead uses as many as it has in
+    /// flight. (A queue slot holds the list's pointer, so slots stay small.)
+    #[test]
+    fn launches_reuse_the_tensor_lists_of_finished_ones() {
+        let r = rt(1, 64 << 20);
+        let s = r.default_stream(0).unwrap();
+        let add = ops::lookup("add").unwrap();
+        let x = r.allocate(0, 16, &s).unwrap();
+        let x = DeviceTensor::contiguous(x, DType::F32, &[4]).unwrap();
+        let run = |n: usize| {
+            for _ in 0..n {
+                r.call_op(
+                    add,
+                    &[x.clone(), x.clone()],
+                    std::slice::from_ref(&x),
+                    &Attrs::new(),
+                    &s,
+                )
+                .unwrap();
+            }
+        };
+        run(1);
+        s.synchronize().unwrap();
+        assert_eq!(s.spare_lists(), 1);
+        for _ in 0..50 {
+            run(1);
+            s.synchronize().unwrap();
+        }
+        assert_eq!(s.spare_lists(), 1, "one list, used 50 times");
+        let gate = hold(&s);
+        run(10);
+        assert_eq!(s.spare_lists(), 0, "ten in flight, the spare one taken");
+        drop(gate);
+        s.synchronize().unwrap();
+        assert_eq!(s.spare_lists(), 10);
     }
 
     /// Freeing a buffer that queued work still uses hands its memory back

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_queue::SegQueue;
+use crossbeam_queue::{ArrayQueue, SegQueue};
 use crossbeam_utils::sync::{Parker, Unparker};
 
 /// How long an idle worker polls for new work before parking.
@@ -32,9 +32,8 @@ use crate::lazy::{self, Deferred, LazyQueue};
 
 pub type TaskFn = Box<dyn FnOnce() -> Result<()> + Send>;
 
-// A launch stays inline (about 640 bytes a queue slot) on purpose: boxing
-// it is the allocation across threads that `Launch` exists to avoid.
-#[allow(clippy::large_enum_variant)]
+// A launch stays inline in its queue slot: boxing it is the allocation
+// across threads that `Launch` exists to avoid.
 pub(crate) enum TaskKind {
     Run(TaskFn),
     /// Run a compiled program: the common task, kept inline in the queue
@@ -49,50 +48,62 @@ pub(crate) enum TaskKind {
 /// An executable with the work references to its inputs then outputs.
 ///
 /// A launch is the task every eager op makes, so it allocates nothing of
-/// its own: it lives inline in the task rather than in a boxed closure,
-/// and a buffer whose last handle it holds when it finishes (an output
-/// the frontend already dropped) goes back to the stream's thread to be
-/// freed there. Memory the caller's thread allocates and the worker frees
-/// is what glibc's allocator serializes on (each such free takes the
-/// caller's arena lock while the caller allocates under it), and at a tiny
-/// op per microsecond that lock decided the op's cost.
+/// its own: it lives inline in the task rather than in a boxed closure;
+/// its list of tensors is one the stream used before (see
+/// [`StreamQueue::spare_io`]); and a buffer whose last handle it holds when
+/// it finishes (an output the frontend already dropped) goes back to the
+/// stream's thread to be freed there. Memory the caller's thread allocates
+/// and the worker frees is what glibc's allocator serializes on (each such
+/// free takes the caller's arena lock while the caller allocates under
+/// it), and at a tiny op per microsecond that lock decided the op's cost.
 pub(crate) struct Launch {
     pub exe: Arc<dyn crate::platform::Executable>,
-    pub io: smallvec::SmallVec<[crate::tensor::DeviceTensor; 4]>,
+    pub io: Vec<crate::tensor::DeviceTensor>,
     pub inputs: usize,
 }
 
 impl Launch {
-    /// The work references of `inputs` and `outputs` for `exe`, queued on
-    /// the stream of `clock`.
+    /// The work references of `inputs` and `outputs` for `exe`, to be
+    /// queued on `stream`.
     pub fn new(
         exe: Arc<dyn crate::platform::Executable>,
         inputs: &[crate::tensor::DeviceTensor],
         outputs: &[crate::tensor::DeviceTensor],
-        clock: &Arc<StreamClock>,
+        stream: &StreamQueue,
     ) -> Self {
-        Launch {
-            exe,
-            io: inputs
+        let mut io = stream.spare_io.pop().unwrap_or_default();
+        io.extend(
+            inputs
                 .iter()
                 .chain(outputs)
-                .map(|t| t.for_work(clock))
-                .collect(),
+                .map(|t| t.for_work(&stream.clock)),
+        );
+        Launch {
+            exe,
+            io,
             inputs: inputs.len(),
         }
     }
 
-    /// Run it; the buffers it held last go to `graveyard`.
-    fn run(self, graveyard: &SegQueue<crate::buffer::Buffer>) -> Result<()> {
-        let (ins, outs) = self.io.split_at(self.inputs);
-        let r = self.exe.execute(ins, outs);
-        for t in self.io {
+    /// Run it; the buffers it held last go to the stream's graveyard, and
+    /// its emptied list to the stream's spares.
+    fn run(self, stream: &StreamQueue) -> Result<()> {
+        let Launch {
+            exe,
+            mut io,
+            inputs,
+        } = self;
+        let (ins, outs) = io.split_at(inputs);
+        let r = exe.execute(ins, outs);
+        for t in io.drain(..) {
             // The count cannot rise under us at 1: no other handle is left
             // to clone from.
             if t.buffer.handle_count() == 1 {
-                graveyard.push(t.buffer);
+                stream.graveyard.push(t.buffer);
             }
         }
+        // Full: this one is freed here, which is rare.
+        let _ = stream.spare_io.push(io);
         r
     }
 }
@@ -110,6 +121,12 @@ pub(crate) struct Task {
     pub kind: TaskKind,
 }
 
+// The task queue allocates and zeroes its slots 31 at a time, and copies a
+// task in and out: a task keeps what it holds behind pointers. (Tensors
+// inline made it about 680 bytes, and that zeroing a fifth of a tiny op's
+// instructions on the calling thread.)
+const _: () = assert!(std::mem::size_of::<Task>() <= 80);
+
 /// The part of a stream the executor sees.
 pub(crate) struct StreamQueue {
     pub clock: Arc<StreamClock>,
@@ -126,7 +143,16 @@ pub(crate) struct StreamQueue {
     /// them back here and the stream's own thread frees them at its next
     /// launch or synchronize (see [`Launch`]).
     pub graveyard: SegQueue<crate::buffer::Buffer>,
+    /// Emptied tensor lists of finished launches, for the next ones: a
+    /// list's memory stays with the stream's thread, and a queue slot holds
+    /// a list's pointer rather than the tensors, so a slot is small (the
+    /// task queue allocates and zeroes its slots 31 at a time).
+    pub spare_io: ArrayQueue<Vec<crate::tensor::DeviceTensor>>,
 }
+
+/// How many emptied tensor lists a stream keeps (see
+/// [`StreamQueue::spare_io`]): more than a frontend keeps in flight.
+const SPARE_IO_LISTS: usize = 256;
 
 impl StreamQueue {
     pub fn new(clock: Arc<StreamClock>, priority: i32) -> Self {
@@ -139,6 +165,7 @@ impl StreamQueue {
             lazy: Mutex::new(LazyQueue::default()),
             has_lazy: AtomicBool::new(false),
             graveyard: SegQueue::new(),
+            spare_io: ArrayQueue::new(SPARE_IO_LISTS),
         }
     }
 }
@@ -281,7 +308,7 @@ impl Executor {
             Ok(Some(f)) => {
                 // Work references: the recording's owners go at the end
                 // of this call, after the task is queued.
-                let launch = Launch::new(f.exe, &f.inputs, &f.outputs, &stream.clock);
+                let launch = Launch::new(f.exe, &f.inputs, &f.outputs, stream);
                 self.push_raw(stream, Cow::Owned(f.name), TaskKind::Launch(launch))
             }
             Ok(None) => Ok(()),
@@ -557,7 +584,7 @@ fn execute(stream: &StreamQueue, task: Task) {
     let began = crate::profile::recording().then(Instant::now);
     let outcome = match kind {
         TaskKind::Run(f) => guarded(f),
-        TaskKind::Launch(l) => guarded(|| l.run(&stream.graveyard)),
+        TaskKind::Launch(l) => guarded(|| l.run(stream)),
         TaskKind::Wait(fence) => fence.clock().error_up_to(fence.seq()).map_err(|e| {
             Error::FailedPrecondition(format!(
                 "waited on work of stream {} that failed: {e}",

@@ -102,11 +102,18 @@ impl Stream {
         self.push(name.into(), TaskKind::Run(Box::new(work)))
     }
 
-    /// Queue a compiled program (see [`Launch`]): as [`Self::submit`],
-    /// with no allocation.
-    pub(crate) fn launch(&self, name: &'static str, launch: Launch) -> Result<()> {
+    /// Queue `exe` over `inputs` then `outputs` (see [`Launch`]): as
+    /// [`Self::submit`], with no allocation.
+    pub(crate) fn launch(
+        &self,
+        name: &'static str,
+        exe: Arc<dyn crate::platform::Executable>,
+        inputs: &[crate::tensor::DeviceTensor],
+        outputs: &[crate::tensor::DeviceTensor],
+    ) -> Result<()> {
         super::executor::bury(&self.inner.queue);
         self.clock().error_up_to(u64::MAX)?;
+        let launch = Launch::new(exe, inputs, outputs, &self.inner.queue);
         self.push(Cow::Borrowed(name), TaskKind::Launch(launch))
     }
 
@@ -169,6 +176,12 @@ impl Stream {
     #[cfg(test)]
     pub(crate) fn graveyard_len(&self) -> usize {
         self.inner.queue.graveyard.len()
+    }
+
+    /// Emptied tensor lists kept for the next launches (tests).
+    #[cfg(test)]
+    pub(crate) fn spare_lists(&self) -> usize {
+        self.inner.queue.spare_io.len()
     }
 
     /// Block until all submitted work finished; report the first failure.

@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 /// beyond), so making or cloning a tensor descriptor allocates nothing.
 pub type Dims = smallvec::SmallVec<[u64; 6]>;
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct Layout {
     /// Byte offset of element [0, 0, ...] in the buffer.
     pub offset: u64,
@@ -20,6 +20,21 @@ pub struct Layout {
     pub strides: Dims,
     /// Bytes per element.
     pub elem_size: u64,
+}
+
+// Every op's tensors are cloned a few times on their way to a launch.
+// SmallVec's own Clone pushes element by element; dims are Copy, so a
+// slice copy does (`Launch::new`, three work references: 1.26K -> 0.93K
+// instructions under callgrind).
+impl Clone for Layout {
+    fn clone(&self) -> Self {
+        Layout {
+            offset: self.offset,
+            sizes: Dims::from_slice(&self.sizes),
+            strides: Dims::from_slice(&self.strides),
+            elem_size: self.elem_size,
+        }
+    }
 }
 
 impl Layout {

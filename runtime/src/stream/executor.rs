@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_queue::{ArrayQueue, SegQueue};
+use crossbeam_queue::SegQueue;
 use crossbeam_utils::sync::{Parker, Unparker};
 
 /// How long an idle worker polls for new work before parking.
@@ -102,8 +102,10 @@ impl Launch {
                 stream.graveyard.push(t.buffer);
             }
         }
-        // Full: this one is freed here, which is rare.
-        let _ = stream.spare_io.push(io);
+        // Beyond the cap (rare), this one is freed here.
+        if stream.spare_io.len() < SPARE_IO_LISTS {
+            stream.spare_io.push(io);
+        }
         r
     }
 }
@@ -144,15 +146,17 @@ pub(crate) struct StreamQueue {
     /// launch or synchronize (see [`Launch`]).
     pub graveyard: SegQueue<crate::buffer::Buffer>,
     /// Emptied tensor lists of finished launches, for the next ones: a
-    /// list's memory stays with the stream's thread, and a queue slot holds
+    /// list's memory stays with the stream's threads, and a task holds
     /// a list's pointer rather than the tensors, so a slot is small (the
     /// task queue allocates and zeroes its slots 31 at a time).
-    pub spare_io: ArrayQueue<Vec<crate::tensor::DeviceTensor>>,
+    pub spare_io: SegQueue<Vec<crate::tensor::DeviceTensor>>,
 }
 
-/// How many emptied tensor lists a stream keeps (see
-/// [`StreamQueue::spare_io`]): more than a frontend keeps in flight.
-const SPARE_IO_LISTS: usize = 256;
+/// How many emptied tensor lists a stream keeps at most (see
+/// [`StreamQueue::spare_io`]): as many as launches a frontend that runs
+/// ahead of the device keeps in flight, within reason. It keeps as many as
+/// it had in flight at once, so a deep queue is paid for once.
+const SPARE_IO_LISTS: usize = 4096;
 
 impl StreamQueue {
     pub fn new(clock: Arc<StreamClock>, priority: i32) -> Self {
@@ -165,7 +169,7 @@ impl StreamQueue {
             lazy: Mutex::new(LazyQueue::default()),
             has_lazy: AtomicBool::new(false),
             graveyard: SegQueue::new(),
-            spare_io: ArrayQueue::new(SPARE_IO_LISTS),
+            spare_io: SegQueue::new(),
         }
     }
 }

@@ -1314,6 +1314,9 @@ impl XlaPlatform {
             struct_size: std::mem::size_of::<sys::PJRT_ExecuteOptions>(),
             ..Default::default()
         };
+        // The execution's own completion event: one wait, where waiting
+        // for each output costs three calls an output.
+        let mut done: *mut sys::PJRT_Event = std::ptr::null_mut();
         let mut x = args!(PJRT_LoadedExecutable_Execute_Args {
             executable: exe,
             options: &mut opts,
@@ -1321,16 +1324,31 @@ impl XlaPlatform {
             num_devices: 1,
             num_args: args.len(),
             output_lists: &out_list,
+            device_complete_events: &mut done,
         });
         let mut result = self.call(
             "PJRT_LoadedExecutable_Execute",
             std::mem::offset_of!(sys::PJRT_Api, PJRT_LoadedExecutable_Execute),
             |api| {
                 // SAFETY: the lists point to `args.len()` arguments and to
-                // room for every result (the caller sized `outs`).
+                // room for every result (the caller sized `outs`); `done`
+                // has room for the one device's event.
                 unsafe { api.PJRT_LoadedExecutable_Execute.map(|f| f(&mut x)) }
             },
         );
+        if !done.is_null() {
+            let finished = self.await_event(done, "PJRT_Event_Await (execution done)");
+            if result.is_ok() {
+                result = finished;
+            }
+            // Done means every output is defined; a failed execution
+            // reports here, and its outputs are awaited below for it.
+            if result.is_ok() {
+                return result;
+            }
+        }
+        // A plugin that gives no completion event, or a failure: wait for
+        // each output, so nothing still runs when the caller lets go.
         for b in outs.iter() {
             let ready = self.await_ready(*b);
             if result.is_ok() {

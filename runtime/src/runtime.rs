@@ -924,6 +924,14 @@ mod tests {
         drop(gate);
         s.synchronize().unwrap();
         assert_eq!(s.spare_lists(), 10);
+        // A launch of 17 inputs grows its list past what a spare keeps.
+        let cat = ops::lookup("cat").unwrap();
+        let ins: Vec<DeviceTensor> = (0..17).map(|_| x.clone()).collect();
+        let attrs = Attrs::new().with("dim", crate::ops::Attr::Int(0));
+        let out = r.call_op_alloc(cat, &ins, &attrs, &s).unwrap();
+        s.synchronize().unwrap();
+        assert_eq!(out[0].dims(), &[68]);
+        assert_eq!(s.spare_lists(), 9, "the long list was not kept");
     }
 
     /// Freeing a buffer that queued work still uses hands its memory back

@@ -102,8 +102,9 @@ impl Launch {
                 stream.graveyard.push(t.buffer);
             }
         }
-        // Beyond the cap (rare), this one is freed here.
-        if stream.spare_io.len() < SPARE_IO_LISTS {
+        // Beyond the caps (rare: a deep queue, a flush of many tensors),
+        // this one is freed here.
+        if io.capacity() <= SPARE_IO_TENSORS && stream.spare_io.len() < SPARE_IO_LISTS {
             stream.spare_io.push(io);
         }
         r
@@ -157,6 +158,11 @@ pub(crate) struct StreamQueue {
 /// ahead of the device keeps in flight, within reason. It keeps as many as
 /// it had in flight at once, so a deep queue is paid for once.
 const SPARE_IO_LISTS: usize = 4096;
+
+/// The longest list kept: a spare serves any later launch, so one a flush
+/// of hundreds of tensors grew would hold their room for tiny ones. (The
+/// spares then hold at most 4096 x 16 descriptors, about 10 MiB.)
+const SPARE_IO_TENSORS: usize = 16;
 
 impl StreamQueue {
     pub fn new(clock: Arc<StreamClock>, priority: i32) -> Self {

@@ -1645,6 +1645,33 @@ mod tests {
         assert_eq!(p.slice().unwrap().num_hosts(), 2);
     }
 
+    /// A runtime on the XLA CPU plugin (one device), its platform and its
+    /// default stream.
+    fn cpu_runtime() -> (Arc<XlaPlatform>, crate::runtime::Runtime, crate::Stream) {
+        let p = XlaPlatform::load(&find_plugin().unwrap(), 1).unwrap();
+        let r = crate::runtime::Runtime::with_platform_and_cache(
+            p.clone(),
+            crate::compile::CacheConfig::memory_only(16),
+        )
+        .unwrap();
+        let s = r.default_stream(0).unwrap();
+        (p, r, s)
+    }
+
+    fn f32_bytes(v: &[f32]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    /// `t`'s elements (f32).
+    fn read_f32s(r: &crate::runtime::Runtime, s: &crate::Stream, t: &DeviceTensor) -> Vec<f32> {
+        let mut out = vec![0u8; (t.numel() * 4) as usize];
+        r.copy_device_to_host(&t.buffer, &t.layout, &mut out, s)
+            .unwrap();
+        out.chunks(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect()
+    }
+
     /// Input views are kept across executions: the same bytes, type and
     /// dims reuse one view, which reads the bytes as they are when the
     /// execution runs; other dims make another; a full cache starts over
@@ -1654,18 +1681,9 @@ mod tests {
     fn input_views_are_kept_and_read_the_bytes_of_the_moment() {
         use crate::ir::DType;
         use crate::ops::{self, Attrs};
-        use crate::runtime::Runtime;
-        let p = XlaPlatform::load(&find_plugin().unwrap(), 1).unwrap();
-        let r = Runtime::with_platform_and_cache(
-            p.clone(),
-            crate::compile::CacheConfig::memory_only(16),
-        )
-        .unwrap();
-        let s = r.default_stream(0).unwrap();
-        let f32s = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        let (p, r, s) = cpu_runtime();
         let write = |t: &DeviceTensor, v: &[f32]| {
-            let bytes = f32s(v);
-            r.copy_host_to_device(&bytes, &t.buffer, &t.layout, &s)
+            r.copy_host_to_device(&f32_bytes(v), &t.buffer, &t.layout, &s)
                 .unwrap();
         };
         let put = |dims: &[u64], v: &[f32]| {
@@ -1674,14 +1692,7 @@ mod tests {
             write(&t, v);
             t
         };
-        let get = |t: &DeviceTensor| -> Vec<f32> {
-            let mut out = vec![0u8; (t.numel() * 4) as usize];
-            r.copy_device_to_host(&t.buffer, &t.layout, &mut out, &s)
-                .unwrap();
-            out.chunks(4)
-                .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-                .collect()
-        };
+        let get = |t: &DeviceTensor| read_f32s(&r, &s, t);
         let add = ops::lookup("add").unwrap();
         let add_into = |a: &DeviceTensor, b: &DeviceTensor, out: &DeviceTensor| {
             let before = p.transfer_stats();
@@ -1795,30 +1806,15 @@ mod tests {
         use crate::buffer::Buffer;
         use crate::ir::DType;
         use crate::ops::{self, Attrs};
-        use crate::runtime::Runtime;
-        let p = XlaPlatform::load(&find_plugin().unwrap(), 1).unwrap();
-        let r = Runtime::with_platform_and_cache(
-            p.clone(),
-            crate::compile::CacheConfig::memory_only(16),
-        )
-        .unwrap();
-        let s = r.default_stream(0).unwrap();
-        let f32s = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        let (p, r, s) = cpu_runtime();
         let put = |v: &[f32]| {
             let b = r.allocate(0, (v.len() * 4) as u64, &s).unwrap();
-            let bytes = f32s(v);
+            let bytes = f32_bytes(v);
             r.copy_host_to_device(&bytes, &b, &crate::Layout::bytes(bytes.len() as u64), &s)
                 .unwrap();
             b
         };
-        let get = |t: &DeviceTensor| -> Vec<f32> {
-            let mut out = vec![0u8; (t.numel() * 4) as usize];
-            r.copy_device_to_host(&t.buffer, &t.layout, &mut out, &s)
-                .unwrap();
-            out.chunks(4)
-                .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-                .collect()
-        };
+        let get = |t: &DeviceTensor| read_f32s(&r, &s, t);
         let add = ops::lookup("add").unwrap();
         let xs: Vec<f32> = (0..32).map(|i| i as f32).collect();
         let ys: Vec<f32> = (0..32).map(|i| 100.0 + 2.0 * i as f32).collect();

@@ -831,6 +831,19 @@ mod tests {
         bytemuck::cast_slice(v).to_vec()
     }
 
+    /// x += x on `s`: an add whose output is its input.
+    fn double_in_place(r: &Runtime, s: &Stream, x: &DeviceTensor) {
+        let add = ops::lookup("add").unwrap();
+        r.call_op(
+            add,
+            &[x.clone(), x.clone()],
+            std::slice::from_ref(x),
+            &Attrs::new(),
+            s,
+        )
+        .unwrap();
+    }
+
     /// A stream held up until the returned sender is dropped or sent to.
     fn hold(stream: &Stream) -> std::sync::mpsc::Sender<()> {
         let (tx, rx) = std::sync::mpsc::channel::<()>();
@@ -895,19 +908,11 @@ mod tests {
     fn launches_reuse_the_tensor_lists_of_finished_ones() {
         let r = rt(1, 64 << 20);
         let s = r.default_stream(0).unwrap();
-        let add = ops::lookup("add").unwrap();
         let x = r.allocate(0, 16, &s).unwrap();
         let x = DeviceTensor::contiguous(x, DType::F32, &[4]).unwrap();
         let run = |n: usize| {
             for _ in 0..n {
-                r.call_op(
-                    add,
-                    &[x.clone(), x.clone()],
-                    std::slice::from_ref(&x),
-                    &Attrs::new(),
-                    &s,
-                )
-                .unwrap();
+                double_in_place(&r, &s, &x);
             }
         };
         run(1);
@@ -1559,14 +1564,7 @@ mod tests {
         let out = r.call_op_alloc(add, &[xt, y], &Attrs::new(), &s).unwrap();
         assert_eq!(download(&r, &out[0]), vec![11., 14., 12., 15., 13., 16.]);
         // In place: x += x, the output is the input itself.
-        r.call_op(
-            add,
-            &[x.clone(), x.clone()],
-            std::slice::from_ref(&x),
-            &Attrs::new(),
-            &s,
-        )
-        .unwrap();
+        double_in_place(&r, &s, &x);
         assert_eq!(download(&r, &x), vec![2., 4., 6., 8., 10., 12.]);
         // The second call of the same signature hits the op memo, not the cache.
         let before = r.compile_cache_stats().requests;

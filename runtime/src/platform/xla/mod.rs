@@ -959,6 +959,7 @@ impl XlaPlatform {
     /// A view of `t`'s bytes in the pool as a PJRT buffer on `device`, when
     /// the plugin addresses host memory and `t` is contiguous, non-empty
     /// and 64-byte aligned; None otherwise.
+    ///
     /// Views are kept in [`ViewCache`]: the one for the same bytes, type
     /// and dims is reused.
     fn view_of(
@@ -976,12 +977,15 @@ impl XlaPlatform {
             dims: t.dims().iter().map(|&d| d as i64).collect(),
             device: device as usize,
         };
+        let used = || {
+            self.transfers
+                .input_views
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        };
         let mut cache = self.views.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(v) = cache.map.get(&key) {
             if std::ptr::addr_eq(v.segment.as_ptr(), Arc::as_ptr(segment)) {
-                self.transfers
-                    .input_views
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                used();
                 return Ok(Some(Arc::clone(v)));
             }
         }
@@ -998,6 +1002,7 @@ impl XlaPlatform {
             cache.retired.push(old);
         }
         self.destroy_unused(&mut cache.retired);
+        used();
         Ok(Some(view))
     }
 
@@ -1043,9 +1048,9 @@ impl XlaPlatform {
                 unsafe { api.PJRT_Client_CreateViewOfDeviceBuffer.map(|f| f(&mut a)) }
             },
         )?;
-        use std::sync::atomic::Ordering::Relaxed;
-        self.transfers.input_views.fetch_add(1, Relaxed);
-        self.transfers.views_created.fetch_add(1, Relaxed);
+        self.transfers
+            .views_created
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(a.buffer)
     }
 
@@ -1674,7 +1679,7 @@ mod tests {
 
     /// Input views are kept across executions: the same bytes, type and
     /// dims reuse one view, which reads the bytes as they are when the
-    /// execution runs; other dims make another; a full cache starts over
+    /// execution runs; other bytes make another; a full cache starts over
     /// and destroys what no execution holds; a released segment's views
     /// are never used again.
     #[test]

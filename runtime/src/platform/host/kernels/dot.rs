@@ -1056,6 +1056,21 @@ mod tests {
         (value, magnitude)
     }
 
+    /// `c` in `dtype` (operands from `seed`) against the naive product.
+    fn check_case(dtype: DType, c: &DotCase, seed: u64, what: &str) {
+        let lhs = operand(dtype, c.lhs, seed);
+        let rhs = operand(dtype, c.rhs, seed + 1000);
+        let prim = Prim::DotGeneral {
+            lhs_batch: c.lhs_batch.to_vec(),
+            rhs_batch: c.rhs_batch.to_vec(),
+            lhs_contract: c.lhs_contract.to_vec(),
+            rhs_contract: c.rhs_contract.to_vec(),
+        };
+        let out = eval(&prim, &[&lhs, &rhs]).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let (expected, magnitude) = dot_reference(&lhs, &rhs, c, out[0].dims());
+        assert_close(&out[0], &expected, &magnitude, what);
+    }
+
     #[test]
     fn dot_general_matches_a_naive_loop() {
         for dtype in [
@@ -1072,23 +1087,7 @@ mod tests {
                 if c.lhs.iter().product::<u64>() > 100_000 && dtype != DType::F32 {
                     continue;
                 }
-                let lhs = operand(dtype, c.lhs, seed as u64);
-                let rhs = operand(dtype, c.rhs, seed as u64 + 1000);
-                let prim = Prim::DotGeneral {
-                    lhs_batch: c.lhs_batch.to_vec(),
-                    rhs_batch: c.rhs_batch.to_vec(),
-                    lhs_contract: c.lhs_contract.to_vec(),
-                    rhs_contract: c.rhs_contract.to_vec(),
-                };
-                let out = eval(&prim, &[&lhs, &rhs])
-                    .unwrap_or_else(|e| panic!("{dtype} case {seed}: {e}"));
-                let (expected, magnitude) = dot_reference(&lhs, &rhs, c, out[0].dims());
-                assert_close(
-                    &out[0],
-                    &expected,
-                    &magnitude,
-                    &format!("{dtype} case {seed}"),
-                );
+                check_case(dtype, c, seed as u64, &format!("{dtype} case {seed}"));
             }
         }
     }
@@ -1128,24 +1127,15 @@ mod tests {
             },
         ];
         for (seed, c) in cases.iter().enumerate() {
-            let work: u64 = c.lhs.iter().product::<u64>() * c.rhs.iter().product::<u64>()
-                / c.lhs_contract.iter().map(|&d| c.lhs[d]).product::<u64>()
-                / c.lhs_batch.iter().map(|&d| c.lhs[d]).product::<u64>();
-            let batches: u64 = c.lhs_batch.iter().map(|&d| c.lhs[d]).product();
-            assert!(work / batches >= gemm::get_threading_threshold() as u64);
+            // Each matrix's m·k·n is above the threshold.
+            let size = |dims: &[u64], of: &[usize]| of.iter().map(|&d| dims[d]).product::<u64>();
+            let batch = size(c.lhs, c.lhs_batch);
+            let n = c.rhs.iter().product::<u64>() / batch / size(c.rhs, c.rhs_contract);
+            let work = c.lhs.iter().product::<u64>() / batch * n;
+            assert!(work >= gemm::get_threading_threshold() as u64, "{work}");
             for dtype in [DType::F32, DType::F64] {
-                let lhs = operand(dtype, c.lhs, seed as u64);
-                let rhs = operand(dtype, c.rhs, seed as u64 + 1000);
-                let prim = Prim::DotGeneral {
-                    lhs_batch: c.lhs_batch.to_vec(),
-                    rhs_batch: c.rhs_batch.to_vec(),
-                    lhs_contract: c.lhs_contract.to_vec(),
-                    rhs_contract: c.rhs_contract.to_vec(),
-                };
-                let out = eval(&prim, &[&lhs, &rhs]).unwrap();
-                let (expected, magnitude) = dot_reference(&lhs, &rhs, c, out[0].dims());
                 let what = format!("{dtype} {:?} x {:?}", c.lhs, c.rhs);
-                assert_close(&out[0], &expected, &magnitude, &what);
+                check_case(dtype, c, seed as u64, &what);
             }
         }
     }

@@ -130,6 +130,7 @@ struct TransferCounters {
     in_place_outputs: std::sync::atomic::AtomicU64,
     direct_outputs: std::sync::atomic::AtomicU64,
     staged_outputs: std::sync::atomic::AtomicU64,
+    plugin_reads: std::sync::atomic::AtomicU64,
 }
 
 /// A snapshot of [`XlaPlatform::transfer_stats`].
@@ -155,6 +156,10 @@ pub struct TransferStats {
     /// host tensor (strided outputs).
     pub direct_outputs: u64,
     pub staged_outputs: u64,
+    /// Copies out of XLA's buffers (outputs, index checks) made by the
+    /// plugin (`PJRT_Buffer_ToHostBuffer`), not read from the buffer's
+    /// address: none on a plugin whose buffers are host memory.
+    pub plugin_reads: u64,
 }
 
 impl TransferStats {
@@ -167,6 +172,7 @@ impl TransferStats {
             staged_input_bytes: self.staged_input_bytes - before.staged_input_bytes,
             in_place_outputs: self.in_place_outputs - before.in_place_outputs,
             direct_outputs: self.direct_outputs - before.direct_outputs,
+            plugin_reads: self.plugin_reads - before.plugin_reads,
             staged_outputs: self.staged_outputs - before.staged_outputs,
         }
     }
@@ -491,6 +497,7 @@ impl XlaPlatform {
             staged_input_bytes: c.staged_input_bytes.load(Relaxed),
             in_place_outputs: c.in_place_outputs.load(Relaxed),
             direct_outputs: c.direct_outputs.load(Relaxed),
+            plugin_reads: c.plugin_reads.load(Relaxed),
             staged_outputs: c.staged_outputs.load(Relaxed),
         }
     }
@@ -636,7 +643,7 @@ impl BareProgram {
         let p = &self.platform;
         let mut outs: SmallVec<[*mut sys::PJRT_Buffer; 8]> =
             smallvec::smallvec![std::ptr::null_mut(); self.outputs];
-        let result = p.execute_and_wait(self.exe, &self.inputs, &mut outs);
+        let result = p.execute_and_wait(self.exe, &self.inputs, &[], &mut outs);
         for b in outs {
             p.destroy_buffer(b);
         }
@@ -652,6 +659,13 @@ impl Drop for BareProgram {
         self.platform.destroy_executable(self.exe);
     }
 }
+
+/// Outputs of at most this many bytes are copied out of a buffer XLA
+/// allocates instead of written in place (see `XlaExecutable::execute`).
+/// A 16-float add took 4.9-5.2 us a launch that way against 5.7-6.1 us
+/// with an in-place target (`tpurt-bench xla_tiny_add`); copying 4 KiB
+/// costs a fraction of that difference.
+const COPY_OUT_BYTES: u64 = 4 << 10;
 
 /// Where `t`'s bytes lie in host memory: the xla platform's pool segments
 /// are host memory. None when the segment is not one, or when the view
@@ -898,11 +912,16 @@ fn buffer_type(d: crate::ir::DType) -> sys::PJRT_Buffer_Type {
 }
 
 impl XlaPlatform {
-    /// Copy a PJRT buffer into the `len` bytes at `dst` (its size exactly)
-    /// and wait for it; `what` names the copy in errors.
+    /// Copy an execution's output buffer, once the execution is done, into
+    /// the `len` bytes at `dst` (its size exactly) and wait for it; `what`
+    /// names the copy in errors. On a plugin whose buffers are host memory
+    /// the bytes are copied straight from the buffer's address: the
+    /// plugin's own copy (`PJRT_Buffer_ToHostBuffer`) goes through its
+    /// thread pool, about 40 us even for a few bytes.
     ///
     /// # Safety
-    /// `dst` must be valid for writes of `len` bytes until this returns.
+    /// `dst` must be valid for writes of `len` bytes until this returns,
+    /// and `src` must be defined: the execution that makes it awaited.
     unsafe fn to_host(
         &self,
         src: *mut sys::PJRT_Buffer,
@@ -910,6 +929,20 @@ impl XlaPlatform {
         len: usize,
         what: &str,
     ) -> Result<()> {
+        if self.zero_copy && self.on_device_size(src) == Some(len) {
+            if let Some(at) = self.address_of(src).filter(|&a| a != 0) {
+                // SAFETY: the plugin's buffers are host memory (zero_copy),
+                // this one holds `len` bytes at `at` (its size on the
+                // device, dense, as the CPU plugin lays out every array),
+                // and it is defined and alive (the caller's contract);
+                // `dst` takes `len` bytes and is not plugin memory.
+                unsafe { std::ptr::copy_nonoverlapping(at as *const u8, dst, len) };
+                return Ok(());
+            }
+        }
+        self.transfers
+            .plugin_reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut a = args!(PJRT_Buffer_ToHostBuffer_Args {
             src: src,
             dst: dst as *mut std::ffi::c_void,
@@ -967,6 +1000,21 @@ impl XlaPlatform {
         t: &DeviceTensor,
         device: *mut sys::PJRT_Device,
     ) -> Result<Option<Arc<CachedView>>> {
+        let view = self.cached_view(t, device)?;
+        if view.is_some() {
+            self.transfers
+                .input_views
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(view)
+    }
+
+    /// [`Self::view_of`] without counting an input view.
+    fn cached_view(
+        &self,
+        t: &DeviceTensor,
+        device: *mut sys::PJRT_Device,
+    ) -> Result<Option<Arc<CachedView>>> {
         let Some(ptr) = self.shareable_bytes(t) else {
             return Ok(None);
         };
@@ -977,15 +1025,9 @@ impl XlaPlatform {
             dims: t.dims().iter().map(|&d| d as i64).collect(),
             device: device as usize,
         };
-        let used = || {
-            self.transfers
-                .input_views
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-        };
         let mut cache = self.views.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(v) = cache.map.get(&key) {
             if std::ptr::addr_eq(v.segment.as_ptr(), Arc::as_ptr(segment)) {
-                used();
                 return Ok(Some(Arc::clone(v)));
             }
         }
@@ -1002,7 +1044,6 @@ impl XlaPlatform {
             cache.retired.push(old);
         }
         self.destroy_unused(&mut cache.retired);
-        used();
         Ok(Some(view))
     }
 
@@ -1233,6 +1274,22 @@ impl XlaPlatform {
         }
     }
 
+    /// A buffer's size on its device (`PJRT_Buffer_OnDeviceSizeInBytes`),
+    /// if the plugin says.
+    fn on_device_size(&self, buffer: *mut sys::PJRT_Buffer) -> Option<usize> {
+        let mut a = args!(PJRT_Buffer_OnDeviceSizeInBytes_Args { buffer: buffer });
+        self.call(
+            "PJRT_Buffer_OnDeviceSizeInBytes",
+            std::mem::offset_of!(sys::PJRT_Api, PJRT_Buffer_OnDeviceSizeInBytes),
+            |api| {
+                // SAFETY: a live buffer of ours; the call only reads its size.
+                unsafe { api.PJRT_Buffer_OnDeviceSizeInBytes.map(|f| f(&mut a)) }
+            },
+        )
+        .ok()
+        .map(|()| a.on_device_size_in_bytes)
+    }
+
     /// Where a buffer's bytes lie (`PJRT_Buffer_UnsafePointer`), if the
     /// plugin says.
     fn address_of(&self, buffer: *mut sys::PJRT_Buffer) -> Option<usize> {
@@ -1311,12 +1368,21 @@ impl XlaPlatform {
         &self,
         exe: *mut sys::PJRT_LoadedExecutable,
         args: &[*mut sys::PJRT_Buffer],
+        keep: &[i64],
         outs: &mut [*mut sys::PJRT_Buffer],
     ) -> Result<()> {
         let arg_list: *const *mut sys::PJRT_Buffer = args.as_ptr();
         let out_list: *mut *mut sys::PJRT_Buffer = outs.as_mut_ptr();
+        // `keep`: arguments never donated, though their parameter is
+        // aliased to an output (kept views standing in for small outputs).
         let mut opts = sys::PJRT_ExecuteOptions {
             struct_size: std::mem::size_of::<sys::PJRT_ExecuteOptions>(),
+            non_donatable_input_indices: if keep.is_empty() {
+                std::ptr::null()
+            } else {
+                keep.as_ptr()
+            },
+            num_non_donatable_input_indices: keep.len(),
             ..Default::default()
         };
         // The execution's own completion event: one wait, where waiting
@@ -1416,6 +1482,8 @@ impl Executable for XlaExecutable {
         // outputs have one.
         let mut targets: SmallVec<[*mut sys::PJRT_Event; 4]> = SmallVec::new();
         let mut in_place: SmallVec<[bool; 4]> = smallvec::smallvec![false; outputs.len()];
+        // Arguments that must not be donated (see the outputs below).
+        let mut keep: SmallVec<[i64; 4]> = SmallVec::new();
         let result = (|| -> Result<()> {
             // Inputs: read in place through a view where the plugin allows
             // it, else copied into a plugin-owned buffer. An input that an
@@ -1439,8 +1507,21 @@ impl Executable for XlaExecutable {
             // Outputs: each has an aliased parameter (`lower_aliased`).
             // Where XLA may write the output in place, that argument is a
             // zero-copy buffer over its pool bytes, donated; elsewhere a
-            // buffer of the plugin's, copied out after.
+            // buffer of the plugin's, copied out after. A small output is
+            // copied out too: its aliased argument is the kept view of its
+            // bytes, not donated, so XLA writes a buffer of its own (a
+            // donated target costs more than the copy: making it,
+            // destroying it, and awaiting and destroying its release
+            // event).
             for (i, (t, ty)) in outputs.iter().zip(&self.outputs).enumerate() {
+                if ty.nbytes() <= COPY_OUT_BYTES {
+                    if let Some(view) = p.cached_view(t, device)? {
+                        keep.push(args.len() as i64);
+                        args.push(view.buffer);
+                        views.push(view);
+                        continue;
+                    }
+                }
                 let alone = !inputs.iter().any(|x| x.may_overlap(t))
                     && !outputs
                         .iter()
@@ -1470,7 +1551,7 @@ impl Executable for XlaExecutable {
             // uses them, and no output may be copied into the pool while
             // XLA still reads a view: `execute_and_wait` waits for every
             // output, whatever fails.
-            let mut result = p.execute_and_wait(self.exe, &args, &mut outs);
+            let mut result = p.execute_and_wait(self.exe, &args, &keep, &mut outs);
             // The index checks first: a bad index fails the op before any
             // output is written (as on the host platform).
             let n_out = self.outputs.len();
@@ -1687,6 +1768,10 @@ mod tests {
         use crate::ir::DType;
         use crate::ops::{self, Attrs};
         let (p, r, s) = cpu_runtime();
+        // Outputs above `COPY_OUT_BYTES`, written in place: only inputs
+        // have views here.
+        const N: usize = 4096;
+        assert!((N / 2 * 4) as u64 > COPY_OUT_BYTES);
         let write = |t: &DeviceTensor, v: &[f32]| {
             r.copy_host_to_device(&f32_bytes(v), &t.buffer, &t.layout, &s)
                 .unwrap();
@@ -1713,9 +1798,13 @@ mod tests {
             let d = p.transfer_stats().since(&before);
             (d.input_views, d.views_created)
         };
-        let xs: Vec<f32> = (0..32).map(|i| i as f32).collect();
-        let ys: Vec<f32> = (0..32).map(|i| 100.0 - i as f32).collect();
-        let (x, y, out) = (put(&[32], &xs), put(&[32], &ys), put(&[32], &[0.0; 32]));
+        let xs: Vec<f32> = (0..N).map(|i| i as f32).collect();
+        let ys: Vec<f32> = (0..N).map(|i| 100.0 - i as f32).collect();
+        let (x, y, out) = (
+            put(&[N as u64], &xs),
+            put(&[N as u64], &ys),
+            put(&[N as u64], &[0.0; N]),
+        );
         let sum = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(p, q)| p + q).collect::<Vec<_>>();
         assert_eq!(add_into(&x, &y, &out), (2, 2));
         assert_eq!(get(&out), sum(&xs, &ys));
@@ -1729,14 +1818,21 @@ mod tests {
         // x + x: one view, twice.
         assert_eq!(add_into(&x, &x, &out), (2, 0));
         assert_eq!(get(&out), sum(&xs2, &xs2));
-        // Their second halves (64 bytes in, still aligned): other views.
+        // Their second halves (still aligned): other views.
         let half = |t: &DeviceTensor| {
-            DeviceTensor::new(t.buffer.clone(), DType::F32, 64, &[16], None).unwrap()
+            DeviceTensor::new(
+                t.buffer.clone(),
+                DType::F32,
+                (N / 2 * 4) as u64,
+                &[N as u64 / 2],
+                None,
+            )
+            .unwrap()
         };
         assert_eq!(add_into(&half(&x), &half(&y), &half(&out)), (2, 2));
-        assert_eq!(get(&half(&out)), sum(&xs2[16..], &ys[16..]));
+        assert_eq!(get(&half(&out)), sum(&xs2[N / 2..], &ys[N / 2..]));
         // A full cache starts over; the views no execution holds go.
-        let (z, w) = (put(&[32], &ys), put(&[32], &xs));
+        let (z, w) = (put(&[N as u64], &ys), put(&[N as u64], &xs));
         p.views.lock().unwrap().cap = 2;
         assert_eq!(add_into(&z, &w, &out), (2, 2));
         assert_eq!(get(&out), sum(&ys, &xs));
@@ -1762,7 +1858,11 @@ mod tests {
         drop((x, y, z, w, out));
         s.synchronize().unwrap();
         assert!(r.empty_cache(0).unwrap() > 0, "the segment was released");
-        let (x, y, out) = (put(&[32], &ys), put(&[32], &xs), put(&[32], &[0.0; 32]));
+        let (x, y, out) = (
+            put(&[N as u64], &ys),
+            put(&[N as u64], &xs),
+            put(&[N as u64], &[0.0; N]),
+        );
         assert_eq!(add_into(&x, &y, &out), (2, 2));
         assert_eq!(get(&out), sum(&ys, &xs));
     }
@@ -1844,14 +1944,28 @@ mod tests {
         let x = f(&xb, 0, &[32], None);
         let y = f(&yb, 0, &[32], None);
 
-        // Aligned and contiguous: two views, and the output written in
-        // place: no copy at all.
+        // Aligned and contiguous: two views; the output, of at most
+        // `COPY_OUT_BYTES`, is copied out of XLA's buffer (its aliased
+        // argument is a kept view of its bytes, made once).
         let out = f(&put(&[0.0; 32]), 0, &[32], None);
         let d = add_into([&x, &y], &out);
         assert_eq!((d.input_views, d.staged_inputs), (2, 0));
-        assert_eq!((d.in_place_outputs, d.direct_outputs), (1, 0));
+        assert_eq!((d.in_place_outputs, d.direct_outputs), (0, 1));
+        assert_eq!(d.plugin_reads, 0, "read from the buffer's address");
         let want: Vec<f32> = xs.iter().zip(&ys).map(|(a, b)| a + b).collect();
         assert_eq!(get(&out), want);
+        let d = add_into([&y, &x], &out);
+        assert_eq!((d.views_created, d.direct_outputs), (0, 1));
+        assert_eq!(get(&out), want);
+
+        // A larger one is written in place: no copy at all.
+        let big: Vec<f32> = (0..2048).map(|i| i as f32 * 0.5).collect();
+        let bx = f(&put(&big), 0, &[2048], None);
+        let out = f(&put(&[0.0; 2048]), 0, &[2048], None);
+        let d = add_into([&bx, &bx], &out);
+        assert_eq!((d.input_views, d.staged_inputs), (2, 0));
+        assert_eq!((d.in_place_outputs, d.direct_outputs), (1, 0));
+        assert_eq!(get(&out), big.iter().map(|v| v + v).collect::<Vec<_>>());
 
         // Misaligned (4 bytes in) and strided inputs are staged.
         let out = f(&put(&[0.0; 16]), 0, &[16], None);
@@ -1871,6 +1985,7 @@ mod tests {
         let d = add_into([&x, &f(&put(&y_rev), 0, &[32], None)], &x);
         assert_eq!((d.input_views, d.staged_inputs), (2, 0));
         assert_eq!((d.in_place_outputs, d.direct_outputs), (0, 1));
+        assert_eq!(d.plugin_reads, 0, "read from the buffer's address");
         let want: Vec<f32> = xs.iter().zip(&y_rev).map(|(a, b)| a + b).collect();
         assert_eq!(get(&x), want);
 

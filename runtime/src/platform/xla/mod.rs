@@ -915,9 +915,12 @@ impl XlaPlatform {
     /// Copy an execution's output buffer, once the execution is done, into
     /// the `len` bytes at `dst` (its size exactly) and wait for it; `what`
     /// names the copy in errors. On a plugin whose buffers are host memory
-    /// the bytes are copied straight from the buffer's address: the
-    /// plugin's own copy (`PJRT_Buffer_ToHostBuffer`) goes through its
-    /// thread pool, about 40 us even for a few bytes.
+    /// the bytes are copied straight from the buffer's address, which
+    /// skips the plugin's copy (`PJRT_Buffer_ToHostBuffer`) and its event:
+    /// a tiny in-place add through the binding took 7.7-12.0 us with it
+    /// and 6.9-8.7 us without (with small outputs copied out as well; in
+    /// one experiment, tiny outputs in donated scratch buffers took 46-60
+    /// us a launch through the plugin's copy and 5.7-6.3 us without).
     ///
     /// # Safety
     /// `dst` must be valid for writes of `len` bytes until this returns,

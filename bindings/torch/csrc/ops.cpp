@@ -4,7 +4,11 @@
 //
 // Functional, in-place and out= overloads share one body: in-place and
 // out= compute the functional result, then write it through the target's
-// strides (one fused copy under defer-and-fuse).
+// strides (one fused copy under defer-and-fuse). The in-place binary
+// arithmetic ops write their target directly when their result has its
+// type and shape (`inplace_binary`): one launch instead of two.
+#include <cstring>
+
 #include <ATen/ops/_foreach_add_native.h>
 #include <ATen/ops/_foreach_addcdiv_native.h>
 #include <ATen/ops/_foreach_addcmul_native.h>
@@ -61,6 +65,38 @@ Tensor& inplace(Tensor& self, const Tensor& r) {
               "output with shape ", self.sizes(), " doesn't match the broadcast shape ", r.sizes());
   copy_into(self, r, false);
   return self;
+}
+
+// Whether `op(a, b)` may write `a` directly: its result has a's dtype and
+// shape. `a` is a contiguous floating tensor; `b`, on a's device, has a's
+// dtype or is a wrapped Python number (which does not promote a floating
+// tensor), broadcasts to a's shape, and shares no memory with `a` unless
+// it is `a` (the runtime reads inputs that an output overwrites first).
+bool writes_in_place(const Tensor& a, const Tensor& b) {
+  if (!a.is_floating_point() || !a.is_contiguous() || a.device() != b.device() || b.is_complex()) return false;
+  if (b.scalar_type() != a.scalar_type() && !b.unsafeGetTensorImpl()->is_wrapped_number()) return false;
+  if (!at::is_expandable_to(b.sizes(), a.sizes())) return false;
+  return !b.is_alias_of(a) || b.is_same(a);
+}
+
+// Ops whose result on two floating operands of one dtype has that dtype
+// (comparisons, which share the registration macro, give bool).
+bool keeps_float_type(const char* op) {
+  for (const char* k : {"add", "sub", "mul", "div", "remainder", "fmod"}) {
+    if (std::strcmp(op, k) == 0) return true;
+  }
+  return false;
+}
+
+// In-place binary `op` of `a` and `b`: straight into `a` where
+// `writes_in_place` (and `op` keeps the type), else the result copied
+// into `a`.
+Tensor& inplace_binary(Tensor& a, const char* op, const Tensor& b) {
+  if (keeps_float_type(op) && writes_in_place(a, b)) {
+    call_into(op, {a, b}, {a});
+    return a;
+  }
+  return inplace(a, call1(op, {a, b}));
 }
 
 Attrs dims_attrs(at::OptionalIntArrayRef dim, bool keepdim) {
@@ -1182,12 +1218,12 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> sdpa_bwd(const Tensor& g, const Tenso
 
 #define TPU_BINARY(m, aten_name, op)                                                                       \
   m.impl(aten_name ".Tensor", [](const Tensor& a, const Tensor& b) { return call1(op, {a, b}); });        \
-  m.impl(aten_name "_.Tensor", [](Tensor& a, const Tensor& b) -> Tensor& { return inplace(a, call1(op, {a, b})); }); \
+  m.impl(aten_name "_.Tensor", [](Tensor& a, const Tensor& b) -> Tensor& { return inplace_binary(a, op, b); });       \
   m.impl(aten_name ".out", [](const Tensor& a, const Tensor& b, Tensor& out) -> Tensor& {                  \
     return into(out, call1(op, {a, b}));                                                                   \
   });                                                                                                      \
   m.impl(aten_name ".Scalar", [](const Tensor& a, const Scalar& b) { return call1(op, {a, S(b, a)}); }); \
-  m.impl(aten_name "_.Scalar", [](Tensor& a, const Scalar& b) -> Tensor& { return inplace(a, call1(op, {a, S(b, a)})); })
+  m.impl(aten_name "_.Scalar", [](Tensor& a, const Scalar& b) -> Tensor& { return inplace_binary(a, op, S(b, a)); })
 
 #define TPU_BINARY_PLAIN(m, aten_name, op)                                                          \
   m.impl(aten_name, [](const Tensor& a, const Tensor& b) { return call1(op, {a, b}); });           \
@@ -1245,16 +1281,24 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 
   // Binary math.
   m.impl("add.Tensor", k_add);
-  m.impl("add_.Tensor", [](Tensor& a, const Tensor& b, const Scalar& al) -> Tensor& { return inplace(a, k_add(a, b, al)); });
+  m.impl("add_.Tensor", [](Tensor& a, const Tensor& b, const Scalar& al) -> Tensor& {
+    check_alpha(a, b, al);
+    return is_one(al) ? inplace_binary(a, "add", b) : inplace(a, k_add(a, b, al));
+  });
   m.impl("add.out", [](const Tensor& a, const Tensor& b, const Scalar& al, Tensor& out) -> Tensor& {
     return into(out, k_add(a, b, al));
   });
   m.impl("add.Scalar", [](const Tensor& a, const Scalar& b, const Scalar& al) { return k_add(a, S(b, a), al); });
   m.impl("add_.Scalar", [](Tensor& a, const Scalar& b, const Scalar& al) -> Tensor& {
-    return inplace(a, k_add(a, S(b, a), al));
+    Tensor sb = S(b, a);
+    check_alpha(a, sb, al);
+    return is_one(al) ? inplace_binary(a, "add", sb) : inplace(a, k_add(a, sb, al));
   });
   m.impl("sub.Tensor", k_sub);
-  m.impl("sub_.Tensor", [](Tensor& a, const Tensor& b, const Scalar& al) -> Tensor& { return inplace(a, k_sub(a, b, al)); });
+  m.impl("sub_.Tensor", [](Tensor& a, const Tensor& b, const Scalar& al) -> Tensor& {
+    check_alpha(a, b, al);
+    return is_one(al) ? inplace_binary(a, "sub", b) : inplace(a, k_sub(a, b, al));
+  });
   m.impl("sub.out", [](const Tensor& a, const Tensor& b, const Scalar& al, Tensor& out) -> Tensor& {
     return into(out, k_sub(a, b, al));
   });

@@ -73,6 +73,49 @@ def test_in_place_and_out(mode, no_fallback):
         i.add_(0.5)
 
 
+def test_in_place_arithmetic_writes_its_target(mode, no_fallback):
+    """In-place add, sub, mul, div, remainder and fmod write a contiguous
+    floating target directly when the result has its type and shape (one
+    task, not the op and a copy); every case gives torch's results: a
+    broadcast operand, the target as its own operand, a Python number,
+    alpha, a wider operand, a non-contiguous target, a comparison, a row
+    view."""
+    a0, b0 = torch.randn(4, 6), torch.randn(6)
+    cases = [
+        (lambda a, b: a.add_(b), "broadcast"),
+        (lambda a, b: a.sub_(a), "itself"),
+        (lambda a, b: a.mul_(2.5), "number"),
+        (lambda a, b: a.div_(b.expand(4, 6).contiguous()), "same shape"),
+        (lambda a, b: a.remainder_(b), "remainder"),
+        (lambda a, b: a.fmod_(0.75), "fmod"),
+        (lambda a, b: a.add_(b, alpha=-0.5), "alpha"),
+        (lambda a, b: a.add_(b.double()), "wider operand"),
+        (lambda a, b: a.t().mul_(3.0), "non-contiguous target"),
+        (lambda a, b: a.lt_(b), "comparison"),
+        (lambda a, b: a[1:].add_(b), "a row view"),
+    ]
+    for f, what in cases:
+        a, b = a0.clone().to("tpu"), b0.to("tpu")
+        f(a, b)
+        want = a0.clone()
+        f(want, b0)
+        torch.testing.assert_close(a.cpu(), want, atol=1e-5, rtol=1e-5, msg=lambda m: f"{what}: {m}")
+    # Integer tensors still refuse a float alpha, even 1.0.
+    i = torch.arange(4, device="tpu")
+    with pytest.raises(RuntimeError, match="alpha must not be a floating point"):
+        i.add_(i, alpha=1.0)
+    # One task in strict mode: the op writes the target.
+    a, b = a0.clone().to("tpu"), b0.to("tpu")
+    torch.tpu.synchronize()
+    if mode == torch.tpu.EagerMode.DEFER_NEVER:
+        with torch.tpu.set_eager_mode(mode), torch.tpu.profiler.profile() as prof:
+            a.add_(b)
+            torch.tpu.synchronize()
+        tasks = [e.name for e in prof.events() if e.kind == "task"]
+        assert tasks == ["add"], tasks
+        close(a, a0 + b0)
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.bool])
 def test_casts(dtype, mode, no_fallback):
     close(X.to("tpu").to(dtype), X.to(dtype))

@@ -135,6 +135,14 @@ Tensor k_sub(const Tensor& a, const Tensor& b, const Scalar& alpha) {
   check_alpha(a, b, alpha);
   return call1("sub", {a, scaled(b, alpha)});
 }
+
+// a += alpha·b or a -= alpha·b (`op` "add" or "sub"): straight into `a`
+// when alpha is one (see `inplace_binary`), else the result copied in.
+Tensor& inplace_add_sub(Tensor& a, const char* op, const Tensor& b, const Scalar& alpha) {
+  check_alpha(a, b, alpha);
+  if (is_one(alpha)) return inplace_binary(a, op, b);
+  return inplace(a, call1(op, {a, scaled(b, alpha)}));
+}
 Tensor k_div_mode(const Tensor& a, const Tensor& b, std::optional<c10::string_view> mode) {
   Attrs at;
   if (mode.has_value()) {
@@ -1282,22 +1290,18 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   // Binary math.
   m.impl("add.Tensor", k_add);
   m.impl("add_.Tensor", [](Tensor& a, const Tensor& b, const Scalar& al) -> Tensor& {
-    check_alpha(a, b, al);
-    return is_one(al) ? inplace_binary(a, "add", b) : inplace(a, k_add(a, b, al));
+    return inplace_add_sub(a, "add", b, al);
   });
   m.impl("add.out", [](const Tensor& a, const Tensor& b, const Scalar& al, Tensor& out) -> Tensor& {
     return into(out, k_add(a, b, al));
   });
   m.impl("add.Scalar", [](const Tensor& a, const Scalar& b, const Scalar& al) { return k_add(a, S(b, a), al); });
   m.impl("add_.Scalar", [](Tensor& a, const Scalar& b, const Scalar& al) -> Tensor& {
-    Tensor sb = S(b, a);
-    check_alpha(a, sb, al);
-    return is_one(al) ? inplace_binary(a, "add", sb) : inplace(a, k_add(a, sb, al));
+    return inplace_add_sub(a, "add", S(b, a), al);
   });
   m.impl("sub.Tensor", k_sub);
   m.impl("sub_.Tensor", [](Tensor& a, const Tensor& b, const Scalar& al) -> Tensor& {
-    check_alpha(a, b, al);
-    return is_one(al) ? inplace_binary(a, "sub", b) : inplace(a, k_sub(a, b, al));
+    return inplace_add_sub(a, "sub", b, al);
   });
   m.impl("sub.out", [](const Tensor& a, const Tensor& b, const Scalar& al, Tensor& out) -> Tensor& {
     return into(out, k_sub(a, b, al));

@@ -105,9 +105,9 @@ def test_in_place_arithmetic_writes_its_target(mode, no_fallback):
     with pytest.raises(RuntimeError, match="alpha must not be a floating point"):
         i.add_(i, alpha=1.0)
     # One task in strict mode: the op writes the target.
-    a, b = a0.clone().to("tpu"), b0.to("tpu")
-    torch.tpu.synchronize()
     if mode == torch.tpu.EagerMode.DEFER_NEVER:
+        a, b = a0.clone().to("tpu"), b0.to("tpu")
+        torch.tpu.synchronize()
         with torch.tpu.set_eager_mode(mode), torch.tpu.profiler.profile() as prof:
             a.add_(b)
             torch.tpu.synchronize()

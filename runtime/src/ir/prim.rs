@@ -195,9 +195,11 @@ pub enum Prim {
         stable: bool,
     },
     /// (seed: i64 scalar, offset: i64 scalar; their bits read as u64) ->
-    /// dims of dtype; counter based (Philox 4x32-10, element i uses counter
-    /// offset + i: the exact definition is in the host kernel `rng.rs`), so
-    /// (seed, offset) gives the same numbers on every platform and mode.
+    /// dims of dtype; counter based (Philox 4x32-10 over positions
+    /// offset + i: an f32-based uniform reads one word of a call, the others
+    /// take a call each; the exact definition is in the host kernel
+    /// `rng.rs`), so (seed, offset) gives the same numbers on every
+    /// platform and mode.
     Rng {
         distribution: RngDistribution,
         dtype: DType,

@@ -1724,9 +1724,7 @@ impl LoopProgram {
                 let (seed, offset) = (get(seed)?, get(offset)?);
                 views[dst] = None;
                 let out = &mut regs[dst * CHUNK..dst * CHUNK + len];
-                for (j, o) in out.iter_mut().enumerate() {
-                    *o = kernels::rng::uniform_f32_at(seed, offset, flat0 + j as u64);
-                }
+                kernels::rng::uniform_f32_run(seed, offset, flat0, out);
                 // Half precision: round once, staying below one (as `rng`).
                 match dtype {
                     DType::BF16 => out.iter_mut().for_each(|v| {

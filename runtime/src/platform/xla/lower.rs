@@ -403,18 +403,59 @@ fn philox(
     w(format!(
         "{o}_wrapped = stablehlo.compare LT, {o}_c, {o}_offb, UNSIGNED : ({u64t}, {u64t}) -> {bt}"
     ));
+    // f32-based uniforms read one word per element: block
+    // 16 floor(c / 64) + (c mod 16), word floor(c / 16) mod 4, with c's
+    // carry as bit 64 (`rng.rs`); the others take counter c itself.
+    let per_word = distribution == RngDistribution::Uniform && out.dtype != DType::F64;
+    let counter = if per_word {
+        let c = |v: u64| format!("stablehlo.constant dense<{v}> : {u64t}");
+        w(format!("{o}_6 = {}", c(6)));
+        w(format!("{o}_4 = {}", c(4)));
+        w(format!("{o}_58 = {}", c(58)));
+        w(format!("{o}_15 = {}", c(15)));
+        w(format!("{o}_3 = {}", c(3)));
+        w(format!(
+            "{o}_carry = stablehlo.convert {o}_wrapped : ({bt}) -> {u64t}"
+        ));
+        w(format!(
+            "{o}_carryg = stablehlo.shift_left {o}_carry, {o}_58 : {u64t}"
+        ));
+        w(format!(
+            "{o}_g0 = stablehlo.shift_right_logical {o}_c, {o}_6 : {u64t}"
+        ));
+        w(format!("{o}_g = stablehlo.or {o}_g0, {o}_carryg : {u64t}"));
+        w(format!(
+            "{o}_g16 = stablehlo.shift_left {o}_g, {o}_4 : {u64t}"
+        ));
+        w(format!("{o}_lane = stablehlo.and {o}_c, {o}_15 : {u64t}"));
+        w(format!("{o}_blk = stablehlo.or {o}_g16, {o}_lane : {u64t}"));
+        w(format!(
+            "{o}_j0 = stablehlo.shift_right_logical {o}_c, {o}_4 : {u64t}"
+        ));
+        w(format!("{o}_j = stablehlo.and {o}_j0, {o}_3 : {u64t}"));
+        w(format!("{o}_zero = stablehlo.constant dense<0> : {u32t}"));
+        format!("{o}_blk")
+    } else {
+        format!("{o}_c")
+    };
     w(format!(
-        "{o}_x0_0 = stablehlo.convert {o}_c : ({u64t}) -> {u32t}"
+        "{o}_x0_0 = stablehlo.convert {counter} : ({u64t}) -> {u32t}"
     ));
     w(format!(
-        "{o}_chi = stablehlo.shift_right_logical {o}_c, {o}_32 : {u64t}"
+        "{o}_chi = stablehlo.shift_right_logical {counter}, {o}_32 : {u64t}"
     ));
     w(format!(
         "{o}_x1_0 = stablehlo.convert {o}_chi : ({u64t}) -> {u32t}"
     ));
-    w(format!(
-        "{o}_x2_0 = stablehlo.convert {o}_wrapped : ({bt}) -> {u32t}"
-    ));
+    if per_word {
+        w(format!(
+            "{o}_x2_0 = stablehlo.reshape {o}_zero : ({u32t}) -> {u32t}"
+        ));
+    } else {
+        w(format!(
+            "{o}_x2_0 = stablehlo.convert {o}_wrapped : ({bt}) -> {u32t}"
+        ));
+    }
     w(format!("{o}_x3_0 = stablehlo.constant dense<0> : {u32t}"));
     w(format!(
         "{o}_m0 = stablehlo.constant dense<3528531795> : {u64t}"
@@ -545,10 +586,25 @@ fn philox(
         }
         (RngDistribution::Uniform, d) => {
             let f32t = ty(&TensorType::new(DType::F32, dims));
+            // Word j of each block: selected by comparisons with 0, 1, 2.
+            let bt = shaped(dims, "i1");
+            let mut pick = word(3);
+            for k in (0..3).rev() {
+                w(format!(
+                    "{o}_jk{k} = stablehlo.constant dense<{k}> : {u64t}"
+                ));
+                w(format!(
+                    "{o}_is{k} = stablehlo.compare EQ, {o}_j, {o}_jk{k}, UNSIGNED : ({u64t}, {u64t}) -> {bt}"
+                ));
+                w(format!(
+                    "{o}_pick{k} = stablehlo.select {o}_is{k}, {}, {pick} : ({bt}, {u32t}, {u32t}) -> {u32t}",
+                    word(k)
+                ));
+                pick = format!("{o}_pick{k}");
+            }
             w(format!("{o}_8 = stablehlo.constant dense<8> : {u32t}"));
             w(format!(
-                "{o}_top = stablehlo.shift_right_logical {}, {o}_8 : {u32t}",
-                word(0)
+                "{o}_top = stablehlo.shift_right_logical {pick}, {o}_8 : {u32t}"
             ));
             w(format!(
                 "{o}_topf = stablehlo.convert {o}_top : ({u32t}) -> {f32t}"

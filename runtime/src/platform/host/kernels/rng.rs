@@ -17,9 +17,19 @@
 //!   where hi and lo are the halves of the 64-bit product, M0 = 0xD2511F53,
 //!   M1 = 0xCD9E8D57, and after each round (k0, k1) += (0x9E3779B9,
 //!   0xBB67AE85) mod 2^32. The final (c0, c1, c2, c3) are the words w0..w3.
-//! - Uniform f32: (w0 >> 8) · 2^-24, in [0, 1).
+//! - Uniform f32 takes one word per element, so one Philox call serves
+//!   four elements. Position c = offset + i (the 128-bit sum above) lies
+//!   in group g = floor(c / 64) at r = c mod 64, and reads word
+//!   j = floor(r / 16) of the Philox of block b = 16 g + (r mod 16), whose
+//!   counter is (lo32(b), hi32(b), 0, 0) (b < 2^63). So a group's 64
+//!   elements are the four words of its 16 blocks, word by word: sixteen
+//!   blocks run in vector lanes and each word lands as one run, with no
+//!   shuffling. The value is (wj >> 8) · 2^-24, in [0, 1). (One call per
+//!   element, this definition's first form, made uniforms the costliest
+//!   part of a fused dropout; four elements per call with a block's words
+//!   side by side cost as much again in shuffles.)
 //! - Uniform f64: ((w0 << 21) | (w1 >> 11)) · 2^-53 as a 53-bit integer
-//!   (w0 supplies the high 32 bits), in [0, 1).
+//!   (w0 supplies the high 32 bits) of element i's own counter c, in [0, 1).
 //! - Uniform f16 and bf16: the f32 uniform rounded to nearest-even, then
 //!   lowered to the largest value below 1 if it rounded up to 1.
 //! - Normal, every dtype: computed in f64 and rounded once to the dtype,
@@ -70,17 +80,62 @@ fn words(key: [u32; 2], offset: u64, i: usize) -> [u32; 4] {
     philox4x32_10([c as u32, (c >> 32) as u32, carry, 0], key)
 }
 
+/// The f32 uniform of one Philox word.
 #[inline(always)]
-fn uniform_f32(w: [u32; 4]) -> f32 {
-    (w[0] >> 8) as f32 * (1.0 / (1u32 << 24) as f32)
+fn uniform_f32(w: u32) -> f32 {
+    (w >> 8) as f32 * (1.0 / (1u32 << 24) as f32)
 }
 
-/// Uniform [0, 1) in f32 for element `i` of a draw with `seed` and
-/// `offset` (the loop engine's entry point; same numbers as `rng`).
+/// Elements per group: the four words of sixteen blocks.
+const GROUP: usize = 64;
+const LANES: usize = 16;
+
+/// The uniforms of group `g`, word by word: `out[16 j + k]` is word j of
+/// block 16 g + k. The sixteen blocks share their high counter word (16 g
+/// is a multiple of 16), so the lanes differ in the low word alone.
 #[inline(always)]
-pub fn uniform_f32_at(seed: u64, offset: u64, i: u64) -> f32 {
+fn group(key: [u32; 2], g: u64, out: &mut [f32]) {
+    let b = g << 4;
+    let (lo, hi) = (b as u32, (b >> 32) as u32);
+    let mut words = [[0f32; LANES]; 4];
+    for k in 0..LANES {
+        let w = philox4x32_10([lo | k as u32, hi, 0, 0], key);
+        for (run, &w) in words.iter_mut().zip(&w) {
+            run[k] = uniform_f32(w);
+        }
+    }
+    for (run, w) in out.chunks_exact_mut(LANES).zip(&words) {
+        run.copy_from_slice(w);
+    }
+}
+
+/// Uniform [0, 1) f32 draws for elements `first..first + out.len()` of a
+/// draw with `seed` and `offset`: the loop engine's entry point and the
+/// `rng` kernel's, so both give the same numbers. Inlined, so it runs in
+/// the caller's AVX-512 copy (`cpu::dispatch`).
+#[inline(always)]
+pub fn uniform_f32_run(seed: u64, offset: u64, first: u64, out: &mut [f32]) {
     let key = [seed as u32, (seed >> 32) as u32];
-    uniform_f32(words(key, offset, i as usize))
+    let c = offset as u128 + first as u128;
+    let mut g = (c >> 6) as u64;
+    let mut r = (c % GROUP as u128) as usize;
+    let mut out = out;
+    while !out.is_empty() {
+        if r == 0 && out.len() >= GROUP {
+            let (whole, rest) = out.split_at_mut(GROUP);
+            group(key, g, whole);
+            out = rest;
+        } else {
+            // A group begun before `first` or ending after the last element.
+            let mut all = [0f32; GROUP];
+            group(key, g, &mut all);
+            let k = (GROUP - r).min(out.len());
+            out[..k].copy_from_slice(&all[r..r + k]);
+            out = std::mem::take(&mut out)[k..].as_mut();
+            r = 0;
+        }
+        g += 1;
+    }
 }
 
 /// 53 bits: `hi` gives the top 32, the top 21 bits of `lo` the rest.
@@ -136,19 +191,20 @@ pub fn rng(
     let mut r = HostTensor::zeros(out.clone());
     match (distribution, out.dtype) {
         (RngDistribution::Uniform, DType::F32) => {
-            fill(typed_mut::<f32>(&mut r)?, key, offset, uniform_f32)
+            let out = typed_mut::<f32>(&mut r)?;
+            crate::platform::host::cpu::dispatch!(uniform_f32_run(seed, offset, 0, out))
         }
         (RngDistribution::Uniform, DType::F64) => {
             fill(typed_mut::<f64>(&mut r)?, key, offset, uniform_f64)
         }
         (RngDistribution::Uniform, DType::F16) => {
-            fill(typed_mut::<f16>(&mut r)?, key, offset, |w| {
-                below_one(f16::from_f32(uniform_f32(w)), f16::ONE)
+            halves(typed_mut::<f16>(&mut r)?, seed, offset, |u| {
+                below_one(f16::from_f32(u), f16::ONE)
             })
         }
         (RngDistribution::Uniform, DType::BF16) => {
-            fill(typed_mut::<bf16>(&mut r)?, key, offset, |w| {
-                below_one(bf16::from_f32(uniform_f32(w)), bf16::ONE)
+            halves(typed_mut::<bf16>(&mut r)?, seed, offset, |u| {
+                below_one(bf16::from_f32(u), bf16::ONE)
             })
         }
         (RngDistribution::Normal, DType::F32) => {
@@ -176,6 +232,18 @@ pub fn rng(
         }
     }
     Ok(r)
+}
+
+/// Half-precision uniforms: the f32 uniforms, a piece at a time, rounded.
+fn halves<T>(out: &mut [T], seed: u64, offset: u64, round: impl Fn(f32) -> T) {
+    let mut buf = [0f32; 1024];
+    for (p, piece) in out.chunks_mut(buf.len()).enumerate() {
+        let u = &mut buf[..piece.len()];
+        crate::platform::host::cpu::dispatch!(uniform_f32_run(seed, offset, (p * 1024) as u64, u));
+        for (o, &v) in piece.iter_mut().zip(u.iter()) {
+            *o = round(v);
+        }
+    }
 }
 
 fn fill<T>(out: &mut [T], key: [u32; 2], offset: u64, f: impl Fn([u32; 4]) -> T) {
@@ -254,10 +322,32 @@ mod tests {
             words([u32::MAX, u32::MAX], u64::MAX - 1, 2),
             [0xa74236ed, 0x7e853102, 0x4c324aa2, 0x4212cad6]
         );
+        // f32 uniforms: element c reads word (c mod 64) / 16 of block
+        // 16 (c / 64) + c mod 16; positions 16, 17 and 48, 49 read words 1
+        // and 3 of blocks 0 and 1.
+        let u = draw(RngDistribution::Uniform, DType::F32, 2, 42, 16);
+        assert_eq!(u, [0.4685865044593811, 0.32706332206726074]);
+        let u = draw(RngDistribution::Uniform, DType::F32, 64, 42, 0);
+        assert_eq!(u[48..50], [0.3408614993095398, 0.45431554317474365]);
         let u = draw(RngDistribution::Uniform, DType::F32, 3, -1, -2);
         assert_eq!(
             u,
-            [0.7641847133636475, 0.3011602759361267, 0.6533540487289429]
+            [0.38131988048553467, 0.22297704219818115, 0.2448505163192749]
+        );
+        // Positions 2^64 - 3 .. 2^64 + 4: the carry makes the group 2^58.
+        let u = draw(RngDistribution::Uniform, DType::F32, 8, 5, -3);
+        assert_eq!(
+            u,
+            [
+                0.04933977127075195,
+                0.49457645416259766,
+                0.20741385221481323,
+                0.34274178743362427,
+                0.26363247632980347,
+                0.4880269765853882,
+                0.10394072532653809,
+                0.7899156808853149
+            ]
         );
     }
 
@@ -300,9 +390,30 @@ mod tests {
     }
 
     #[test]
+    fn any_piece_of_an_f32_draw_is_drawn_alone() {
+        // The loop engine draws a chunk at a time from any position: a
+        // group begun before the piece, whole groups, a group cut short.
+        for offset in [0u64, 5, 64, u64::MAX - 70] {
+            let mut all = vec![0f32; 300];
+            uniform_f32_run(77, offset, 0, &mut all);
+            for first in [0usize, 1, 15, 16, 63, 64, 100] {
+                for len in [0usize, 1, 5, 64, 130] {
+                    let mut piece = vec![0f32; len];
+                    uniform_f32_run(77, offset, first as u64, &mut piece);
+                    assert_eq!(
+                        piece,
+                        all[first..first + len],
+                        "offset {offset} first {first} len {len}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
     fn uniforms_stay_below_one_in_every_dtype() {
         // The largest f32 uniform rounds to 1 in f16 and bf16; it is lowered.
-        let top = [0xFFFF_FFFF, 0, 0, 0];
+        let top = u32::MAX;
         assert_eq!(uniform_f32(top) as f64, 1.0 - 2f64.powi(-24));
         assert_eq!(
             below_one(f16::from_f32(uniform_f32(top)), f16::ONE).to_f64(),

@@ -1162,9 +1162,13 @@ impl LoopProgram {
                 .map(|v| operand(*v, &mut insts, &mut registers))
                 .collect::<Result<_>>()?;
             // A conversion to the operand's own dtype (a copy) is the
-            // operand's register.
+            // operand's register, and so is one to f32: registers hold
+            // f32s, each already the value of its own dtype (a bool's
+            // 0 or 1, an integer's value, a rounded half), so the f32 is
+            // the value itself (a `Move` copied 4 KiB a chunk for a
+            // dropout mask's conversion).
             if let Prim::Convert { to } = &n.prim {
-                if graph.value_type(n.inputs[0]).dtype == *to {
+                if graph.value_type(n.inputs[0]).dtype == *to || *to == DType::F32 {
                     reg_of.insert(n.outputs[0], ins[0]);
                     continue;
                 }
@@ -1204,9 +1208,11 @@ impl LoopProgram {
                 Prim::Convert { .. } => Inst::Move { dst, a: ins[0] },
                 other => return Err(Error::Internal(format!("{} in a loop group", other.name()))),
             };
+            // A comparison's 0 or 1 is already a bool's value.
+            let exact = matches!(inst, Inst::Compare { .. });
             insts.push(inst);
             let dtype = graph.value_type(n.outputs[0]).dtype;
-            if dtype != DType::F32 {
+            if dtype != DType::F32 && !(exact && dtype == DType::Bool) {
                 insts.push(Inst::Round { reg: dst, dtype });
             }
             reg_of.insert(n.outputs[0], dst);
@@ -3078,6 +3084,42 @@ mod tests {
                     .with("seed", Attr::Int(7)),
             ),
             0.0,
+        );
+    }
+
+    /// A dropout's mask is a comparison (already 0 or 1) converted to f32
+    /// (already the value): neither costs an instruction, and the result
+    /// equals the reference.
+    #[test]
+    fn a_dropout_mask_is_neither_rounded_nor_copied() {
+        let g = op(
+            "dropout",
+            &[TensorType::new(DType::F32, &[5, 300])],
+            Attrs::new()
+                .with("p", Attr::Float(0.25))
+                .with("train", Attr::Bool(true))
+                .with("seed", Attr::Int(7)),
+        );
+        check(&g, 0.0);
+        let plan = crate::fusion::plan(&g);
+        let loops: Vec<LoopProgram> = compiled(&g, &plan)
+            .into_iter()
+            .filter_map(|p| match p {
+                Some(Program::Loop(l)) => Some(l),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(loops.len(), 1, "{plan:?}");
+        let insts = &loops[0].insts;
+        assert!(
+            insts.iter().any(|i| matches!(i, Inst::Compare { .. })),
+            "{insts:?}"
+        );
+        assert!(
+            !insts
+                .iter()
+                .any(|i| matches!(i, Inst::Move { .. } | Inst::Round { .. })),
+            "{insts:?}"
         );
     }
 

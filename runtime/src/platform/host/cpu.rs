@@ -28,7 +28,11 @@ pub fn avx512() -> bool {
 /// Runs `$body` (an expression) from a function compiled for AVX-512 when
 /// [`avx512`] says so, else as it is. Everything `$body` calls that is
 /// `#[inline(always)]` is compiled into that function, so its loops
-/// vectorize 16 f32 lanes wide. `$body` must not return early.
+/// vectorize 16 f32 lanes wide. `$body` must not return early. The
+/// closure holding `$body` is inlined into that function at the
+/// compiler's discretion: a large body (the loop engine's) may stay a
+/// closure of its own, compiled without AVX-512, so such code gets a
+/// `#[target_feature]` function of its own instead (`Pass::range_in_wide`).
 macro_rules! dispatch {
     ($body:expr) => {{
         #[cfg(target_arch = "x86_64")]

@@ -632,6 +632,10 @@ struct Registers {
     regs: Vec<f32>,
     /// Registers a load points straight at source memory (see `exec`).
     views: smallvec::SmallVec<[Option<*const f32>; 16]>,
+    /// Registers that hold one value at every position, as that value:
+    /// a binary op or comparison reads it as a scalar, anything else
+    /// fills the register first (`materialize`).
+    splats: smallvec::SmallVec<[Option<f32>; 16]>,
     acc: Few<f64>,
 }
 
@@ -652,6 +656,7 @@ impl Registers {
         Registers {
             regs,
             views: smallvec::smallvec![None; p.registers.max(1)],
+            splats: smallvec::smallvec![None; p.registers.max(1)],
             acc: smallvec::smallvec![0.0; p.epilogues.len()],
         }
     }
@@ -684,7 +689,23 @@ impl Pass<'_> {
     /// (`cpu::dispatch`): the instructions' loops are the engine's
     /// arithmetic.
     fn range_in(&self, f0: u64, f1: u64, shift: i64, r: &mut Registers) -> Result<()> {
-        super::cpu::dispatch!(self.range_in_any(f0, f1, shift, r))
+        #[cfg(target_arch = "x86_64")]
+        if super::cpu::avx512() {
+            // SAFETY: the CPU has the features `range_in_wide` is compiled
+            // for (checked at run time by `avx512`).
+            return unsafe { self.range_in_wide(f0, f1, shift, r) };
+        }
+        self.range_in_any(f0, f1, shift, r)
+    }
+
+    /// `range_in_any` compiled for AVX-512, as `cpu::dispatch` does, but a
+    /// function of its own rather than a closure: the engine outgrew what
+    /// the compiler would inline into `dispatch`'s wrapper, and the
+    /// closure then ran without AVX-512.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl")]
+    fn range_in_wide(&self, f0: u64, f1: u64, shift: i64, r: &mut Registers) -> Result<()> {
+        self.range_in_any(f0, f1, shift, r)
     }
 
     #[inline(always)]
@@ -695,7 +716,12 @@ impl Pass<'_> {
         let p = self.program;
         let rank = p.shape.len();
         let last = self.last;
-        let Registers { regs, views, acc } = r;
+        let Registers {
+            regs,
+            views,
+            splats,
+            acc,
+        } = r;
         for (a, e) in acc.iter_mut().zip(&p.epilogues) {
             *a = identity(e.op);
         }
@@ -745,6 +771,8 @@ impl Pass<'_> {
                         self.src[src].read(self.offsets[src] as usize, 0, out)
                     }
                 }
+                // Filled, and read as a scalar where an op can.
+                splats[dst] = Some(out[0]);
             }
         }
         while flat < f1 {
@@ -802,9 +830,10 @@ impl Pass<'_> {
                     local_sinks: self.local_sinks,
                     shift,
                 };
-                p.exec(inst, regs, views, &at)?;
+                p.exec(inst, regs, views, splats, &at)?;
             }
             for (k, e) in p.epilogues.iter().enumerate() {
+                materialize(regs, splats, e.reg);
                 let r = register(regs, views, e.reg, len);
                 // The chunk may span several reduction rows (short rows).
                 let mut off = 0usize;
@@ -872,6 +901,22 @@ fn register<'a>(
         Some(p) => unsafe { std::slice::from_raw_parts(p, len) },
         None => &regs[reg * CHUNK..reg * CHUNK + len],
     }
+}
+
+/// Fills register `reg` with its value if it is held as a splat.
+#[inline(always)]
+fn materialize(regs: &mut [f32], splats: &mut [Option<f32>], reg: usize) {
+    if let Some(v) = splats[reg].take() {
+        regs[reg * CHUNK..(reg + 1) * CHUNK].fill(v);
+    }
+}
+
+/// A binary op's or comparison's operand: a register's values, or one
+/// value for every position.
+#[derive(Clone, Copy)]
+enum Arg<'a> {
+    Vals(&'a [f32]),
+    Splat(f32),
 }
 
 /// A source's strides over a loop of `shape` when its value is a view
@@ -1607,6 +1652,7 @@ impl LoopProgram {
         inst: &Inst,
         regs: &mut [f32],
         views: &mut [Option<*const f32>],
+        splats: &mut [Option<f32>],
         at: &ChunkAt<'_>,
     ) -> Result<()> {
         let ChunkAt {
@@ -1624,9 +1670,30 @@ impl LoopProgram {
         // Split the register file so a destination and its operands can be
         // borrowed at once (an operand's register is never the
         // destination's: see `allocate`).
+        // Operands held as splats are filled first, except for the ops
+        // that read them as scalars.
+        let scalar_operands = matches!(inst, Inst::Binary { .. } | Inst::Compare { .. });
+        if !scalar_operands {
+            match *inst {
+                Inst::Unary { a, .. } | Inst::Move { a, .. } => materialize(regs, splats, a),
+                Inst::Select { p, a, b, .. } => {
+                    for r in [p, a, b] {
+                        materialize(regs, splats, r);
+                    }
+                }
+                Inst::Clamp { lo, x, hi, .. } => {
+                    for r in [lo, x, hi] {
+                        materialize(regs, splats, r);
+                    }
+                }
+                Inst::Store { reg, .. } | Inst::Round { reg, .. } => materialize(regs, splats, reg),
+                _ => {}
+            }
+        }
         macro_rules! split {
             ($dst:expr) => {{
                 views[$dst] = None;
+                splats[$dst] = None;
                 let (lo, rest) = regs.split_at_mut($dst * CHUNK);
                 let (mid, hi) = rest.split_at_mut(CHUNK);
                 (
@@ -1644,6 +1711,7 @@ impl LoopProgram {
         match *inst {
             Inst::Load { dst, src: s } => {
                 views[dst] = None;
+                splats[dst] = None;
                 let out = &mut regs[dst * CHUNK..dst * CHUNK + len];
                 match &self.sources[s] {
                     Source::Splat(v) => out.fill(*v),
@@ -1662,6 +1730,14 @@ impl LoopProgram {
                                 .all(|(i, r)| base(i) == first + r.off);
                         match one_run.then(|| src[s].direct(first, len)).flatten() {
                             Some(p) => views[dst] = Some(p),
+                            // One value broadcast along the chunk's one
+                            // row (a row's mean in a layer_norm): a splat,
+                            // not a fill.
+                            None if step == 0 && rows.len() == 1 => {
+                                let mut v = [0f32];
+                                src[s].read(base(0), 0, &mut v);
+                                splats[dst] = Some(v[0]);
+                            }
                             None => {
                                 for (i, r) in rows.iter().enumerate() {
                                     let piece = &mut out[r.off..r.off + r.len];
@@ -1681,12 +1757,18 @@ impl LoopProgram {
                 out.copy_from_slice(ops.get(a));
             }
             Inst::Binary { op, dst, a, b } => {
+                let (sa, sb) = (splats[a], splats[b]);
                 let (ops, out) = split!(dst);
-                binary(op, out, ops.get(a), ops.get(b));
+                let x = sa.map_or_else(|| Arg::Vals(ops.get(a)), Arg::Splat);
+                let y = sb.map_or_else(|| Arg::Vals(ops.get(b)), Arg::Splat);
+                binary(op, out, x, y);
             }
             Inst::Compare { op, dst, a, b } => {
+                let (sa, sb) = (splats[a], splats[b]);
                 let (ops, out) = split!(dst);
-                compare(op, out, ops.get(a), ops.get(b));
+                let x = sa.map_or_else(|| Arg::Vals(ops.get(a)), Arg::Splat);
+                let y = sb.map_or_else(|| Arg::Vals(ops.get(b)), Arg::Splat);
+                compare(op, out, x, y);
             }
             Inst::Select { dst, p, a, b } => {
                 let (ops, out) = split!(dst);
@@ -1729,6 +1811,7 @@ impl LoopProgram {
                 };
                 let (seed, offset) = (get(seed)?, get(offset)?);
                 views[dst] = None;
+                splats[dst] = None;
                 let out = &mut regs[dst * CHUNK..dst * CHUNK + len];
                 kernels::rng::uniform_f32_run(seed, offset, flat0, out);
                 // Half precision: round once, staying below one (as `rng`).
@@ -2277,12 +2360,10 @@ fn accumulate(op: ReduceOp, acc: f64, xs: &[f32]) -> f64 {
 /// outside the element loop, so each arm vectorizes (matched per element,
 /// it was a jump table per element: a tenth of the dropout block's time).
 #[inline(always)]
-fn compare(op: CompareOp, out: &mut [f32], x: &[f32], y: &[f32]) {
+fn compare(op: CompareOp, out: &mut [f32], x: Arg<'_>, y: Arg<'_>) {
     macro_rules! cmp {
         ($f:expr) => {
-            for ((o, &a), &b) in out.iter_mut().zip(x).zip(y) {
-                *o = if $f(a, b) { 1.0 } else { 0.0 };
-            }
+            binary_loop(out, x, y, |a: f32, b: f32| if $f(a, b) { 1.0 } else { 0.0 })
         };
     }
     match op {
@@ -2333,13 +2414,34 @@ fn unary(op: UnaryOp, out: &mut [f32], x: &[f32]) {
     }
 }
 
+/// `out[j] = f(x[j], y[j])`, a splat operand read as its one value.
 #[inline(always)]
-fn binary(op: BinaryOp, out: &mut [f32], x: &[f32], y: &[f32]) {
+fn binary_loop(out: &mut [f32], x: Arg<'_>, y: Arg<'_>, f: impl Fn(f32, f32) -> f32) {
+    match (x, y) {
+        (Arg::Vals(x), Arg::Vals(y)) => {
+            for ((o, &a), &b) in out.iter_mut().zip(x).zip(y) {
+                *o = f(a, b);
+            }
+        }
+        (Arg::Vals(x), Arg::Splat(b)) => {
+            for (o, &a) in out.iter_mut().zip(x) {
+                *o = f(a, b);
+            }
+        }
+        (Arg::Splat(a), Arg::Vals(y)) => {
+            for (o, &b) in out.iter_mut().zip(y) {
+                *o = f(a, b);
+            }
+        }
+        (Arg::Splat(a), Arg::Splat(b)) => out.fill(f(a, b)),
+    }
+}
+
+#[inline(always)]
+fn binary(op: BinaryOp, out: &mut [f32], x: Arg<'_>, y: Arg<'_>) {
     macro_rules! zip {
         ($f:expr) => {
-            for ((o, &a), &b) in out.iter_mut().zip(x).zip(y) {
-                *o = $f(a, b);
-            }
+            binary_loop(out, x, y, $f)
         };
     }
     match op {
@@ -2670,7 +2772,7 @@ mod tests {
         let y: Vec<f32> = (0..53).map(|i| special[(i / 7) % special.len()]).collect();
         for (op, f) in crate::platform::host::kernels::IEEE_COMPARES {
             let mut out = vec![7.0f32; x.len()];
-            compare(op, &mut out, &x, &y);
+            compare(op, &mut out, Arg::Vals(&x), Arg::Vals(&y));
             for j in 0..x.len() {
                 let want = if f(x[j] as f64, y[j] as f64) {
                     1.0
@@ -3085,6 +3187,60 @@ mod tests {
             ),
             0.0,
         );
+    }
+
+    /// A row's value broadcast along rows longer than a chunk (a row's
+    /// mean in a layer_norm) and constants are held as splats: binary ops
+    /// and comparisons read them as scalars (on either side, or both),
+    /// every other reader gets them filled, and all equal the reference.
+    #[test]
+    fn splat_operands_in_every_position_equal_the_reference() {
+        use crate::ir::{CompareOp, GraphBuilder};
+        let mut g = GraphBuilder::new();
+        let dims = [3u64, 1500];
+        let x = g.param(TensorType::new(DType::F32, &dims));
+        let sum = g
+            .op(
+                Prim::Reduce {
+                    op: ReduceOp::Sum,
+                    dimensions: vec![1],
+                },
+                &[x],
+            )
+            .unwrap();
+        let col = g.op(Prim::Reshape { dims: vec![3, 1] }, &[sum]).unwrap();
+        let m = g
+            .op(
+                Prim::BroadcastInDim {
+                    dims: dims.to_vec(),
+                    mapping: vec![0, 1],
+                },
+                &[col],
+            )
+            .unwrap();
+        let c = g.scalar(DType::F32, 0.25).unwrap();
+        let c = g
+            .op(
+                Prim::BroadcastInDim {
+                    dims: dims.to_vec(),
+                    mapping: vec![],
+                },
+                &[c],
+            )
+            .unwrap();
+        let left = g.binary(BinaryOp::Sub, m, x).unwrap();
+        let right = g.binary(BinaryOp::Div, x, m).unwrap();
+        let both = g.binary(BinaryOp::Mul, m, c).unwrap();
+        let unary = g.unary(UnaryOp::Tanh, m).unwrap();
+        let lt = g.op(Prim::Compare(CompareOp::Lt), &[x, m]).unwrap();
+        let gt = g.op(Prim::Compare(CompareOp::Gt), &[c, x]).unwrap();
+        let picked = g.op(Prim::Select, &[lt, m, x]).unwrap();
+        let clamped = g.op(Prim::Clamp, &[c, x, m]).unwrap();
+        let mask = g.op(Prim::Convert { to: DType::F32 }, &[gt]).unwrap();
+        let graph = g
+            .build(&[left, right, both, unary, picked, clamped, mask, m])
+            .unwrap();
+        check(&graph, 1e-6);
     }
 
     /// A dropout's mask is a comparison (already 0 or 1) converted to f32

@@ -61,56 +61,44 @@ pub fn exp_f32(x: f32) -> f32 {
     }
 }
 
-/// erf for f32. |x| < 1: the Taylor series of erf to x^23 (terms fall
-/// below 1e-9 there). |x| >= 1: 1 - erfc(|x|) with erfc from the Chebyshev
-/// fit of Numerical Recipes (fractional error below 1.2e-7), whose error
-/// shrinks with erfc itself, so erf is within a few ulps everywhere.
+/// erf for f32, one path for every element: erf(a)/a for a = |x| as a
+/// ratio of two degree-5 polynomials in a² (our own fit on [0, 3.92],
+/// relative error 1.9e-8; erf rounds to ±1 beyond), evaluated in f64,
+/// each rounded to f32 for the division: within 3.2 ulps. In f32 the
+/// polynomials' rounding reached 5 ulps. (The form before computed a
+/// Taylor series and an erfc fit with an exp for every element and kept
+/// one: a quarter of a fused GELU-dropout block's time.)
 #[inline(always)]
 pub fn erf_f32(x: f32) -> f32 {
-    let a = x.abs();
-    // Small: x * sum c_n x^(2n), c_n = 2/sqrt(pi) * (-1)^n / (n! (2n+1)).
-    let z = x * x;
-    const C: [f32; 12] = [
-        std::f32::consts::FRAC_2_SQRT_PI,
-        -0.376_126_4,
-        0.112_837_92,
-        -0.026_866_172,
-        0.005_223_977_6,
-        -0.000_854_832_3,
-        0.000_120_571_28,
-        -1.492_565_7e-5,
-        1.646_386_3e-6,
-        -1.636_584_4e-7,
-        1.480_719_3e-8,
-        -1.229_055_5e-9,
+    const P: [f64; 6] = [
+        1.128_379_146_251_372_6,
+        0.190_394_842_077_096_28,
+        0.052_746_850_010_015_99,
+        0.003_765_038_982_611_624,
+        0.000_284_856_546_310_292_14,
+        2.049_999_533_682_012e-6,
     ];
-    let mut s = C[11];
-    for c in C[..11].iter().rev() {
-        s = s.mul_add(z, *c);
+    const Q: [f64; 6] = [
+        1.0,
+        0.502_065_779_157_522_6,
+        0.114_104_006_598_776_62,
+        0.014_968_052_966_862_485,
+        0.001_162_371_642_738_344,
+        3.808_944_028_699_94e-5,
+    ];
+    let a = x.abs().min(3.92);
+    let t = (a as f64) * (a as f64);
+    let mut p = P[5];
+    let mut q = Q[5];
+    for k in (0..5).rev() {
+        p = p.mul_add(t, P[k]);
+        q = q.mul_add(t, Q[k]);
     }
-    let small = x * s;
-    // Large: erfc(a) = t exp(-a^2 + P(t)), t = 1 / (1 + a/2).
-    let t = 1.0 / 0.5f32.mul_add(a, 1.0);
-    let mut poly: f32 = 0.170_872_77;
-    for c in [
-        -0.822_152_2,
-        1.488_515_9,
-        -1.135_204,
-        0.278_868_07,
-        -0.186_288_06,
-        0.096_784_18,
-        0.374_091_96,
-        1.000_023_7,
-        -1.265_512_2,
-    ] {
-        poly = poly.mul_add(t, c);
-    }
-    let erfc = t * exp_f32((-a).mul_add(a, poly));
-    let large = (1.0 - erfc).copysign(x);
-    if a < 1.0 {
-        small
+    let r = ((p as f32) / (q as f32) * a).min(1.0).copysign(x);
+    if x.is_nan() {
+        x
     } else {
-        large
+        r
     }
 }
 

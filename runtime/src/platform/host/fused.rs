@@ -3189,6 +3189,15 @@ mod tests {
         );
     }
 
+    /// The sum of each row of a rank-2 value.
+    fn sum_rows(g: &mut crate::ir::GraphBuilder, x: crate::ir::ValueId) -> crate::ir::ValueId {
+        let sum = Prim::Reduce {
+            op: ReduceOp::Sum,
+            dimensions: vec![1],
+        };
+        g.op(sum, &[x]).unwrap()
+    }
+
     /// A row's value broadcast along rows longer than a chunk (a row's
     /// mean in a layer_norm) and constants are held as splats: binary ops
     /// and comparisons read them as scalars (on either side, or both),
@@ -3199,15 +3208,7 @@ mod tests {
         let mut g = GraphBuilder::new();
         let dims = [3u64, 1500];
         let x = g.param(TensorType::new(DType::F32, &dims));
-        let sum = g
-            .op(
-                Prim::Reduce {
-                    op: ReduceOp::Sum,
-                    dimensions: vec![1],
-                },
-                &[x],
-            )
-            .unwrap();
+        let sum = sum_rows(&mut g, x);
         let col = g.op(Prim::Reshape { dims: vec![3, 1] }, &[sum]).unwrap();
         let m = g
             .op(
@@ -3492,15 +3493,7 @@ mod tests {
         let (rows, cols) = (2u64, 3u64);
         let mut g = GraphBuilder::new();
         let x = g.param(TensorType::new(DType::F32, &[rows, cols]));
-        let r = g
-            .op(
-                Prim::Reduce {
-                    op: ReduceOp::Sum,
-                    dimensions: vec![1],
-                },
-                &[x],
-            )
-            .unwrap();
+        let r = sum_rows(&mut g, x);
         let r2 = g
             .op(
                 Prim::Reshape {

@@ -227,7 +227,6 @@ fn gemm_split<T: GemmFloat>(
     dst: &mut [T],
     threads: usize,
 ) {
-    use rayon::prelude::*;
     let (m, n) = (lm.rows, rm.cols);
     debug_assert_eq!(dst.len(), m * n);
     // Blocks of whole micro-tiles (a multiple of 16 rows or columns).
@@ -236,12 +235,22 @@ fn gemm_split<T: GemmFloat>(
     let blocks = along.div_ceil(per);
     let out = SharedDst(dst.as_mut_ptr());
     let out = &out;
-    (0..blocks).into_par_iter().for_each(|b| {
+    let block = |b: usize| {
         let cut = b * per..((b + 1) * per).min(along);
         let (rows, cols) = if m >= n { (cut, 0..n) } else { (0..m, cut) };
         // SAFETY: `dst` holds m × n elements (asserted by the caller) and
         // is borrowed uniquely for this call; the blocks are disjoint.
         unsafe { gemm_block(lhs, lm, rhs, rm, batch, out.0, (rows, cols)) }
+    };
+    // The calling thread (a stream's executor) computes the first block
+    // and the pool the others: handing every block to the pool left the
+    // caller asleep until the last one finished, one more thread to wake
+    // on each side of a product.
+    rayon::in_place_scope(|s| {
+        for b in 1..blocks {
+            s.spawn(move |_| block(b));
+        }
+        block(0);
     });
 }
 

@@ -2308,31 +2308,50 @@ fn extreme(xs: &[f32], init: f32, better: impl Fn(f32, f32) -> bool) -> (f32, bo
     (m, nan)
 }
 
+/// The sum of `xs` in f64: thirty-two f64 lanes (four independent vector
+/// adds in flight with AVX-512, eight with AVX2, so the adds' latency does
+/// not bound the loop), then combined pairwise. A function of its own,
+/// compiled for AVX-512 too (`cpu::dispatch`): inlined into the loop
+/// engine's large body, the compiler left it scalar or two lanes wide.
+#[inline(never)]
+fn sum_in_f64(xs: &[f32]) -> f64 {
+    #[inline(always)]
+    fn lanes_sum(xs: &[f32]) -> f64 {
+        let mut lanes = [0f64; SUM_LANES];
+        let mut chunks = xs.chunks_exact(SUM_LANES);
+        for c in &mut chunks {
+            for k in 0..SUM_LANES {
+                lanes[k] += c[k] as f64;
+            }
+        }
+        let tail: f64 = chunks.remainder().iter().map(|&v| v as f64).sum();
+        combine_lanes(&lanes) + tail
+    }
+    super::cpu::dispatch!(lanes_sum(xs))
+}
+
+const SUM_LANES: usize = 32;
+
+/// The pairwise sum of `sum_in_f64`'s lanes. Not inlined: next to the
+/// lanes' loop, the combining loop led the compiler to vectorize that
+/// loop two lanes wide (xmm) instead of eight (zmm) or four (ymm).
+#[inline(never)]
+fn combine_lanes(lanes: &[f64; SUM_LANES]) -> f64 {
+    let mut lanes = *lanes;
+    let mut width = SUM_LANES;
+    while width > 1 {
+        width /= 2;
+        for k in 0..width {
+            lanes[k] += lanes[k + width];
+        }
+    }
+    lanes[0]
+}
+
 #[inline(always)]
 fn accumulate(op: ReduceOp, acc: f64, xs: &[f32]) -> f64 {
     match op {
-        ReduceOp::Sum => {
-            // Sixteen f64 lanes (four independent vector adds in flight, so
-            // the adds' latency does not bound the loop), then combined:
-            // vectorizes and stays accurate.
-            const LANES: usize = 16;
-            let mut lanes = [0f64; LANES];
-            let mut chunks = xs.chunks_exact(LANES);
-            for c in &mut chunks {
-                for k in 0..LANES {
-                    lanes[k] += c[k] as f64;
-                }
-            }
-            let tail: f64 = chunks.remainder().iter().map(|&v| v as f64).sum();
-            let mut width = LANES;
-            while width > 1 {
-                width /= 2;
-                for k in 0..width {
-                    lanes[k] += lanes[k + width];
-                }
-            }
-            acc + lanes[0] + tail
-        }
+        ReduceOp::Sum => acc + sum_in_f64(xs),
         ReduceOp::Prod => xs.iter().fold(acc, |a, &v| a * v as f64),
         // Max and min in sixteen f32 lanes (the compiler vectorizes the
         // selects; one running value would make each element wait for the
@@ -2753,6 +2772,25 @@ mod tests {
     use crate::ops::{self, Attr, Attrs};
     use crate::platform::host::kernels::eval_graph;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_sum_in_f64_counts_every_element_once() {
+        // Every length up to three lanes' loops and a tail, on values whose
+        // f64 sums are exact (eighths well below 2^52), so any order gives
+        // the same sum and a lost or doubled element shows.
+        let xs: Vec<f32> = (0..100)
+            .map(|i| ((i * 37) % 101) as f32 / 8.0 - 5.0)
+            .collect();
+        for n in 0..=xs.len() {
+            let want: f64 = xs[..n].iter().map(|&v| v as f64).sum();
+            assert_eq!(sum_in_f64(&xs[..n]), want, "{n} elements");
+            assert_eq!(
+                accumulate(ReduceOp::Sum, 0.5, &xs[..n]),
+                want + 0.5,
+                "{n} elements"
+            );
+        }
+    }
 
     /// Each compare gives 1.0 exactly where IEEE comparison holds (NaN
     /// compares unequal to everything, -0 equals +0), over a chunk longer

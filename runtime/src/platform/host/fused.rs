@@ -67,6 +67,17 @@ enum Inst {
         a: usize,
         b: usize,
     },
+    /// `second(first(a, b), c)`: two adds, subtracts or multiplies in one
+    /// pass over the chunk, where `first`'s result is read by `second`
+    /// alone (`chain_binaries`). Each op rounds to f32 as on its own.
+    Chain {
+        first: BinaryOp,
+        second: BinaryOp,
+        dst: usize,
+        a: usize,
+        b: usize,
+        c: usize,
+    },
     Compare {
         op: CompareOp,
         dst: usize,
@@ -113,6 +124,7 @@ impl Inst {
             | Inst::Move { dst, .. }
             | Inst::Unary { dst, .. }
             | Inst::Binary { dst, .. }
+            | Inst::Chain { dst, .. }
             | Inst::Compare { dst, .. }
             | Inst::Select { dst, .. }
             | Inst::Clamp { dst, .. }
@@ -127,6 +139,7 @@ impl Inst {
             Inst::Load { .. } | Inst::Uniform { .. } => vec![],
             Inst::Move { a, .. } | Inst::Unary { a, .. } => vec![a],
             Inst::Binary { a, b, .. } | Inst::Compare { a, b, .. } => vec![a, b],
+            Inst::Chain { a, b, c, .. } => vec![a, b, c],
             Inst::Select { p, a, b, .. } => vec![p, a, b],
             Inst::Clamp { lo, x, hi, .. } => vec![lo, x, hi],
             Inst::Round { reg, .. } | Inst::Store { reg, .. } => vec![reg],
@@ -146,6 +159,9 @@ impl Inst {
             }
             Inst::Select { dst, p, a, b } => {
                 (*dst, *p, *a, *b) = (f(*dst), f(*p), f(*a), f(*b));
+            }
+            Inst::Chain { dst, a, b, c, .. } => {
+                (*dst, *a, *b, *c) = (f(*dst), f(*a), f(*b), f(*c));
             }
             Inst::Clamp { dst, lo, x, hi } => {
                 (*dst, *lo, *x, *hi) = (f(*dst), f(*lo), f(*x), f(*hi));
@@ -206,6 +222,95 @@ fn depth_first(graph: &Graph, kernel: &Kernel, producer: &[Option<usize>]) -> Ve
 /// the first `constants` instructions' registers are never reused. A
 /// destination never shares a register with its operands. Returns the
 /// instructions and the register count.
+/// Joins an add, subtract or multiply whose result is read only by the
+/// add, subtract or multiply right after it (loads aside: they move
+/// before the pair) into one `Inst::Chain`: one
+/// pass over the chunk instead of two, and no register written and read
+/// back between them. Runs on values (before `allocate`), so "read only
+/// by" counts every instruction, stored value and reduction. The result
+/// may be the second op's either operand when that op is an add or a
+/// multiply (the same f32 result either way round).
+fn chain_binaries(
+    insts: Vec<Inst>,
+    stores: &[(usize, ValueId, DType)],
+    epilogues: &[Epilogue],
+) -> Vec<Inst> {
+    let chainable = |op: BinaryOp| matches!(op, BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul);
+    let mut reads: FxHashMap<usize, usize> = FxHashMap::default();
+    for u in insts.iter().flat_map(Inst::uses) {
+        *reads.entry(u).or_default() += 1;
+    }
+    for r in stores
+        .iter()
+        .map(|s| s.0)
+        .chain(epilogues.iter().map(|e| e.reg))
+    {
+        *reads.entry(r).or_default() += 2;
+    }
+    // An op that may start a chain: (op, result, operands).
+    let starts = |i: &Inst| match *i {
+        Inst::Binary { op, dst, a, b } if chainable(op) && reads.get(&dst) == Some(&1) => {
+            Some((op, dst, a, b))
+        }
+        _ => None,
+    };
+    let mut out = Vec::with_capacity(insts.len());
+    let mut held: Option<(BinaryOp, usize, usize, usize)> = None;
+    for inst in insts {
+        let Some((first, t, a, b)) = held else {
+            held = starts(&inst);
+            if held.is_none() {
+                out.push(inst);
+            }
+            continue;
+        };
+        // Loads between the two go first (values: nothing is overwritten).
+        if matches!(inst, Inst::Load { .. }) {
+            out.push(inst);
+            continue;
+        }
+        held = None;
+        match inst {
+            Inst::Binary {
+                op: second,
+                dst,
+                a: x,
+                b: y,
+            } if chainable(second)
+                && ((x == t && y != t)
+                    || (y == t && x != t && matches!(second, BinaryOp::Add | BinaryOp::Mul))) =>
+            {
+                let c = if x == t { y } else { x };
+                out.push(Inst::Chain {
+                    first,
+                    second,
+                    dst,
+                    a,
+                    b,
+                    c,
+                });
+            }
+            _ => {
+                out.push(Inst::Binary {
+                    op: first,
+                    dst: t,
+                    a,
+                    b,
+                });
+                // This one may start a chain of its own.
+                held = starts(&inst);
+                if held.is_none() {
+                    out.push(inst);
+                }
+            }
+        }
+    }
+    if let Some((op, dst, a, b)) = held {
+        out.push(Inst::Binary { op, dst, a, b });
+    }
+    out
+}
+
 fn allocate(
     insts: Vec<Inst>,
     values: usize,
@@ -1282,6 +1387,7 @@ impl LoopProgram {
         let (mut ordered, rest): (Vec<Inst>, Vec<Inst>) = insts.into_iter().partition(constant);
         let constants = ordered.len();
         ordered.extend(rest);
+        let ordered = chain_binaries(ordered, &stores, &epilogues);
         let (insts, registers) =
             allocate(ordered, registers, constants, &mut stores, &mut epilogues)?;
         Ok(LoopProgram {
@@ -1672,7 +1778,10 @@ impl LoopProgram {
         // destination's: see `allocate`).
         // Operands held as splats are filled first, except for the ops
         // that read them as scalars.
-        let scalar_operands = matches!(inst, Inst::Binary { .. } | Inst::Compare { .. });
+        let scalar_operands = matches!(
+            inst,
+            Inst::Binary { .. } | Inst::Chain { .. } | Inst::Compare { .. }
+        );
         if !scalar_operands {
             match *inst {
                 Inst::Unary { a, .. } | Inst::Move { a, .. } => materialize(regs, splats, a),
@@ -1762,6 +1871,21 @@ impl LoopProgram {
                 let x = sa.map_or_else(|| Arg::Vals(ops.get(a)), Arg::Splat);
                 let y = sb.map_or_else(|| Arg::Vals(ops.get(b)), Arg::Splat);
                 binary(op, out, x, y);
+            }
+            Inst::Chain {
+                first,
+                second,
+                dst,
+                a,
+                b,
+                c,
+            } => {
+                let (sa, sb, sc) = (splats[a], splats[b], splats[c]);
+                let (ops, out) = split!(dst);
+                let x = sa.map_or_else(|| Arg::Vals(ops.get(a)), Arg::Splat);
+                let y = sb.map_or_else(|| Arg::Vals(ops.get(b)), Arg::Splat);
+                let z = sc.map_or_else(|| Arg::Vals(ops.get(c)), Arg::Splat);
+                chain(first, second, out, x, y, z);
             }
             Inst::Compare { op, dst, a, b } => {
                 let (sa, sb) = (splats[a], splats[b]);
@@ -2453,6 +2577,86 @@ fn binary_loop(out: &mut [f32], x: Arg<'_>, y: Arg<'_>, f: impl Fn(f32, f32) -> 
             }
         }
         (Arg::Splat(a), Arg::Splat(b)) => out.fill(f(a, b)),
+    }
+}
+
+/// `out[j] = f(x[j], y[j], z[j])`, splat operands read as their one value.
+#[inline(always)]
+fn ternary_loop(
+    out: &mut [f32],
+    x: Arg<'_>,
+    y: Arg<'_>,
+    z: Arg<'_>,
+    f: impl Fn(f32, f32, f32) -> f32,
+) {
+    use Arg::{Splat, Vals};
+    match (x, y, z) {
+        (Vals(x), Vals(y), Vals(z)) => {
+            for (((o, &a), &b), &c) in out.iter_mut().zip(x).zip(y).zip(z) {
+                *o = f(a, b, c);
+            }
+        }
+        (Vals(x), Vals(y), Splat(c)) => {
+            for ((o, &a), &b) in out.iter_mut().zip(x).zip(y) {
+                *o = f(a, b, c);
+            }
+        }
+        (Vals(x), Splat(b), Vals(z)) => {
+            for ((o, &a), &c) in out.iter_mut().zip(x).zip(z) {
+                *o = f(a, b, c);
+            }
+        }
+        (Splat(a), Vals(y), Vals(z)) => {
+            for ((o, &b), &c) in out.iter_mut().zip(y).zip(z) {
+                *o = f(a, b, c);
+            }
+        }
+        (Vals(x), Splat(b), Splat(c)) => {
+            for (o, &a) in out.iter_mut().zip(x) {
+                *o = f(a, b, c);
+            }
+        }
+        (Splat(a), Vals(y), Splat(c)) => {
+            for (o, &b) in out.iter_mut().zip(y) {
+                *o = f(a, b, c);
+            }
+        }
+        (Splat(a), Splat(b), Vals(z)) => {
+            for (o, &c) in out.iter_mut().zip(z) {
+                *o = f(a, b, c);
+            }
+        }
+        (Splat(a), Splat(b), Splat(c)) => out.fill(f(a, b, c)),
+    }
+}
+
+/// `Inst::Chain`: `second(first(x, y), z)`, each op rounding to f32.
+#[inline(always)]
+fn chain(first: BinaryOp, second: BinaryOp, out: &mut [f32], x: Arg<'_>, y: Arg<'_>, z: Arg<'_>) {
+    macro_rules! pair {
+        ($f:tt, $g:tt) => {
+            ternary_loop(out, x, y, z, |a: f32, b: f32, c: f32| (a $f b) $g c)
+        };
+    }
+    match (first, second) {
+        (BinaryOp::Add, BinaryOp::Add) => pair!(+, +),
+        (BinaryOp::Add, BinaryOp::Sub) => pair!(+, -),
+        (BinaryOp::Add, BinaryOp::Mul) => pair!(+, *),
+        (BinaryOp::Sub, BinaryOp::Add) => pair!(-, +),
+        (BinaryOp::Sub, BinaryOp::Sub) => pair!(-, -),
+        (BinaryOp::Sub, BinaryOp::Mul) => pair!(-, *),
+        (BinaryOp::Mul, BinaryOp::Add) => pair!(*, +),
+        (BinaryOp::Mul, BinaryOp::Sub) => pair!(*, -),
+        (BinaryOp::Mul, BinaryOp::Mul) => pair!(*, *),
+        // `chain_binaries` joins only the pairs above; any other pair
+        // still computes, one element at a time.
+        _ => ternary_loop(out, x, y, z, |a, b, c| {
+            let mut t = [0f32];
+            binary(first, &mut t, Arg::Splat(a), Arg::Splat(b));
+            let mut r = [0f32];
+            binary(second, &mut r, Arg::Splat(t[0]), Arg::Splat(c));
+            r[0]
+        }),
     }
 }
 
@@ -3280,6 +3484,63 @@ mod tests {
             .build(&[left, right, both, unary, picked, clamped, mask, m])
             .unwrap();
         check(&graph, 1e-6);
+    }
+
+    /// An add, subtract or multiply read only by the next one runs with it
+    /// as one `Chain`, with splat operands in each position, and the
+    /// results equal node-by-node evaluation exactly. A result that is also
+    /// stored, read twice, or the subtrahend of a subtraction is not
+    /// joined.
+    #[test]
+    fn binaries_read_once_run_as_one_chain() {
+        use crate::ir::GraphBuilder;
+        let mut g = GraphBuilder::new();
+        let dims = [4u64, 700];
+        let t = TensorType::new(DType::F32, &dims);
+        let (x, y, z) = (g.param(t.clone()), g.param(t.clone()), g.param(t));
+        let c = g.scalar(DType::F32, 0.75).unwrap();
+        let c = g
+            .op(
+                Prim::BroadcastInDim {
+                    dims: dims.to_vec(),
+                    mapping: vec![],
+                },
+                &[c],
+            )
+            .unwrap();
+        let bin = |g: &mut GraphBuilder, op, a, b| g.binary(op, a, b).unwrap();
+        // Joined: (x + y) * z; z * (x - c), the result second; (c * x) - y;
+        // (x * y) + c.
+        let t1 = bin(&mut g, BinaryOp::Add, x, y);
+        let j1 = bin(&mut g, BinaryOp::Mul, t1, z);
+        let t2 = bin(&mut g, BinaryOp::Sub, x, c);
+        let j2 = bin(&mut g, BinaryOp::Mul, z, t2);
+        let t3 = bin(&mut g, BinaryOp::Mul, c, x);
+        let j3 = bin(&mut g, BinaryOp::Sub, t3, y);
+        let t4 = bin(&mut g, BinaryOp::Mul, x, y);
+        let j4 = bin(&mut g, BinaryOp::Add, t4, c);
+        // Not joined: z - (x * y); (x + z) also stored; (y - z) read twice.
+        let t5 = bin(&mut g, BinaryOp::Mul, x, y);
+        let n5 = bin(&mut g, BinaryOp::Sub, z, t5);
+        let t6 = bin(&mut g, BinaryOp::Add, x, z);
+        let n6 = bin(&mut g, BinaryOp::Mul, t6, y);
+        let t7 = bin(&mut g, BinaryOp::Sub, y, z);
+        let n7 = bin(&mut g, BinaryOp::Mul, t7, t7);
+        let graph = g.build(&[j1, j2, j3, j4, n5, t6, n6, n7]).unwrap();
+        check(&graph, 0.0);
+        let plan = crate::fusion::plan(&graph);
+        let insts: Vec<Inst> = compiled(&graph, &plan)
+            .into_iter()
+            .flat_map(|p| match p {
+                Some(Program::Loop(l)) => l.insts,
+                _ => vec![],
+            })
+            .collect();
+        let chains = insts
+            .iter()
+            .filter(|i| matches!(i, Inst::Chain { .. }))
+            .count();
+        assert_eq!(chains, 4, "{insts:?}");
     }
 
     /// A dropout's mask is a comparison (already 0 or 1) converted to f32

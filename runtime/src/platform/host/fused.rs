@@ -3432,6 +3432,16 @@ mod tests {
     }
 
     /// The sum of each row of a rank-2 value.
+    /// An f32 constant `v` broadcast to `dims`.
+    fn filled(g: &mut crate::ir::GraphBuilder, dims: &[u64], v: f64) -> crate::ir::ValueId {
+        let c = g.scalar(DType::F32, v).unwrap();
+        let to = Prim::BroadcastInDim {
+            dims: dims.to_vec(),
+            mapping: vec![],
+        };
+        g.op(to, &[c]).unwrap()
+    }
+
     fn sum_rows(g: &mut crate::ir::GraphBuilder, x: crate::ir::ValueId) -> crate::ir::ValueId {
         let sum = Prim::Reduce {
             op: ReduceOp::Sum,
@@ -3461,16 +3471,7 @@ mod tests {
                 &[col],
             )
             .unwrap();
-        let c = g.scalar(DType::F32, 0.25).unwrap();
-        let c = g
-            .op(
-                Prim::BroadcastInDim {
-                    dims: dims.to_vec(),
-                    mapping: vec![],
-                },
-                &[c],
-            )
-            .unwrap();
+        let c = filled(&mut g, &dims, 0.25);
         let left = g.binary(BinaryOp::Sub, m, x).unwrap();
         let right = g.binary(BinaryOp::Div, x, m).unwrap();
         let both = g.binary(BinaryOp::Mul, m, c).unwrap();
@@ -3498,16 +3499,7 @@ mod tests {
         let dims = [4u64, 700];
         let t = TensorType::new(DType::F32, &dims);
         let (x, y, z) = (g.param(t.clone()), g.param(t.clone()), g.param(t));
-        let c = g.scalar(DType::F32, 0.75).unwrap();
-        let c = g
-            .op(
-                Prim::BroadcastInDim {
-                    dims: dims.to_vec(),
-                    mapping: vec![],
-                },
-                &[c],
-            )
-            .unwrap();
+        let c = filled(&mut g, &dims, 0.75);
         let bin = |g: &mut GraphBuilder, op, a, b| g.binary(op, a, b).unwrap();
         // Joined: (x + y) * z; z * (x - c), the result second; (c * x) - y;
         // (x * y) + c.

@@ -713,7 +713,9 @@ fn mm_probe(_: &mut Vec<Row>) {
     }
 }
 
-/// Profiling aid: the deferred block alone, repeatedly (no peer, no output).
+/// Profiling aid: the deferred block alone, repeatedly (no peer, no
+/// output; `TPURT_PROFILE_STEPS` steps, 20 unless set; in strict mode
+/// when `TPURT_PROFILE_MODE` is `strict`).
 fn defer_only(_: &mut Vec<Row>) {
     let r = rt_memory_cache();
     let s = r.default_stream(0).unwrap();
@@ -728,13 +730,21 @@ fn defer_only(_: &mut Vec<Row>) {
     };
     let q = upload(&r, &s, &[8, 8, 256, 64], 3);
     let att = || block_b(&r, &s, &q, &q, &q);
-    for _ in 0..20 {
+    let steps = std::env::var("TPURT_PROFILE_STEPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20);
+    let mode = match std::env::var("TPURT_PROFILE_MODE").as_deref() {
+        Ok("strict") => EagerMode::DeferNever,
+        _ => EagerMode::DeferAndFuse,
+    };
+    for _ in 0..steps {
         if which == "elementwise" {
-            timed_step(EagerMode::DeferAndFuse, &s, &e);
+            timed_step(mode, &s, &e);
         } else if which == "attention" {
-            timed_step(EagerMode::DeferAndFuse, &s, &att);
+            timed_step(mode, &s, &att);
         } else {
-            timed_step(EagerMode::DeferAndFuse, &s, &a);
+            timed_step(mode, &s, &a);
         }
     }
 }

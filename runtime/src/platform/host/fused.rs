@@ -311,6 +311,35 @@ fn chain_binaries(
     out
 }
 
+/// For each instruction, the sink it may write its result into instead
+/// of its register: a computing instruction (one writing through
+/// `split!` in `exec`) whose result a later `Store` writes out, with no
+/// load between them (a parameter a pass stores over is loaded before the
+/// store: see `LoopProgram::may_store_over`) and nothing rounding or
+/// redefining the register. Whether it does is decided per chunk (an f32
+/// sink, aligned); the `Store` then finds its register viewing the sink
+/// and copies nothing.
+fn writes_into(insts: &[Inst]) -> Vec<Option<usize>> {
+    let mut into = vec![None; insts.len()];
+    for (j, inst) in insts.iter().enumerate() {
+        let Inst::Store { reg, sink } = *inst else {
+            continue;
+        };
+        for i in (0..j).rev() {
+            match insts[i] {
+                Inst::Load { .. } | Inst::Uniform { .. } | Inst::Round { .. } => break,
+                Inst::Store { .. } => continue,
+                ref def if def.def() == Some(reg) => {
+                    into[i] = Some(sink);
+                    break;
+                }
+                _ => continue,
+            }
+        }
+    }
+    into
+}
+
 fn allocate(
     insts: Vec<Inst>,
     values: usize,
@@ -922,7 +951,7 @@ impl Pass<'_> {
             }
             debug_assert_eq!(row_bases.len(), rows.len() * sources);
             let flat0 = flat;
-            for inst in body {
+            for (inst, &into) in body.iter().zip(&p.into[p.constants..]) {
                 let at = ChunkAt {
                     len,
                     src: self.src,
@@ -935,7 +964,7 @@ impl Pass<'_> {
                     local_sinks: self.local_sinks,
                     shift,
                 };
-                p.exec(inst, regs, views, splats, &at)?;
+                p.exec(inst, into, regs, views, splats, &at)?;
             }
             for (k, e) in p.epilogues.iter().enumerate() {
                 materialize(regs, splats, e.reg);
@@ -1063,6 +1092,9 @@ pub struct LoopProgram {
     /// per range and their registers are never reused; the rest run per
     /// chunk.
     insts: Vec<Inst>,
+    /// For each instruction, the sink it writes its result into where it
+    /// can (`writes_into`): the `Store` of that result then copies nothing.
+    into: Vec<Option<usize>>,
     constants: usize,
     registers: usize,
     /// Stored loop values: (register, value, dtype).
@@ -1390,11 +1422,13 @@ impl LoopProgram {
         let ordered = chain_binaries(ordered, &stores, &epilogues);
         let (insts, registers) =
             allocate(ordered, registers, constants, &mut stores, &mut epilogues)?;
+        let into = writes_into(&insts);
         Ok(LoopProgram {
             shape: shape.clone(),
             reduce_len,
             sources,
             insts,
+            into,
             constants,
             registers,
             stores,
@@ -1756,6 +1790,7 @@ impl LoopProgram {
     fn exec(
         &self,
         inst: &Inst,
+        into: Option<usize>,
         regs: &mut [f32],
         views: &mut [Option<*const f32>],
         splats: &mut [Option<f32>],
@@ -1799,12 +1834,44 @@ impl LoopProgram {
                 _ => {}
             }
         }
+        // Where this chunk's values of the sink the result is stored into
+        // lie, when they are f32s the instruction may write in place of its
+        // register (`writes_into`).
+        let sink_at = |k: usize| {
+            let s = &sinks[k];
+            let at = if local_sinks.get(k).copied().unwrap_or(false) {
+                (flat0 as i64 - shift) as usize
+            } else {
+                flat0 as usize
+            };
+            (s, at)
+        };
+        let direct: Option<*mut f32> = into.and_then(|k| {
+            let (s, at) = sink_at(k);
+            let p = (s.ptr as *mut f32).wrapping_add(at);
+            (s.dtype == DType::F32
+                && at + len <= s.len
+                && p.align_offset(std::mem::align_of::<f32>()) == 0)
+                .then_some(p)
+        });
         macro_rules! split {
             ($dst:expr) => {{
                 views[$dst] = None;
                 splats[$dst] = None;
                 let (lo, rest) = regs.split_at_mut($dst * CHUNK);
                 let (mid, hi) = rest.split_at_mut(CHUNK);
+                let out: &mut [f32] = match direct {
+                    // SAFETY: [at, at + len) lies inside the sink's `len`
+                    // f32 elements (checked above), aligned, in memory
+                    // that outlives the pass; this thread alone writes
+                    // these positions (threads take disjoint ranges), and
+                    // no operand views them: a sink is a new host tensor,
+                    // a row block's slot of a value no source of this pass
+                    // is, or an output aliasing no input but those a pass
+                    // copies rather than views (`DeviceIo::overwritten`).
+                    Some(p) => unsafe { std::slice::from_raw_parts_mut(p, len) },
+                    None => &mut mid[..len],
+                };
                 (
                     Operands {
                         lo,
@@ -1813,7 +1880,7 @@ impl LoopProgram {
                         views: &*views,
                         len,
                     },
-                    &mut mid[..len],
+                    out,
                 )
             }};
         }
@@ -1962,13 +2029,14 @@ impl LoopProgram {
                 }
             }
             Inst::Store { reg, sink } => {
-                let s = &sinks[sink];
+                let (s, at) = sink_at(sink);
+                // Written there already (`direct`): nothing to copy.
+                if s.dtype == DType::F32
+                    && views[reg] == Some((s.ptr as *const f32).wrapping_add(at))
+                {
+                    return Ok(());
+                }
                 let vals = register(regs, views, reg, len);
-                let at = if local_sinks.get(sink).copied().unwrap_or(false) {
-                    (flat0 as i64 - shift) as usize
-                } else {
-                    flat0 as usize
-                };
                 store_device(s.ptr, s.len, s.dtype, at, vals);
             }
             Inst::Round { reg, dtype } => {
@@ -1987,6 +2055,10 @@ impl LoopProgram {
                     _ => {}
                 }
             }
+        }
+        // The result lies in the sink: later instructions read it there.
+        if let (Some(p), Some(dst)) = (direct, inst.def()) {
+            views[dst] = Some(p);
         }
         Ok(())
     }
@@ -3533,6 +3605,42 @@ mod tests {
             .filter(|i| matches!(i, Inst::Chain { .. }))
             .count();
         assert_eq!(chains, 4, "{insts:?}");
+    }
+
+    /// A stored result is computed straight into its sink (the `Store`
+    /// copies nothing), and what reads it after the store reads it there;
+    /// one rounded to bf16 first is not, and all equal the reference.
+    #[test]
+    fn stored_results_are_written_into_their_sinks() {
+        use crate::ir::GraphBuilder;
+        let mut g = GraphBuilder::new();
+        let dims = [3u64, 1500];
+        let t = TensorType::new(DType::F32, &dims);
+        let (x, y, z) = (g.param(t.clone()), g.param(t.clone()), g.param(t));
+        let bin = |g: &mut GraphBuilder, op, a, b| g.binary(op, a, b).unwrap();
+        // a stored, then read by b (also stored) and by the reduction.
+        let a = bin(&mut g, BinaryOp::Add, x, y);
+        let b = bin(&mut g, BinaryOp::Mul, a, z);
+        let e = g.unary(UnaryOp::Neg, b).unwrap();
+        let c = bin(&mut g, BinaryOp::Sub, e, a);
+        let h = g.op(Prim::Convert { to: DType::BF16 }, &[c]).unwrap();
+        let total = sum_rows(&mut g, a);
+        let graph = g.build(&[a, b, c, h, total]).unwrap();
+        check(&graph, 0.0);
+        let plan = crate::fusion::plan(&graph);
+        let loops: Vec<LoopProgram> = compiled(&graph, &plan)
+            .into_iter()
+            .filter_map(|p| match p {
+                Some(Program::Loop(l)) => Some(l),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(loops.len(), 1, "{plan:?}");
+        let l = &loops[0];
+        let written: Vec<ValueId> = l.into.iter().flatten().map(|&k| l.stores[k].1).collect();
+        // Every f32 result computed into its sink; the bf16 one rounded
+        // in its register and copied.
+        assert_eq!(written, vec![a, b, c], "{:?}", l.insts);
     }
 
     /// A dropout's mask is a comparison (already 0 or 1) converted to f32

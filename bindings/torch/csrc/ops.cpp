@@ -1592,6 +1592,146 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_scaled_dot_product_fused_attention_overrideable_backward", sdpa_bwd);
 }
 
+// --- fused optimizers ----------------------------------------------------------
+// torch.optim's fused=True updates (AdamW, Adam, SGD): each parameter's
+// update is one launch of the runtime's adamw_step or sgd_step, written into
+// the parameter and its state in place (without these, the CPU fallback
+// copied every tensor out and back). The step count and the learning rate go
+// in as 0-dim inputs, not attributes, so a schedule compiles nothing new.
+
+// AMP's arguments as torch's fused kernels take them: with found_inf set,
+// nothing is updated (torch undoes the step count itself); otherwise, with a
+// grad_scale, the gradients are unscaled in place first. Reading found_inf
+// waits for the work that computed it.
+bool update_skipped(at::TensorList grads, const OptTensor& grad_scale, const OptTensor& found_inf) {
+  if (found_inf.has_value() && found_inf->defined() && found_inf->item<double>() != 0.0) return true;
+  if (grad_scale.has_value() && grad_scale->defined()) {
+    for (const Tensor& g : grads) {
+      Tensor target = g;
+      inplace_binary(target, "div", *grad_scale);
+    }
+  }
+  return false;
+}
+
+void check_lists(const char* op, size_t n, std::initializer_list<std::pair<const char*, size_t>> lists) {
+  for (const auto& [name, size] : lists) {
+    TORCH_CHECK(size == n, "tpu: ", op, ": ", name, " has ", size, " tensors, expected one per parameter (", n, ")");
+  }
+}
+
+// Adam (`decoupled` false: weight decay added to the gradient) and AdamW.
+void fused_adam(const char* op, bool decoupled, at::TensorList params, at::TensorList grads,
+                at::TensorList exp_avgs, at::TensorList exp_avg_sqs, at::TensorList max_exp_avg_sqs,
+                at::TensorList steps, const Tensor& lr, double beta1, double beta2, double weight_decay,
+                double eps, bool amsgrad, bool maximize, const OptTensor& grad_scale, const OptTensor& found_inf) {
+  const size_t n = params.size();
+  check_lists(op, n, {{"grads", grads.size()}, {"exp_avgs", exp_avgs.size()},
+                      {"exp_avg_sqs", exp_avg_sqs.size()}, {"state_steps", steps.size()}});
+  if (amsgrad) check_lists(op, n, {{"max_exp_avg_sqs", max_exp_avg_sqs.size()}});
+  if (n == 0 || update_skipped(grads, grad_scale, found_inf)) return;
+  // Adam's L2 term joins the gradient after maximize's negation, as in
+  // torch.optim.Adam; adamw_step then decays nothing and negates nothing.
+  const bool l2 = !decoupled && weight_decay != 0.0;
+  Attrs a;
+  a.f("beta1", beta1).f("beta2", beta2).f("eps", eps).f("weight_decay", decoupled ? weight_decay : 0.0);
+  a.b("amsgrad", amsgrad).b("maximize", maximize && !l2);
+  for (size_t i = 0; i < n; ++i) {
+    const Tensor& p = params[i];
+    Tensor g = grads[i];
+    if (l2) {
+      g = call1("add", {maximize ? call1("neg", {g}) : g, call1("mul", {p, S(weight_decay, p)})});
+    }
+    std::vector<Tensor> ins{p, g, exp_avgs[i], exp_avg_sqs[i]};
+    std::vector<Tensor> outs{p, exp_avgs[i], exp_avg_sqs[i]};
+    if (amsgrad) {
+      ins.push_back(max_exp_avg_sqs[i]);
+      outs.push_back(max_exp_avg_sqs[i]);
+    }
+    ins.push_back(steps[i]);
+    ins.push_back(lr);
+    call_into("adamw_step", ins, outs, a);
+  }
+}
+
+Tensor lr_on(const Tensor& like, double lr) { return S(lr, like); }
+
+void k_fused_adamw(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs, at::TensorList exp_avg_sqs,
+                   at::TensorList max_exp_avg_sqs, at::TensorList steps, double lr, double beta1, double beta2,
+                   double weight_decay, double eps, bool amsgrad, bool maximize, const OptTensor& grad_scale,
+                   const OptTensor& found_inf) {
+  if (params.empty()) return;
+  fused_adam("_fused_adamw_", true, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps,
+             lr_on(params[0], lr), beta1, beta2, weight_decay, eps, amsgrad, maximize, grad_scale, found_inf);
+}
+void k_fused_adamw_t(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
+                     at::TensorList exp_avg_sqs, at::TensorList max_exp_avg_sqs, at::TensorList steps,
+                     const Tensor& lr, double beta1, double beta2, double weight_decay, double eps, bool amsgrad,
+                     bool maximize, const OptTensor& grad_scale, const OptTensor& found_inf) {
+  fused_adam("_fused_adamw_", true, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, lr, beta1,
+             beta2, weight_decay, eps, amsgrad, maximize, grad_scale, found_inf);
+}
+void k_fused_adam(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs, at::TensorList exp_avg_sqs,
+                  at::TensorList max_exp_avg_sqs, at::TensorList steps, double lr, double beta1, double beta2,
+                  double weight_decay, double eps, bool amsgrad, bool maximize, const OptTensor& grad_scale,
+                  const OptTensor& found_inf) {
+  if (params.empty()) return;
+  fused_adam("_fused_adam_", false, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps,
+             lr_on(params[0], lr), beta1, beta2, weight_decay, eps, amsgrad, maximize, grad_scale, found_inf);
+}
+void k_fused_adam_t(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
+                    at::TensorList exp_avg_sqs, at::TensorList max_exp_avg_sqs, at::TensorList steps,
+                    const Tensor& lr, double beta1, double beta2, double weight_decay, double eps, bool amsgrad,
+                    bool maximize, const OptTensor& grad_scale, const OptTensor& found_inf) {
+  fused_adam("_fused_adam_", false, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, lr, beta1,
+             beta2, weight_decay, eps, amsgrad, maximize, grad_scale, found_inf);
+}
+
+// SGD: without momentum torch passes no buffers, and sgd_step's second
+// result is then an empty tensor.
+void fused_sgd(at::TensorList params, at::TensorList grads, at::TensorList buffers, double weight_decay,
+               double momentum, const Tensor& lr, double dampening, bool nesterov, bool maximize,
+               bool is_first_step, const OptTensor& grad_scale, const OptTensor& found_inf) {
+  const size_t n = params.size();
+  check_lists("_fused_sgd_", n, {{"grads", grads.size()}});
+  if (momentum != 0.0) check_lists("_fused_sgd_", n, {{"momentum_buffer_list", buffers.size()}});
+  if (n == 0 || update_skipped(grads, grad_scale, found_inf)) return;
+  Attrs a;
+  a.f("weight_decay", weight_decay).f("momentum", momentum).f("dampening", dampening);
+  a.b("nesterov", nesterov).b("maximize", maximize).b("first_step", is_first_step);
+  for (size_t i = 0; i < n; ++i) {
+    const Tensor& p = params[i];
+    if (momentum != 0.0) {
+      call_into("sgd_step", {p, grads[i], buffers[i], lr}, {p, buffers[i]}, a);
+    } else {
+      call_into("sgd_step", {p, grads[i], lr}, {p, at::empty({0}, p.options())}, a);
+    }
+  }
+}
+
+void k_fused_sgd(at::TensorList params, at::TensorList grads, at::TensorList buffers, double weight_decay,
+                 double momentum, double lr, double dampening, bool nesterov, bool maximize, bool is_first_step,
+                 const OptTensor& grad_scale, const OptTensor& found_inf) {
+  if (params.empty()) return;
+  fused_sgd(params, grads, buffers, weight_decay, momentum, lr_on(params[0], lr), dampening, nesterov, maximize,
+            is_first_step, grad_scale, found_inf);
+}
+void k_fused_sgd_t(at::TensorList params, at::TensorList grads, at::TensorList buffers, double weight_decay,
+                   double momentum, const Tensor& lr, double dampening, bool nesterov, bool maximize,
+                   bool is_first_step, const OptTensor& grad_scale, const OptTensor& found_inf) {
+  fused_sgd(params, grads, buffers, weight_decay, momentum, lr, dampening, nesterov, maximize, is_first_step,
+            grad_scale, found_inf);
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_fused_adamw_", k_fused_adamw);
+  m.impl("_fused_adamw_.tensor_lr", k_fused_adamw_t);
+  m.impl("_fused_adam_", k_fused_adam);
+  m.impl("_fused_adam_.tensor_lr", k_fused_adam_t);
+  m.impl("_fused_sgd_", k_fused_sgd);
+  m.impl("_fused_sgd_.tensor_lr", k_fused_sgd_t);
+}
+
 // Optimizers on tpu take torch's foreach path; these are torch's own
 // per-tensor loops, which call the kernels above.
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {

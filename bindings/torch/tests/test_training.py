@@ -60,6 +60,59 @@ def test_optimizer_steps_match_cpu(opt, mode, no_fallback):
         torch.testing.assert_close(b.detach().cpu(), a.detach(), atol=atol, rtol=1e-4)
 
 
+# torch.optim's fused=True updates: native (no_fallback), each against the
+# same optimizer fused on CPU, with the options that change the formulas.
+FUSED = {
+    "adamw": lambda p: torch.optim.AdamW(p, lr=0.01, weight_decay=0.05, fused=True),
+    "adamw_amsgrad_maximize": lambda p: torch.optim.AdamW(p, lr=0.01, amsgrad=True, maximize=True, fused=True),
+    "adam_l2_maximize": lambda p: torch.optim.Adam(p, lr=0.01, weight_decay=0.05, maximize=True, fused=True),
+    "adam_tensor_lr": lambda p: torch.optim.Adam(p, lr=torch.tensor(0.01), fused=True),
+    "sgd_nesterov": lambda p: torch.optim.SGD(
+        p, lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01, fused=True
+    ),
+    "sgd_dampening": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.5, dampening=0.3, fused=True),
+    "sgd_plain": lambda p: torch.optim.SGD(p, lr=0.1, fused=True),
+}
+
+
+@pytest.mark.parametrize("opt", list(FUSED))
+def test_fused_optimizer_steps_match_cpu(opt, mode, no_fallback):
+    cpu, dev = pair()
+    oc, od = FUSED[opt](cpu.parameters()), FUSED[opt](dev.parameters())
+    for _ in range(3):
+        for model, o, d in ((cpu, oc, "cpu"), (dev, od, "tpu")):
+            o.zero_grad()
+            F.cross_entropy(model(IDS.to(d)), TARGET.to(d)).backward()
+            o.step()
+    atol = 3 * 0.01 * 1e-2 if opt.startswith("adam") else 1e-5  # as above
+    for a, b in zip(cpu.parameters(), dev.parameters()):
+        torch.testing.assert_close(b.detach().cpu(), a.detach(), atol=atol, rtol=1e-4)
+    for sa, sb in zip(oc.state.values(), od.state.values()):
+        for k in sa:
+            torch.testing.assert_close(sb[k].cpu(), sa[k], atol=atol, rtol=1e-4, msg=f"state {k}")
+
+
+@pytest.mark.parametrize("found_inf", [0.0, 1.0])
+def test_fused_adamw_unscales_gradients_and_skips_on_inf(found_inf, no_fallback):
+    """AMP's grad_scale and found_inf, as GradScaler passes them."""
+    torch.manual_seed(4)
+    p, g, m, v = torch.randn(5, 3), torch.randn(5, 3) * 8, torch.randn(5, 3), torch.rand(5, 3)
+    outs = []
+    for d in ("cpu", "tpu"):
+        ts = [t.clone().to(d) for t in (p, g, m, v)]
+        step = torch.tensor(3.0, device=d)
+        torch._fused_adamw_(
+            [ts[0]], [ts[1]], [ts[2]], [ts[3]], [], [step], lr=0.01, beta1=0.9, beta2=0.999,
+            weight_decay=0.01, eps=1e-8, amsgrad=False, maximize=False,
+            grad_scale=torch.tensor(8.0, device=d), found_inf=torch.tensor(found_inf, device=d),
+        )
+        outs.append([t.cpu() for t in ts])
+    for a, b in zip(*outs):
+        torch.testing.assert_close(b, a, atol=1e-6, rtol=1e-5)
+    if found_inf:
+        torch.testing.assert_close(outs[1][0], p, atol=0, rtol=0)
+
+
 def draws():
     return [
         torch.rand(7, device="tpu").cpu(),

@@ -1656,35 +1656,24 @@ void fused_adam(const char* op, bool decoupled, at::TensorList params, at::Tenso
 
 Tensor lr_on(const Tensor& like, double lr) { return S(lr, like); }
 
-void k_fused_adamw(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs, at::TensorList exp_avg_sqs,
-                   at::TensorList max_exp_avg_sqs, at::TensorList steps, double lr, double beta1, double beta2,
-                   double weight_decay, double eps, bool amsgrad, bool maximize, const OptTensor& grad_scale,
-                   const OptTensor& found_inf) {
-  if (params.empty()) return;
-  fused_adam("_fused_adamw_", true, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps,
-             lr_on(params[0], lr), beta1, beta2, weight_decay, eps, amsgrad, maximize, grad_scale, found_inf);
-}
-void k_fused_adamw_t(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
-                     at::TensorList exp_avg_sqs, at::TensorList max_exp_avg_sqs, at::TensorList steps,
-                     const Tensor& lr, double beta1, double beta2, double weight_decay, double eps, bool amsgrad,
-                     bool maximize, const OptTensor& grad_scale, const OptTensor& found_inf) {
-  fused_adam("_fused_adamw_", true, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, lr, beta1,
-             beta2, weight_decay, eps, amsgrad, maximize, grad_scale, found_inf);
-}
+// _fused_adamw_ (`Decoupled`) and _fused_adam_, lr a float or a tensor.
+constexpr const char* adam_name(bool decoupled) { return decoupled ? "_fused_adamw_" : "_fused_adam_"; }
+template <bool Decoupled>
 void k_fused_adam(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs, at::TensorList exp_avg_sqs,
                   at::TensorList max_exp_avg_sqs, at::TensorList steps, double lr, double beta1, double beta2,
                   double weight_decay, double eps, bool amsgrad, bool maximize, const OptTensor& grad_scale,
                   const OptTensor& found_inf) {
   if (params.empty()) return;
-  fused_adam("_fused_adam_", false, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps,
+  fused_adam(adam_name(Decoupled), Decoupled, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps,
              lr_on(params[0], lr), beta1, beta2, weight_decay, eps, amsgrad, maximize, grad_scale, found_inf);
 }
+template <bool Decoupled>
 void k_fused_adam_t(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
                     at::TensorList exp_avg_sqs, at::TensorList max_exp_avg_sqs, at::TensorList steps,
                     const Tensor& lr, double beta1, double beta2, double weight_decay, double eps, bool amsgrad,
                     bool maximize, const OptTensor& grad_scale, const OptTensor& found_inf) {
-  fused_adam("_fused_adam_", false, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, lr, beta1,
-             beta2, weight_decay, eps, amsgrad, maximize, grad_scale, found_inf);
+  fused_adam(adam_name(Decoupled), Decoupled, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, lr,
+             beta1, beta2, weight_decay, eps, amsgrad, maximize, grad_scale, found_inf);
 }
 
 // SGD: without momentum torch passes no buffers, and sgd_step's second
@@ -1724,10 +1713,10 @@ void k_fused_sgd_t(at::TensorList params, at::TensorList grads, at::TensorList b
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("_fused_adamw_", k_fused_adamw);
-  m.impl("_fused_adamw_.tensor_lr", k_fused_adamw_t);
-  m.impl("_fused_adam_", k_fused_adam);
-  m.impl("_fused_adam_.tensor_lr", k_fused_adam_t);
+  m.impl("_fused_adamw_", k_fused_adam<true>);
+  m.impl("_fused_adamw_.tensor_lr", k_fused_adam_t<true>);
+  m.impl("_fused_adam_", k_fused_adam<false>);
+  m.impl("_fused_adam_.tensor_lr", k_fused_adam_t<false>);
   m.impl("_fused_sgd_", k_fused_sgd);
   m.impl("_fused_sgd_.tensor_lr", k_fused_sgd_t);
 }

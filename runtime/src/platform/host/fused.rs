@@ -3592,19 +3592,24 @@ mod tests {
         let n7 = bin(&mut g, BinaryOp::Mul, t7, t7);
         let graph = g.build(&[j1, j2, j3, j4, n5, t6, n6, n7]).unwrap();
         check(&graph, 0.0);
-        let plan = crate::fusion::plan(&graph);
-        let insts: Vec<Inst> = compiled(&graph, &plan)
-            .into_iter()
-            .flat_map(|p| match p {
-                Some(Program::Loop(l)) => l.insts,
-                _ => vec![],
-            })
-            .collect();
+        let insts: Vec<Inst> = loops_of(&graph).into_iter().flat_map(|l| l.insts).collect();
         let chains = insts
             .iter()
             .filter(|i| matches!(i, Inst::Chain { .. }))
             .count();
         assert_eq!(chains, 4, "{insts:?}");
+    }
+
+    /// The loop programs of a graph's plan.
+    fn loops_of(graph: &Graph) -> Vec<LoopProgram> {
+        let plan = crate::fusion::plan(graph);
+        compiled(graph, &plan)
+            .into_iter()
+            .filter_map(|p| match p {
+                Some(Program::Loop(l)) => Some(l),
+                _ => None,
+            })
+            .collect()
     }
 
     /// A stored result is computed straight into its sink (the `Store`
@@ -3627,15 +3632,8 @@ mod tests {
         let total = sum_rows(&mut g, a);
         let graph = g.build(&[a, b, c, h, total]).unwrap();
         check(&graph, 0.0);
-        let plan = crate::fusion::plan(&graph);
-        let loops: Vec<LoopProgram> = compiled(&graph, &plan)
-            .into_iter()
-            .filter_map(|p| match p {
-                Some(Program::Loop(l)) => Some(l),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(loops.len(), 1, "{plan:?}");
+        let loops = loops_of(&graph);
+        assert_eq!(loops.len(), 1, "{loops:?}");
         let l = &loops[0];
         let written: Vec<ValueId> = l.into.iter().flatten().map(|&k| l.stores[k].1).collect();
         // Every f32 result computed into its sink; the bf16 one rounded
@@ -3657,15 +3655,8 @@ mod tests {
                 .with("seed", Attr::Int(7)),
         );
         check(&g, 0.0);
-        let plan = crate::fusion::plan(&g);
-        let loops: Vec<LoopProgram> = compiled(&g, &plan)
-            .into_iter()
-            .filter_map(|p| match p {
-                Some(Program::Loop(l)) => Some(l),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(loops.len(), 1, "{plan:?}");
+        let loops = loops_of(&g);
+        assert_eq!(loops.len(), 1, "{loops:?}");
         let insts = &loops[0].insts;
         assert!(
             insts.iter().any(|i| matches!(i, Inst::Compare { .. })),

@@ -1721,42 +1721,80 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_fused_sgd_.tensor_lr", k_fused_sgd_t);
 }
 
-// Optimizers on tpu take torch's foreach path; these are torch's own
-// per-tensor loops, which call the kernels above.
+// Optimizers on tpu take torch's foreach path by default; these are
+// torch's own per-tensor loops, which call the kernels above. In strict
+// mode (DEFER_NEVER) each loop runs as one deferred recording, launched
+// as one fused program by whatever next observes or uses the stream (any
+// strict op, a copy, a synchronize), instead of one launch per tensor per
+// op: a foreach op is one op over a list, as a native foreach kernel
+// would run it. Debug mode keeps its per-op launches and checks;
+// defer-and-fuse records them anyway.
+class DeferInStrict {
+ public:
+  DeferInStrict() {
+    uint32_t mode = 0;
+    check(tpurt_eager_mode_get(&mode), "eager mode");
+    if (mode == 0) {
+      check(tpurt_eager_mode_push(2), "push eager mode");
+      pushed_ = true;
+    }
+  }
+  ~DeferInStrict() {
+    uint32_t popped = 0;
+    if (pushed_) tpurt_status_destroy(tpurt_eager_mode_pop(&popped));  // cannot fail: pushed above
+  }
+  DeferInStrict(const DeferInStrict&) = delete;
+  DeferInStrict& operator=(const DeferInStrict&) = delete;
+
+ private:
+  bool pushed_ = false;
+};
+
+// `Fn` (a foreach kernel) run under DeferInStrict, with Fn's signature.
+template <auto Fn>
+struct Deferred;
+template <typename R, typename... A, R (*Fn)(A...)>
+struct Deferred<Fn> {
+  static R call(A... args) {
+    DeferInStrict defer;
+    return Fn(std::forward<A>(args)...);
+  }
+};
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("_foreach_add_.Scalar", at::native::foreach_tensor_add_scalar_kernel_slow_);
-  m.impl("_foreach_add_.List", at::native::foreach_tensor_add_list_kernel_slow_);
-  m.impl("_foreach_add.List", at::native::foreach_tensor_add_list_kernel_slow);
-  m.impl("_foreach_add.Scalar", at::native::foreach_tensor_add_scalar_kernel_slow);
-  m.impl("_foreach_sub_.Scalar", at::native::foreach_tensor_sub_scalar_kernel_slow_);
-  m.impl("_foreach_mul_.Scalar", at::native::foreach_tensor_mul_scalar_kernel_slow_);
-  m.impl("_foreach_mul_.List", at::native::foreach_tensor_mul_list_kernel_slow_);
-  m.impl("_foreach_mul_.Tensor", at::native::foreach_tensor_mul_tensor_kernel_slow_);
-  m.impl("_foreach_mul.Scalar", at::native::foreach_tensor_mul_scalar_kernel_slow);
-  m.impl("_foreach_mul.List", at::native::foreach_tensor_mul_list_kernel_slow);
-  m.impl("_foreach_mul.Tensor", at::native::foreach_tensor_mul_tensor_kernel_slow);
-  m.impl("_foreach_div_.Scalar", at::native::foreach_tensor_div_scalar_kernel_slow_);
-  m.impl("_foreach_div_.List", at::native::foreach_tensor_div_list_kernel_slow_);
-  m.impl("_foreach_div_.ScalarList", at::native::foreach_tensor_div_scalarlist_kernel_slow_);
-  m.impl("_foreach_div.List", at::native::foreach_tensor_div_list_kernel_slow);
-  m.impl("_foreach_div.ScalarList", at::native::foreach_tensor_div_scalarlist_kernel_slow);
-  m.impl("_foreach_lerp_.Scalar", at::native::foreach_tensor_lerp_list_kernel_slow_);
-  m.impl("_foreach_lerp_.List", at::native::foreach_tensor_ternary_lerp_slow_);
-  m.impl("_foreach_addcmul_.Scalar", at::native::foreach_tensor_addcmul_scalar_slow_);
-  m.impl("_foreach_addcmul_.ScalarList", at::native::foreach_tensor_addcmul_scalarlist_slow_);
-  m.impl("_foreach_addcmul_.Tensor", at::native::foreach_tensor_addcmul_tensor_slow_);
-  m.impl("_foreach_addcdiv_.Scalar", at::native::foreach_tensor_addcdiv_scalar_slow_);
-  m.impl("_foreach_addcdiv_.ScalarList", at::native::foreach_tensor_addcdiv_scalarlist_slow_);
-  m.impl("_foreach_addcdiv_.Tensor", at::native::foreach_tensor_addcdiv_tensor_slow_);
-  m.impl("_foreach_sqrt", at::native::foreach_tensor_sqrt_slow);
-  m.impl("_foreach_sqrt_", at::native::foreach_tensor_sqrt_slow_);
-  m.impl("_foreach_neg", at::native::foreach_tensor_neg_slow);
-  m.impl("_foreach_neg_", at::native::foreach_tensor_neg_slow_);
-  m.impl("_foreach_maximum_.Scalar", at::native::foreach_tensor_clamp_min_scalar_kernel_slow_);
-  m.impl("_foreach_norm.Scalar", at::native::foreach_tensor_norm_slow);
-  m.impl("_foreach_copy_", at::native::foreach_tensor_copy_list_kernel_slow_);
-  m.impl("_foreach_zero_", at::native::foreach_tensor_zero_slow_);
-  m.impl("_foreach_pow.ScalarAndTensor", at::native::foreach_scalar_pow_list_kernel_slow);
+  m.impl("_foreach_add_.Scalar", Deferred<&at::native::foreach_tensor_add_scalar_kernel_slow_>::call);
+  m.impl("_foreach_add_.List", Deferred<&at::native::foreach_tensor_add_list_kernel_slow_>::call);
+  m.impl("_foreach_add.List", Deferred<&at::native::foreach_tensor_add_list_kernel_slow>::call);
+  m.impl("_foreach_add.Scalar", Deferred<&at::native::foreach_tensor_add_scalar_kernel_slow>::call);
+  m.impl("_foreach_sub_.Scalar", Deferred<&at::native::foreach_tensor_sub_scalar_kernel_slow_>::call);
+  m.impl("_foreach_mul_.Scalar", Deferred<&at::native::foreach_tensor_mul_scalar_kernel_slow_>::call);
+  m.impl("_foreach_mul_.List", Deferred<&at::native::foreach_tensor_mul_list_kernel_slow_>::call);
+  m.impl("_foreach_mul_.Tensor", Deferred<&at::native::foreach_tensor_mul_tensor_kernel_slow_>::call);
+  m.impl("_foreach_mul.Scalar", Deferred<&at::native::foreach_tensor_mul_scalar_kernel_slow>::call);
+  m.impl("_foreach_mul.List", Deferred<&at::native::foreach_tensor_mul_list_kernel_slow>::call);
+  m.impl("_foreach_mul.Tensor", Deferred<&at::native::foreach_tensor_mul_tensor_kernel_slow>::call);
+  m.impl("_foreach_div_.Scalar", Deferred<&at::native::foreach_tensor_div_scalar_kernel_slow_>::call);
+  m.impl("_foreach_div_.List", Deferred<&at::native::foreach_tensor_div_list_kernel_slow_>::call);
+  m.impl("_foreach_div_.ScalarList", Deferred<&at::native::foreach_tensor_div_scalarlist_kernel_slow_>::call);
+  m.impl("_foreach_div.List", Deferred<&at::native::foreach_tensor_div_list_kernel_slow>::call);
+  m.impl("_foreach_div.ScalarList", Deferred<&at::native::foreach_tensor_div_scalarlist_kernel_slow>::call);
+  m.impl("_foreach_lerp_.Scalar", Deferred<&at::native::foreach_tensor_lerp_list_kernel_slow_>::call);
+  m.impl("_foreach_lerp_.List", Deferred<&at::native::foreach_tensor_ternary_lerp_slow_>::call);
+  m.impl("_foreach_addcmul_.Scalar", Deferred<&at::native::foreach_tensor_addcmul_scalar_slow_>::call);
+  m.impl("_foreach_addcmul_.ScalarList", Deferred<&at::native::foreach_tensor_addcmul_scalarlist_slow_>::call);
+  m.impl("_foreach_addcmul_.Tensor", Deferred<&at::native::foreach_tensor_addcmul_tensor_slow_>::call);
+  m.impl("_foreach_addcdiv_.Scalar", Deferred<&at::native::foreach_tensor_addcdiv_scalar_slow_>::call);
+  m.impl("_foreach_addcdiv_.ScalarList", Deferred<&at::native::foreach_tensor_addcdiv_scalarlist_slow_>::call);
+  m.impl("_foreach_addcdiv_.Tensor", Deferred<&at::native::foreach_tensor_addcdiv_tensor_slow_>::call);
+  m.impl("_foreach_sqrt", Deferred<&at::native::foreach_tensor_sqrt_slow>::call);
+  m.impl("_foreach_sqrt_", Deferred<&at::native::foreach_tensor_sqrt_slow_>::call);
+  m.impl("_foreach_neg", Deferred<&at::native::foreach_tensor_neg_slow>::call);
+  m.impl("_foreach_neg_", Deferred<&at::native::foreach_tensor_neg_slow_>::call);
+  m.impl("_foreach_maximum_.Scalar", Deferred<&at::native::foreach_tensor_clamp_min_scalar_kernel_slow_>::call);
+  m.impl("_foreach_norm.Scalar", Deferred<&at::native::foreach_tensor_norm_slow>::call);
+  m.impl("_foreach_copy_", Deferred<&at::native::foreach_tensor_copy_list_kernel_slow_>::call);
+  m.impl("_foreach_zero_", Deferred<&at::native::foreach_tensor_zero_slow_>::call);
+  m.impl("_foreach_pow.ScalarAndTensor", Deferred<&at::native::foreach_scalar_pow_list_kernel_slow>::call);
 }
 
 }  // namespace tpurt_torch

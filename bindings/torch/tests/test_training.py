@@ -60,6 +60,31 @@ def test_optimizer_steps_match_cpu(opt, mode, no_fallback):
         torch.testing.assert_close(b.detach().cpu(), a.detach(), atol=atol, rtol=1e-4)
 
 
+def test_foreach_ops_run_as_one_recording_in_strict_mode(no_fallback):
+    """The default (foreach) optimizers' list ops: in strict mode each
+    loop is deferred and the lot launches as one fused task; debug mode
+    keeps a task per tensor per op. Both give torch's results."""
+    torch.manual_seed(5)
+    xs, ys = [torch.randn(7, 3) for _ in range(4)], [torch.randn(7, 3) for _ in range(4)]
+    want = [(x + 2 * y) * 0.5 for x, y in zip(xs, ys)]
+    modes = [(torch.tpu.EagerMode.DEFER_NEVER, 0, 1), (torch.tpu.EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING, 8, 0)]
+    for mode, per_op, fused in modes:
+        dx, dy = [x.to("tpu") for x in xs], [y.to("tpu") for y in ys]
+        torch.tpu.synchronize()
+        with torch.tpu.set_eager_mode(mode), torch.tpu.profiler.profile() as prof:
+            torch._foreach_add_(dx, dy, alpha=2.0)
+            torch._foreach_mul_(dx, 0.5)
+            torch.tpu.synchronize()
+        tasks = [e.name for e in prof.events() if e.kind == "task"]
+        assert sum(n.startswith("fused ") for n in tasks) == fused, (mode, tasks)
+        # (add with alpha is a mul and an add per tensor)
+        assert sum(n in ("add", "mul") for n in tasks) >= per_op, (mode, tasks)
+        if not per_op:
+            assert not any(n in ("add", "mul") for n in tasks), tasks
+        for got, w in zip(dx, want):
+            torch.testing.assert_close(got.cpu(), w)
+
+
 # torch.optim's fused=True updates: native (no_fallback), each against the
 # same optimizer fused on CPU, with the options that change the formulas.
 FUSED = {

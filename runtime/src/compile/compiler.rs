@@ -55,43 +55,9 @@ impl Compiler {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ir::{BinaryOp, DType, Graph, GraphBuilder, TensorType};
+    use crate::ir::{BinaryOp, DType, GraphBuilder, TensorType};
     use crate::platform::host::{HostConfig, HostPlatform};
-    use crate::platform::{DeviceInfo, Segment};
-
-    /// The host platform, compiling under settings named `options`.
-    #[derive(Debug)]
-    struct WithOptions {
-        inner: Arc<dyn Platform>,
-        options: &'static str,
-    }
-
-    impl Platform for WithOptions {
-        fn name(&self) -> &str {
-            self.inner.name()
-        }
-        fn version(&self) -> String {
-            self.inner.version()
-        }
-        fn compile_options(&self) -> String {
-            self.options.into()
-        }
-        fn topology(&self) -> &[u32] {
-            self.inner.topology()
-        }
-        fn devices(&self) -> &[DeviceInfo] {
-            self.inner.devices()
-        }
-        fn allocate_segment(&self, chip: usize, bytes: u64) -> Result<Segment> {
-            self.inner.allocate_segment(chip, bytes)
-        }
-        fn compile(&self, graph: &Graph) -> Result<Arc<dyn Executable>> {
-            self.inner.compile(graph)
-        }
-        fn load_executable(&self, bytes: &[u8]) -> Result<Arc<dyn Executable>> {
-            self.inner.load_executable(bytes)
-        }
-    }
+    use crate::platform::testing::Tweaked;
 
     /// A program compiled under other settings (XLA_FLAGS on xla) is
     /// compiled again, not loaded from the disk cache; under the same
@@ -112,9 +78,9 @@ mod tests {
         let graph = b.build(&[y]).unwrap();
         // A fresh compiler (a new process) on the shared directory.
         let stats_after_compile = |options: &'static str| {
-            let platform = Arc::new(WithOptions {
-                inner: Arc::clone(&host),
-                options,
+            let platform = Arc::new(Tweaked {
+                options: Some(options),
+                ..Tweaked::over(Arc::clone(&host))
             });
             let compiler = Compiler::new(platform, CacheConfig::memory_only(4).with_disk_dir(&dir));
             compiler.compile(&graph).unwrap();

@@ -15,7 +15,9 @@
 //!   intermediate): those writes are skipped, the point of deferring.
 //! - Flushes happen on anything that observes the stream: a host copy, a
 //!   synchronize, a query, an event, a wait, any other task; on the op-count
-//!   limit (`TPURT_DEFER_MAX_OPS`, default 600); and when an allocation
+//!   limit (`TPURT_DEFER_MAX_OPS`, else the platform's: 600 on the host
+//!   and on xla with device memory, fewer on the XLA CPU plugin, see
+//!   `Platform::defer_max_ops`); and when an allocation
 //!   would fail, so deferred work never causes an out-of-memory. The limit
 //!   lets a long recording (a whole training step, now that views do not
 //!   cut it) run its first part while the frontend records the rest: on
@@ -54,15 +56,21 @@ pub(crate) struct LazyQueue {
     touched: std::collections::HashSet<usize>,
 }
 
-pub(crate) fn max_ops() -> usize {
-    static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *MAX.get_or_init(|| {
-        std::env::var("TPURT_DEFER_MAX_OPS")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .filter(|&n: &usize| n > 0)
-            .unwrap_or(600)
-    })
+/// Ops a recording holds before it is flushed: `TPURT_DEFER_MAX_OPS`
+/// when set (a positive integer), else the platform's
+/// [`crate::platform::Platform::defer_max_ops`].
+pub(crate) fn max_ops(platform: usize) -> usize {
+    static SETTING: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    let setting =
+        *SETTING.get_or_init(|| op_limit_setting(std::env::var("TPURT_DEFER_MAX_OPS").ok()));
+    setting.unwrap_or(platform)
+}
+
+/// `TPURT_DEFER_MAX_OPS`'s value: a positive integer, else none (unset,
+/// zero or not a number leave the platform's limit).
+fn op_limit_setting(v: Option<String>) -> Option<usize> {
+    v.and_then(|v| v.trim().parse().ok())
+        .filter(|&n: &usize| n > 0)
 }
 
 fn same_view(a: &DeviceTensor, b: &DeviceTensor) -> bool {
@@ -613,6 +621,44 @@ mod tests {
         let out = f();
         pop_mode().unwrap();
         out
+    }
+
+    /// A recording is flushed when it holds the platform's limit of ops
+    /// (`Platform::defer_max_ops`), unless TPURT_DEFER_MAX_OPS is set.
+    #[test]
+    fn a_recording_flushes_at_its_platforms_op_limit() {
+        use crate::platform::host::{HostConfig, HostPlatform};
+        use crate::platform::testing::Tweaked;
+        assert_eq!(super::op_limit_setting(Some(" 250 ".into())), Some(250));
+        for bad in [
+            None,
+            Some("0".into()),
+            Some("many".into()),
+            Some("-3".into()),
+        ] {
+            assert_eq!(super::op_limit_setting(bad), None);
+        }
+        if std::env::var_os("TPURT_DEFER_MAX_OPS").is_some() {
+            return; // the setting overrides the platform's limit
+        }
+        let platform = std::sync::Arc::new(Tweaked {
+            defer_max_ops: Some(3),
+            ..Tweaked::over(HostPlatform::new(HostConfig::default()))
+        });
+        let r = Runtime::with_platform_and_cache(platform, CacheConfig::memory_only(8)).unwrap();
+        let s = r.default_stream(0).unwrap();
+        let x = upload(&r, &s, &[4], &[1.0, 2.0, 3.0, 4.0]);
+        let y = in_mode(EagerMode::DeferAndFuse, || {
+            let a = op(&r, &s, "add", &[&x, &x], Attrs::new());
+            let b = op(&r, &s, "mul", &[&a, &x], Attrs::new());
+            assert_eq!(s.deferred_ops(), 2);
+            let c = op(&r, &s, "sub", &[&b, &x], Attrs::new());
+            assert_eq!(s.deferred_ops(), 0, "the third op reached the limit");
+            let d = op(&r, &s, "add", &[&c, &x], Attrs::new());
+            assert_eq!(s.deferred_ops(), 1);
+            d
+        });
+        assert_eq!(download(&r, &s, &y), vec![2.0, 8.0, 18.0, 32.0]);
     }
 
     #[test]

@@ -165,6 +165,9 @@ impl Platform for FaultPlatform {
     fn compile_options(&self) -> String {
         self.inner.compile_options()
     }
+    fn defer_max_ops(&self) -> usize {
+        self.inner.defer_max_ops()
+    }
     fn topology(&self) -> &[u32] {
         self.inner.topology()
     }

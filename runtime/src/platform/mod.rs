@@ -88,6 +88,13 @@ pub trait Platform: Send + Sync + std::fmt::Debug {
     fn compile_options(&self) -> String {
         String::new()
     }
+    /// Ops a defer-and-fuse recording holds before it is flushed, unless
+    /// `TPURT_DEFER_MAX_OPS` says otherwise (see `lazy`): a longer
+    /// recording fuses more, a shorter one starts running sooner and makes
+    /// smaller programs.
+    fn defer_max_ops(&self) -> usize {
+        600
+    }
     /// The mesh shape, for example [2, 2].
     fn topology(&self) -> &[u32];
     fn devices(&self) -> &[DeviceInfo];
@@ -154,4 +161,62 @@ pub fn check_types(
         }
     }
     Ok(())
+}
+
+/// Test platforms built over real ones.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::*;
+
+    /// A platform (the host's, in tests) with some settings changed:
+    /// compile options named `options`, a recording limit of
+    /// `defer_max_ops`; everything else is the inner platform's.
+    #[derive(Debug)]
+    pub struct Tweaked {
+        pub inner: Arc<dyn Platform>,
+        pub options: Option<&'static str>,
+        pub defer_max_ops: Option<usize>,
+    }
+
+    impl Tweaked {
+        pub fn over(inner: Arc<dyn Platform>) -> Tweaked {
+            Tweaked {
+                inner,
+                options: None,
+                defer_max_ops: None,
+            }
+        }
+    }
+
+    impl Platform for Tweaked {
+        fn name(&self) -> &str {
+            self.inner.name()
+        }
+        fn version(&self) -> String {
+            self.inner.version()
+        }
+        fn compile_options(&self) -> String {
+            self.options
+                .map_or_else(|| self.inner.compile_options(), String::from)
+        }
+        fn defer_max_ops(&self) -> usize {
+            self.defer_max_ops
+                .unwrap_or_else(|| self.inner.defer_max_ops())
+        }
+        fn topology(&self) -> &[u32] {
+            self.inner.topology()
+        }
+        fn devices(&self) -> &[DeviceInfo] {
+            self.inner.devices()
+        }
+        fn allocate_segment(&self, chip: usize, bytes: u64) -> Result<Segment> {
+            self.inner.allocate_segment(chip, bytes)
+        }
+        fn compile(&self, graph: &Graph) -> Result<Arc<dyn Executable>> {
+            self.inner.compile(graph)
+        }
+        fn load_executable(&self, bytes: &[u8]) -> Result<Arc<dyn Executable>> {
+            self.inner.load_executable(bytes)
+        }
+    }
 }

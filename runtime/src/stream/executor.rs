@@ -347,7 +347,7 @@ impl Executor {
         }
         q.push(op);
         stream.has_lazy.store(true, Ordering::SeqCst);
-        if q.len() >= lazy::max_ops() {
+        if q.len() >= lazy::max_ops(compiler.platform().defer_max_ops()) {
             self.flush_locked(stream, &mut q)?;
         }
         Ok(())

@@ -267,6 +267,10 @@ macro_rules! args {
 }
 
 /// The environment variables a plugin reads that change what it compiles:
+/// Ops a deferred recording holds on a plugin whose memory is host memory
+/// (see `defer_max_ops`).
+const HOST_MEMORY_DEFER_MAX_OPS: usize = 200;
+
 /// XLA's debug options (every XLA plugin parses `XLA_FLAGS`, once, when it
 /// first needs them) and libtpu's arguments.
 const COMPILE_SETTINGS: [&str; 2] = ["XLA_FLAGS", "LIBTPU_INIT_ARGS"];
@@ -766,6 +770,22 @@ impl Platform for XlaPlatform {
 
     fn compile_options(&self) -> String {
         self.settings.clone()
+    }
+
+    /// On a plugin whose memory is host memory (the CPU plugin), XLA takes
+    /// each execution's temporaries from malloc, which maps fresh pages
+    /// for a block above glibc's mmap threshold (32 MiB at most) and
+    /// faults them in on every execution: the Llama step of `bench/`,
+    /// recorded 600 ops at a time, mapped a 118 MiB block per execution
+    /// (strace) and took about 35,000 page faults a step. Shorter
+    /// recordings keep each program's temporaries below the threshold,
+    /// where malloc reuses them. Other plugins allocate device memory.
+    fn defer_max_ops(&self) -> usize {
+        if self.zero_copy {
+            HOST_MEMORY_DEFER_MAX_OPS
+        } else {
+            600
+        }
     }
 
     fn topology(&self) -> &[u32] {

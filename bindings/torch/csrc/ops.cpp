@@ -1654,8 +1654,6 @@ void fused_adam(const char* op, bool decoupled, at::TensorList params, at::Tenso
   }
 }
 
-Tensor lr_on(const Tensor& like, double lr) { return S(lr, like); }
-
 // _fused_adamw_ (`Decoupled`) and _fused_adam_, lr a float or a tensor.
 constexpr const char* adam_name(bool decoupled) { return decoupled ? "_fused_adamw_" : "_fused_adam_"; }
 template <bool Decoupled>
@@ -1665,7 +1663,7 @@ void k_fused_adam(at::TensorList params, at::TensorList grads, at::TensorList ex
                   const OptTensor& found_inf) {
   if (params.empty()) return;
   fused_adam(adam_name(Decoupled), Decoupled, params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps,
-             lr_on(params[0], lr), beta1, beta2, weight_decay, eps, amsgrad, maximize, grad_scale, found_inf);
+             S(lr, params[0]), beta1, beta2, weight_decay, eps, amsgrad, maximize, grad_scale, found_inf);
 }
 template <bool Decoupled>
 void k_fused_adam_t(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
@@ -1702,7 +1700,7 @@ void k_fused_sgd(at::TensorList params, at::TensorList grads, at::TensorList buf
                  double momentum, double lr, double dampening, bool nesterov, bool maximize, bool is_first_step,
                  const OptTensor& grad_scale, const OptTensor& found_inf) {
   if (params.empty()) return;
-  fused_sgd(params, grads, buffers, weight_decay, momentum, lr_on(params[0], lr), dampening, nesterov, maximize,
+  fused_sgd(params, grads, buffers, weight_decay, momentum, S(lr, params[0]), dampening, nesterov, maximize,
             is_first_step, grad_scale, found_inf);
 }
 void k_fused_sgd_t(at::TensorList params, at::TensorList grads, at::TensorList buffers, double weight_decay,

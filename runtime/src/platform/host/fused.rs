@@ -216,12 +216,6 @@ fn depth_first(graph: &Graph, kernel: &Kernel, producer: &[Option<usize>]) -> Ve
     order
 }
 
-/// Stores each stored value right after the instructions computing it,
-/// and gives each value a register only from its definition to its last
-/// use, lowest free first (the compiler numbers one register per value);
-/// the first `constants` instructions' registers are never reused. A
-/// destination never shares a register with its operands. Returns the
-/// instructions and the register count.
 /// Joins an add, subtract or multiply whose result is read only by the
 /// add, subtract or multiply right after it (loads aside: they move
 /// before the pair) into one `Inst::Chain`: one
@@ -340,6 +334,12 @@ fn writes_into(insts: &[Inst]) -> Vec<Option<usize>> {
     into
 }
 
+/// Stores each stored value right after the instructions computing it,
+/// and gives each value a register only from its definition to its last
+/// use, lowest free first (the compiler numbers one register per value);
+/// the first `constants` instructions' registers are never reused. A
+/// destination never shares a register with its operands. Returns the
+/// instructions and the register count.
 fn allocate(
     insts: Vec<Inst>,
     values: usize,
@@ -1837,6 +1837,8 @@ impl LoopProgram {
         // Where this chunk's values of the sink the result is stored into
         // lie, when they are f32s the instruction may write in place of its
         // register (`writes_into`).
+        // (Also the address of that first value as an f32, meaningful only
+        // for an f32 sink.)
         let sink_at = |k: usize| {
             let s = &sinks[k];
             let at = if local_sinks.get(k).copied().unwrap_or(false) {
@@ -1844,11 +1846,10 @@ impl LoopProgram {
             } else {
                 flat0 as usize
             };
-            (s, at)
+            (s, at, (s.ptr as *mut f32).wrapping_add(at))
         };
         let direct: Option<*mut f32> = into.and_then(|k| {
-            let (s, at) = sink_at(k);
-            let p = (s.ptr as *mut f32).wrapping_add(at);
+            let (s, at, p) = sink_at(k);
             (s.dtype == DType::F32
                 && at + len <= s.len
                 && p.align_offset(std::mem::align_of::<f32>()) == 0)
@@ -2029,11 +2030,9 @@ impl LoopProgram {
                 }
             }
             Inst::Store { reg, sink } => {
-                let (s, at) = sink_at(sink);
+                let (s, at, p) = sink_at(sink);
                 // Written there already (`direct`): nothing to copy.
-                if s.dtype == DType::F32
-                    && views[reg] == Some((s.ptr as *const f32).wrapping_add(at))
-                {
+                if s.dtype == DType::F32 && views[reg] == Some(p as *const f32) {
                     return Ok(());
                 }
                 let vals = register(regs, views, reg, len);
@@ -3503,7 +3502,6 @@ mod tests {
         );
     }
 
-    /// The sum of each row of a rank-2 value.
     /// An f32 constant `v` broadcast to `dims`.
     fn filled(g: &mut crate::ir::GraphBuilder, dims: &[u64], v: f64) -> crate::ir::ValueId {
         let c = g.scalar(DType::F32, v).unwrap();
@@ -3514,6 +3512,7 @@ mod tests {
         g.op(to, &[c]).unwrap()
     }
 
+    /// The sum of each row of a rank-2 value.
     fn sum_rows(g: &mut crate::ir::GraphBuilder, x: crate::ir::ValueId) -> crate::ir::ValueId {
         let sum = Prim::Reduce {
             op: ReduceOp::Sum,

@@ -784,7 +784,7 @@ impl Platform for XlaPlatform {
         if self.zero_copy {
             HOST_MEMORY_DEFER_MAX_OPS
         } else {
-            600
+            super::DEFER_MAX_OPS
         }
     }
 

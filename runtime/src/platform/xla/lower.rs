@@ -661,18 +661,27 @@ pub fn lower(graph: &Graph) -> Result<String> {
 /// The module text for `graph`, and its index checks in the order of the
 /// extra results.
 pub fn lower_with_checks(graph: &Graph) -> Result<(String, Vec<IndexCheck>)> {
-    lower_module(graph, false)
+    lower_module(graph, &[])
 }
 
 /// As [`lower_with_checks`], for execution with outputs in place: after
-/// the graph's parameters come one more per output, of its type and
-/// aliased to it (`tf.aliasing_output`), unused by the body. The caller
-/// passes, donated, the buffer the output is to be written into.
-pub fn lower_aliased(graph: &Graph) -> Result<(String, Vec<IndexCheck>)> {
-    lower_module(graph, true)
+/// the graph's parameters come one more per output that `aliased` marks,
+/// in output order, of its type and aliased to it (`tf.aliasing_output`),
+/// unused by the body. The caller passes, donated, the buffer the output
+/// is to be written into. XLA writes an unmarked output into a buffer of
+/// its own.
+pub fn lower_aliased(graph: &Graph, aliased: &[bool]) -> Result<(String, Vec<IndexCheck>)> {
+    if aliased.len() != graph.outputs().len() {
+        return Err(Error::Internal(format!(
+            "{} aliasing marks for {} outputs",
+            aliased.len(),
+            graph.outputs().len()
+        )));
+    }
+    lower_module(graph, aliased)
 }
 
-fn lower_module(graph: &Graph, aliased: bool) -> Result<(String, Vec<IndexCheck>)> {
+fn lower_module(graph: &Graph, aliased: &[bool]) -> Result<(String, Vec<IndexCheck>)> {
     // Composites (attention) become their primitives: XLA fuses those
     // itself, as it inlines a StableHLO composite's decomposition.
     let expanded = crate::ops::expand_composites(graph)?;
@@ -1082,13 +1091,17 @@ fn lower_module(graph: &Graph, aliased: bool) -> Result<(String, Vec<IndexCheck>
         .iter()
         .map(|p| format!("{}: {}", name(*p), t(*p)))
         .collect();
-    if aliased {
-        for (i, v) in graph.outputs().iter().enumerate() {
-            params.push(format!(
-                "%out{i}: {} {{tf.aliasing_output = {i} : i32}}",
-                t(*v)
-            ));
-        }
+    for ((i, v), _) in graph
+        .outputs()
+        .iter()
+        .enumerate()
+        .zip(aliased)
+        .filter(|(_, a)| **a)
+    {
+        params.push(format!(
+            "%out{i}: {} {{tf.aliasing_output = {i} : i32}}",
+            t(*v)
+        ));
     }
     let mut outs: Vec<String> = graph.outputs().iter().map(|v| name(*v)).collect();
     let mut out_types: Vec<String> = graph.outputs().iter().map(|v| t(*v)).collect();
@@ -1145,8 +1158,9 @@ mod tests {
         ))
         .unwrap();
         insta::assert_snapshot!("linear_4x8_16", linear);
-        // For execution, one aliased parameter per output follows.
-        let (add, _) = lower_aliased(&op("add", &[f(&[2, 3]), f(&[2, 3])], Attrs::new())).unwrap();
+        // For execution, one aliased parameter per marked output follows.
+        let (add, _) =
+            lower_aliased(&op("add", &[f(&[2, 3]), f(&[2, 3])], Attrs::new()), &[true]).unwrap();
         insta::assert_snapshot!("add_2x3_aliased", add);
     }
 

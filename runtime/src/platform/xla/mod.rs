@@ -647,7 +647,7 @@ impl BareProgram {
         let p = &self.platform;
         let mut outs: SmallVec<[*mut sys::PJRT_Buffer; 8]> =
             smallvec::smallvec![std::ptr::null_mut(); self.outputs];
-        let result = p.execute_and_wait(self.exe, &self.inputs, &[], &mut outs);
+        let result = p.execute_and_wait(self.exe, &self.inputs, &mut outs);
         for b in outs {
             p.destroy_buffer(b);
         }
@@ -665,11 +665,21 @@ impl Drop for BareProgram {
 }
 
 /// Outputs of at most this many bytes are copied out of a buffer XLA
-/// allocates instead of written in place (see `XlaExecutable::execute`).
-/// A 16-float add took 4.9-5.2 us a launch that way against 5.7-6.1 us
-/// with an in-place target (`tpurt-bench xla_tiny_add`); copying 4 KiB
-/// costs a fraction of that difference.
+/// allocates instead of written in place: their program has no aliased
+/// parameter for them (see `XlaExecutable::execute`). A 16-float add took
+/// 4.9-5.2 us a launch that way against 5.7-6.1 us with an in-place
+/// target (`tpurt-bench xla_tiny_add`); copying 4 KiB costs a fraction of
+/// that difference.
 const COPY_OUT_BYTES: u64 = 4 << 10;
+
+/// Which of `outputs` get an aliased parameter (`lower::lower_aliased`):
+/// those above [`COPY_OUT_BYTES`].
+fn aliased_outputs(outputs: &[crate::ir::TensorType]) -> Vec<bool> {
+    outputs
+        .iter()
+        .map(|t| t.nbytes() > COPY_OUT_BYTES)
+        .collect()
+}
 
 /// Where `t`'s bytes lie in host memory: the xla platform's pool segments
 /// are host memory. None when the segment is not one, or when the view
@@ -811,7 +821,9 @@ impl Platform for XlaPlatform {
     }
 
     fn compile(&self, graph: &Graph) -> Result<Arc<dyn Executable>> {
-        let (text, checks) = lower::lower_aliased(graph)?;
+        let outputs = graph.output_types();
+        let aliased = aliased_outputs(&outputs);
+        let (text, checks) = lower::lower_aliased(graph, &aliased)?;
         let me = self
             .me
             .upgrade()
@@ -821,13 +833,15 @@ impl Platform for XlaPlatform {
             platform: me,
             exe,
             params: graph.param_types(),
-            outputs: graph.output_types(),
+            outputs,
             checks,
+            aliased,
         }))
     }
 
     fn load_executable(&self, bytes: &[u8]) -> Result<Arc<dyn Executable>> {
         let (params, outputs, checks, blob) = split_serialized(bytes)?;
+        let aliased = aliased_outputs(&outputs);
         let me = self
             .me
             .upgrade()
@@ -852,15 +866,18 @@ impl Platform for XlaPlatform {
             params,
             outputs,
             checks,
+            aliased,
         }))
     }
 }
 
 /// Our framing of a PJRT blob: magic, then the JSON of the parameter and
 /// result types and the index checks (length-prefixed), then the plugin's
-/// bytes. (Version 1 had no checks, version 2 no aliased output
-/// parameters: such files are refused, and the cache rebuilds them.)
-const SERIALIZED_MAGIC: &[u8] = b"TPURT-XLA-EXE-3\n";
+/// bytes. Which outputs have an aliased parameter follows from their
+/// types (`aliased_outputs`). (Version 1 had no checks, version 2 no
+/// aliased output parameters, version 3 one for every output: such files
+/// are refused, and the cache rebuilds them.)
+const SERIALIZED_MAGIC: &[u8] = b"TPURT-XLA-EXE-4\n";
 
 type Types = Vec<crate::ir::TensorType>;
 type Checks = Vec<lower::IndexCheck>;
@@ -909,6 +926,8 @@ struct XlaExecutable {
     outputs: Vec<crate::ir::TensorType>,
     /// The index checks, whose i64[2] results follow the outputs.
     checks: Vec<lower::IndexCheck>,
+    /// Which outputs have an aliased parameter (`aliased_outputs`).
+    aliased: Vec<bool>,
 }
 
 // SAFETY: PJRT executables may be executed from any thread (PJRT C API).
@@ -1391,21 +1410,17 @@ impl XlaPlatform {
         &self,
         exe: *mut sys::PJRT_LoadedExecutable,
         args: &[*mut sys::PJRT_Buffer],
-        keep: &[i64],
         outs: &mut [*mut sys::PJRT_Buffer],
     ) -> Result<()> {
         let arg_list: *const *mut sys::PJRT_Buffer = args.as_ptr();
         let out_list: *mut *mut sys::PJRT_Buffer = outs.as_mut_ptr();
-        // `keep`: arguments never donated, though their parameter is
-        // aliased to an output (kept views standing in for small outputs).
+        // Every argument whose parameter is aliased is donated. (Denying
+        // one its donation, `non_donatable_input_indices`, is not used:
+        // with the CPU plugin of ../shared/ANCHORS.md, every aliased
+        // argument after a denied one lost its donation too, and XLA
+        // copied it into a buffer of its own.)
         let mut opts = sys::PJRT_ExecuteOptions {
             struct_size: std::mem::size_of::<sys::PJRT_ExecuteOptions>(),
-            non_donatable_input_indices: if keep.is_empty() {
-                std::ptr::null()
-            } else {
-                keep.as_ptr()
-            },
-            num_non_donatable_input_indices: keep.len(),
             ..Default::default()
         };
         // The execution's own completion event: one wait, where waiting
@@ -1505,8 +1520,6 @@ impl Executable for XlaExecutable {
         // outputs have one.
         let mut targets: SmallVec<[*mut sys::PJRT_Event; 4]> = SmallVec::new();
         let mut in_place: SmallVec<[bool; 4]> = smallvec::smallvec![false; outputs.len()];
-        // Arguments that must not be donated (see the outputs below).
-        let mut keep: SmallVec<[i64; 4]> = SmallVec::new();
         let result = (|| -> Result<()> {
             // Inputs: read in place through a view where the plugin allows
             // it, else copied into a plugin-owned buffer. An input that an
@@ -1527,23 +1540,17 @@ impl Executable for XlaExecutable {
                     }
                 }
             }
-            // Outputs: each has an aliased parameter (`lower_aliased`).
-            // Where XLA may write the output in place, that argument is a
-            // zero-copy buffer over its pool bytes, donated; elsewhere a
-            // buffer of the plugin's, copied out after. A small output is
-            // copied out too: its aliased argument is the kept view of its
-            // bytes, not donated, so XLA writes a buffer of its own (a
-            // donated target costs more than the copy: making it,
-            // destroying it, and awaiting and destroying its release
-            // event).
+            // Outputs above `COPY_OUT_BYTES` have an aliased parameter
+            // (`lower_aliased`). Where XLA may write the output in place,
+            // its argument is a zero-copy buffer over its pool bytes,
+            // donated; elsewhere a buffer of the plugin's, copied out
+            // after. XLA writes a small output into a buffer of its own,
+            // copied out too (a donated target costs more than the copy:
+            // making it, destroying it, and awaiting and destroying its
+            // release event).
             for (i, (t, ty)) in outputs.iter().zip(&self.outputs).enumerate() {
-                if ty.nbytes() <= COPY_OUT_BYTES {
-                    if let Some(view) = p.cached_view(t, device)? {
-                        keep.push(args.len() as i64);
-                        args.push(view.buffer);
-                        views.push(view);
-                        continue;
-                    }
+                if !self.aliased[i] {
+                    continue;
                 }
                 let alone = !inputs.iter().any(|x| x.may_overlap(t))
                     && !outputs
@@ -1574,7 +1581,7 @@ impl Executable for XlaExecutable {
             // uses them, and no output may be copied into the pool while
             // XLA still reads a view: `execute_and_wait` waits for every
             // output, whatever fails.
-            let mut result = p.execute_and_wait(self.exe, &args, &keep, &mut outs);
+            let mut result = p.execute_and_wait(self.exe, &args, &mut outs);
             // The index checks first: a bad index fails the op before any
             // output is written (as on the host platform).
             let n_out = self.outputs.len();
@@ -1921,6 +1928,56 @@ mod tests {
             .unwrap();
         let x = f32::from_le_bytes([7, 7, 7, 7]);
         assert_eq!(f32::from_le_bytes(got[..4].try_into().unwrap()), x + x);
+    }
+
+    /// A small output before large ones does not cost them their place:
+    /// each large output is written in place, however the outputs are
+    /// ordered. (With a kept view standing in for the small output's
+    /// aliased argument, not donated, the CPU plugin donated none of the
+    /// arguments after it, and copied every later output.)
+    #[test]
+    fn small_outputs_do_not_stop_later_outputs_being_written_in_place() {
+        use crate::ir::{BinaryOp, DType, GraphBuilder, TensorType};
+        let (p, r, s) = cpu_runtime();
+        const SMALL: u64 = 16;
+        const LARGE: u64 = 2048;
+        const { assert!(SMALL * 4 <= COPY_OUT_BYTES && LARGE * 4 > COPY_OUT_BYTES) };
+        // Outputs: large, small, large, large.
+        let mut b = GraphBuilder::new();
+        let x = b.param(TensorType::new(DType::F32, &[SMALL]));
+        let y = b.param(TensorType::new(DType::F32, &[LARGE]));
+        let small = b.binary(BinaryOp::Add, x, x).unwrap();
+        let twice = b.binary(BinaryOp::Add, y, y).unwrap();
+        let square = b.binary(BinaryOp::Mul, y, y).unwrap();
+        let cube = b.binary(BinaryOp::Mul, square, y).unwrap();
+        let graph = b.build(&[twice, small, square, cube]).unwrap();
+        let exe = p.compile(&graph).unwrap();
+        let tensor = |v: &[f32]| {
+            let buf = r.allocate(0, (v.len() * 4) as u64, &s).unwrap();
+            let t = DeviceTensor::contiguous(buf, DType::F32, &[v.len() as u64]).unwrap();
+            r.copy_host_to_device(&f32_bytes(v), &t.buffer, &t.layout, &s)
+                .unwrap();
+            t
+        };
+        let xs: Vec<f32> = (0..SMALL).map(|i| i as f32).collect();
+        let ys: Vec<f32> = (0..LARGE).map(|i| (i % 7) as f32 - 3.0).collect();
+        let ins = [tensor(&xs), tensor(&ys)];
+        let outs = [
+            tensor(&[0.0; LARGE as usize]),
+            tensor(&[0.0; SMALL as usize]),
+            tensor(&[0.0; LARGE as usize]),
+            tensor(&[0.0; LARGE as usize]),
+        ];
+        s.synchronize().unwrap();
+        let before = p.transfer_stats();
+        exe.execute(&ins, &outs).unwrap();
+        let d = p.transfer_stats().since(&before);
+        assert_eq!((d.in_place_outputs, d.direct_outputs), (3, 1), "{d:?}");
+        let map = |f: fn(f32) -> f32, v: &[f32]| v.iter().map(|&a| f(a)).collect::<Vec<_>>();
+        assert_eq!(read_f32s(&r, &s, &outs[0]), map(|a| a + a, &ys));
+        assert_eq!(read_f32s(&r, &s, &outs[1]), map(|a| a + a, &xs));
+        assert_eq!(read_f32s(&r, &s, &outs[2]), map(|a| a * a, &ys));
+        assert_eq!(read_f32s(&r, &s, &outs[3]), map(|a| a * a * a, &ys));
     }
 
     /// On the CPU plugin, aligned contiguous inputs are read in place

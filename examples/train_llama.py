@@ -107,6 +107,14 @@ def measure_compiled(device: str, backend: str, steps: int, batch: int = 8, seq:
     return {"first_ms": times[0] * 1e3, "steady_ms": statistics.median(times[2:]) * 1e3}
 
 
+def measure_eager(device: str, steps: int, batch: int = 8, seq: int = 128) -> dict:
+    """An eager training step on `device` (the thread's eager mode): the
+    steady-state median (ms), the first step left out."""
+    data = batches(steps, batch, seq, config().vocab_size)
+    _, times = train(device, data, bar=False)
+    return {"steady_ms": statistics.median(times[1:]) * 1e3}
+
+
 def measure_first_step(batch: int = 8, seq: int = 128) -> dict:
     """The first training step of a fresh process on tpu (defer-and-fuse),
     in ms: what the compile cache's state decides."""

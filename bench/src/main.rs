@@ -450,8 +450,11 @@ fn matmul(rows: &mut Vec<Row>) {
         let mut cv = vec![0f32; (n * n) as usize];
         let nn = n as usize;
         let flops = 2.0 * (n as f64).powi(3);
+        // About 0.2 s a side: five products of 512 (1 ms each) gave
+        // medians that moved by 10% between runs.
+        let reps = (0.2 / (flops / 300e9)).clamp(5.0, 61.0) as usize;
         let (ours, peer) = paired(
-            5,
+            reps,
             1,
             || {
                 let c = call(&r, &s, "mm", &[&a, &b], Attrs::new());

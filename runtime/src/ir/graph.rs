@@ -69,6 +69,22 @@ pub struct Graph {
     nodes: Vec<Node>,
     outputs: Vec<ValueId>,
     types: Vec<TensorType>,
+    /// Outputs stored over parameters (see [`Graph::with_aliases`]); left
+    /// out of the canonical form when empty, so graphs without any keep
+    /// their fingerprints.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    aliases: Vec<Alias>,
+}
+
+/// Output `output` of a graph is stored over parameter `param`: whoever
+/// runs it passes the same tensor for both (an in-place update, such as an
+/// optimizer's), so a platform may write the result into the parameter's
+/// memory. A platform that does must still give the right result when the
+/// tensors turn out to differ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Alias {
+    pub output: u32,
+    pub param: u32,
 }
 
 impl Graph {
@@ -80,6 +96,53 @@ impl Graph {
     }
     pub fn outputs(&self) -> &[ValueId] {
         &self.outputs
+    }
+    /// Outputs stored over parameters, by output index (see [`Alias`]).
+    pub fn aliases(&self) -> &[Alias] {
+        &self.aliases
+    }
+    /// The parameter output `output` is stored over, if any.
+    pub fn aliased_param(&self, output: usize) -> Option<usize> {
+        self.aliases
+            .iter()
+            .find(|a| a.output as usize == output)
+            .map(|a| a.param as usize)
+    }
+
+    /// This graph with `aliases` (sorted by output): each names an output
+    /// and a parameter of the same type, and no output or parameter comes
+    /// twice.
+    pub fn with_aliases(mut self, mut aliases: Vec<Alias>) -> Result<Graph> {
+        aliases.sort_by_key(|a| a.output);
+        for (i, a) in aliases.iter().enumerate() {
+            let (o, p) = (a.output as usize, a.param as usize);
+            let (Some(&ov), Some(&pv)) = (self.outputs.get(o), self.params.get(p)) else {
+                return Err(Error::invalid(format!(
+                    "alias of output {o} over parameter {p}: the graph has {} outputs and {} \
+                     parameters",
+                    self.outputs.len(),
+                    self.params.len()
+                )));
+            };
+            if self.value_type(ov) != self.value_type(pv) {
+                return Err(Error::invalid(format!(
+                    "alias of output {o} ({}) over parameter {p} ({}): the types differ",
+                    self.value_type(ov),
+                    self.value_type(pv)
+                )));
+            }
+            if aliases[..i]
+                .iter()
+                .any(|b| b.output == a.output || b.param == a.param)
+            {
+                return Err(Error::invalid(format!(
+                    "alias of output {o} over parameter {p}: the output or the parameter \
+                     is aliased twice"
+                )));
+            }
+        }
+        self.aliases = aliases;
+        Ok(self)
     }
     pub fn value_type(&self, v: ValueId) -> &TensorType {
         &self.types[v.0 as usize]
@@ -166,7 +229,7 @@ impl Graph {
                 "graph value types differ from the ones its nodes produce",
             ));
         }
-        Ok(g)
+        g.with_aliases(self.aliases.clone())
     }
 }
 
@@ -225,6 +288,10 @@ impl fmt::Display for Graph {
         }
         let outs: Vec<String> = self.outputs.iter().map(|v| format!("%{}", v.0)).collect();
         writeln!(f, "  return {}", outs.join(", "))?;
+        for a in &self.aliases {
+            let out = self.outputs[a.output as usize];
+            writeln!(f, "  output {} (%{}) over %{}", a.output, out.0, a.param)?;
+        }
         write!(f, "}}")
     }
 }
@@ -354,6 +421,7 @@ impl GraphBuilder {
             nodes: self.nodes,
             outputs: outputs.to_vec(),
             types: self.types,
+            aliases: Vec::new(),
         })
     }
 }

@@ -10,5 +10,5 @@ pub mod prim;
 mod tests;
 
 pub use dtype::DType;
-pub use graph::{fingerprint_bytes, Graph, GraphBuilder, Node, TensorType, ValueId};
+pub use graph::{fingerprint_bytes, Alias, Graph, GraphBuilder, Node, TensorType, ValueId};
 pub use prim::{BinaryOp, CompareOp, Prim, ReduceOp, RngDistribution, ScatterCombiner, UnaryOp};

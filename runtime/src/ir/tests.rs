@@ -76,6 +76,42 @@ fn canonical_form_round_trips_and_fingerprint_is_stable() {
     insta::assert_snapshot!("gelu_block_text", g.to_string());
 }
 
+/// Aliases (outputs stored over parameters) are part of the canonical
+/// form and the fingerprint when there are any, checked when set and when
+/// read back, and absent from the form of a graph without them.
+#[test]
+fn aliases_are_checked_and_kept_in_the_canonical_form() {
+    let g = gelu_block();
+    assert!(!g.canonical().contains("aliases"));
+    let y_over_x = Alias {
+        output: 0,
+        param: 0,
+    };
+    let a = gelu_block().with_aliases(vec![y_over_x]).unwrap();
+    assert_eq!(a.aliases(), &[y_over_x]);
+    assert_eq!((a.aliased_param(0), a.aliased_param(1)), (Some(0), None));
+    assert_ne!(a.fingerprint(), g.fingerprint());
+    let back = Graph::from_canonical(&a.canonical()).unwrap();
+    assert_eq!(back, a);
+    assert!(a.to_string().contains("output 0 (%"), "{a}");
+    // Bad aliases name what is wrong.
+    let bad = |output: u32, param: u32| {
+        gelu_block()
+            .with_aliases(vec![y_over_x, Alias { output, param }])
+            .unwrap_err()
+            .to_string()
+    };
+    // The sum, f32[4], over x, f32[4,8].
+    assert!(bad(1, 0).contains("types differ"), "{}", bad(1, 0));
+    assert!(bad(0, 0).contains("twice"), "{}", bad(0, 0));
+    assert!(bad(2, 0).contains("2 outputs"), "{}", bad(2, 0));
+    assert!(bad(0, 5).contains("2 parameters"), "{}", bad(0, 5));
+    // A canonical text with a bad alias is refused when read back.
+    let text = a.canonical().replace("\"param\":0", "\"param\":1");
+    let e = Graph::from_canonical(&text).unwrap_err().to_string();
+    assert!(e.contains("types differ"), "{e}");
+}
+
 #[test]
 fn corrupt_or_inconsistent_canonical_text_is_rejected() {
     let text = gelu_block().canonical();

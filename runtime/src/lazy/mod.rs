@@ -464,7 +464,27 @@ pub(crate) fn prepare(
             ViewState::Param(_) => unreachable!("a parameter is not stored"),
         })
         .collect();
+    // A stored tensor that is also a parameter's (an in-place update) is
+    // stored over it: a platform may write it there (`ir::Alias`).
+    let param_of: HashMap<ViewKey, usize> = params
+        .iter()
+        .enumerate()
+        .map(|(p, &(o, i))| (view_key(&ops[o].inputs[i]), p))
+        .collect();
     let graph = b.build(&out_values)?;
+    let aliases = outputs
+        .iter()
+        .enumerate()
+        .filter_map(|(k, &(_, (o, j)))| {
+            let p = *param_of.get(&view_key(&ops[o].outputs[j]))?;
+            let same_type = graph.value_type(out_values[k]) == graph.value_type(param_values[p]);
+            same_type.then_some(crate::ir::Alias {
+                output: k as u32,
+                param: p as u32,
+            })
+        })
+        .collect();
+    let graph = graph.with_aliases(aliases)?;
     if debug_flush() {
         eprintln!(
             "flush: {} ops, {} params, {} outputs\n{graph}",
@@ -659,6 +679,42 @@ mod tests {
             d
         });
         assert_eq!(download(&r, &s, &y), vec![2.0, 8.0, 18.0, 32.0]);
+    }
+
+    /// A recording that updates a tensor in place stores it over the
+    /// parameter it read (`ir::Alias`); a new tensor is stored over none.
+    #[test]
+    fn in_place_updates_are_stored_over_their_parameters() {
+        use crate::platform::host::{HostConfig, HostPlatform};
+        use crate::platform::testing::Tweaked;
+        let platform = std::sync::Arc::new(Tweaked::over(HostPlatform::new(HostConfig::default())));
+        let r = Runtime::with_platform_and_cache(platform.clone(), CacheConfig::memory_only(8))
+            .unwrap();
+        let s = r.default_stream(0).unwrap();
+        let x = upload(&r, &s, &[4], &[1.0, 2.0, 3.0, 4.0]);
+        let m = upload(&r, &s, &[4], &[0.5; 4]);
+        let (xs, ys) = in_mode(EagerMode::DeferAndFuse, || {
+            // m = m * x; x = x + m (both in place); y = x * x (new).
+            op_into(&r, &s, "mul", &[&m, &x], &m);
+            op_into(&r, &s, "add", &[&x, &m], &x);
+            let y = op(&r, &s, "mul", &[&x, &x], Attrs::new());
+            (download(&r, &s, &x), download(&r, &s, &y))
+        });
+        assert_eq!(xs, vec![1.5, 3.0, 4.5, 6.0]);
+        assert_eq!(ys, vec![2.25, 9.0, 20.25, 36.0]);
+        let graphs = platform.compiled.lock().unwrap();
+        let g = graphs
+            .iter()
+            .find(|g| g.nodes().len() >= 3)
+            .expect("the recording was compiled as one graph");
+        assert_eq!(g.params().len(), 2);
+        assert_eq!(g.outputs().len(), 3, "{g}");
+        // Which output is which: the parameter each is stored over holds
+        // the tensor's old value (m: param 0 read first; x: param 1).
+        let over: Vec<Option<usize>> = (0..3).map(|o| g.aliased_param(o)).collect();
+        let mut sorted = over.clone();
+        sorted.sort();
+        assert_eq!(sorted, vec![None, Some(0), Some(1)], "{g}");
     }
 
     #[test]

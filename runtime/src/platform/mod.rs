@@ -175,12 +175,14 @@ pub(crate) mod testing {
 
     /// A platform (the host's, in tests) with some settings changed:
     /// compile options named `options`, a recording limit of
-    /// `defer_max_ops`; everything else is the inner platform's.
+    /// `defer_max_ops`; everything else is the inner platform's. The
+    /// graphs it compiles are kept in `compiled`.
     #[derive(Debug)]
     pub struct Tweaked {
         pub inner: Arc<dyn Platform>,
         pub options: Option<&'static str>,
         pub defer_max_ops: Option<usize>,
+        pub compiled: std::sync::Mutex<Vec<Graph>>,
     }
 
     impl Tweaked {
@@ -189,6 +191,7 @@ pub(crate) mod testing {
                 inner,
                 options: None,
                 defer_max_ops: None,
+                compiled: Default::default(),
             }
         }
     }
@@ -218,6 +221,10 @@ pub(crate) mod testing {
             self.inner.allocate_segment(chip, bytes)
         }
         fn compile(&self, graph: &Graph) -> Result<Arc<dyn Executable>> {
+            self.compiled
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(graph.clone());
             self.inner.compile(graph)
         }
         fn load_executable(&self, bytes: &[u8]) -> Result<Arc<dyn Executable>> {

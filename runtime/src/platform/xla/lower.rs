@@ -18,6 +18,20 @@ use crate::ir::{
     TensorType, UnaryOp, ValueId,
 };
 
+/// Where XLA writes one output of a program lowered for execution
+/// (`lower_aliased`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum OutputSlot {
+    /// A buffer of its own, which the caller copies out.
+    Own,
+    /// The buffer passed for one more parameter, after the graph's, of
+    /// the output's type and aliased to it (unused by the body).
+    Extra,
+    /// The buffer passed for the graph's parameter of this index, aliased
+    /// to the output: the output is stored over it (`ir::Alias`).
+    Param(usize),
+}
+
 /// One indexed primitive's check: its index operand must lie in
 /// 0..bound. Its extra result holds (first bad flat position, its index),
 /// or (numel of the index, 0) when every index is in range.
@@ -664,24 +678,32 @@ pub fn lower_with_checks(graph: &Graph) -> Result<(String, Vec<IndexCheck>)> {
     lower_module(graph, &[])
 }
 
-/// As [`lower_with_checks`], for execution with outputs in place: after
-/// the graph's parameters come one more per output that `aliased` marks,
-/// in output order, of its type and aliased to it (`tf.aliasing_output`),
-/// unused by the body. The caller passes, donated, the buffer the output
-/// is to be written into. XLA writes an unmarked output into a buffer of
-/// its own.
-pub fn lower_aliased(graph: &Graph, aliased: &[bool]) -> Result<(String, Vec<IndexCheck>)> {
-    if aliased.len() != graph.outputs().len() {
+/// As [`lower_with_checks`], for execution with outputs in place, each
+/// where `slots` says (`tf.aliasing_output` on the parameter it names):
+/// after the graph's parameters come the `Extra` ones, in output order.
+/// The caller passes, donated, the buffer each aliased output is to be
+/// written into.
+pub fn lower_aliased(graph: &Graph, slots: &[OutputSlot]) -> Result<(String, Vec<IndexCheck>)> {
+    let n_params = graph.params().len();
+    let bad = slots.len() != graph.outputs().len()
+        || slots.iter().enumerate().any(|(i, s)| match *s {
+            OutputSlot::Param(p) => {
+                p >= n_params
+                    || graph.value_type(graph.params()[p]) != graph.value_type(graph.outputs()[i])
+                    || slots[..i].contains(s)
+            }
+            _ => false,
+        });
+    if bad {
         return Err(Error::Internal(format!(
-            "{} aliasing marks for {} outputs",
-            aliased.len(),
+            "output slots {slots:?} for a graph of {n_params} parameters and {} outputs",
             graph.outputs().len()
         )));
     }
-    lower_module(graph, aliased)
+    lower_module(graph, slots)
 }
 
-fn lower_module(graph: &Graph, aliased: &[bool]) -> Result<(String, Vec<IndexCheck>)> {
+fn lower_module(graph: &Graph, slots: &[OutputSlot]) -> Result<(String, Vec<IndexCheck>)> {
     // Composites (attention) become their primitives: XLA fuses those
     // itself, as it inlines a StableHLO composite's decomposition.
     let expanded = crate::ops::expand_composites(graph)?;
@@ -1086,17 +1108,22 @@ fn lower_module(graph: &Graph, aliased: &[bool]) -> Result<(String, Vec<IndexChe
             )),
         }
     }
+    let stored_over = |p: usize| slots.iter().position(|s| *s == OutputSlot::Param(p));
     let mut params: Vec<String> = graph
         .params()
         .iter()
-        .map(|p| format!("{}: {}", name(*p), t(*p)))
+        .enumerate()
+        .map(|(k, p)| match stored_over(k) {
+            Some(i) => format!("{}: {} {{tf.aliasing_output = {i} : i32}}", name(*p), t(*p)),
+            None => format!("{}: {}", name(*p), t(*p)),
+        })
         .collect();
     for ((i, v), _) in graph
         .outputs()
         .iter()
         .enumerate()
-        .zip(aliased)
-        .filter(|(_, a)| **a)
+        .zip(slots)
+        .filter(|(_, s)| **s == OutputSlot::Extra)
     {
         params.push(format!(
             "%out{i}: {} {{tf.aliasing_output = {i} : i32}}",
@@ -1158,10 +1185,20 @@ mod tests {
         ))
         .unwrap();
         insta::assert_snapshot!("linear_4x8_16", linear);
-        // For execution, one aliased parameter per marked output follows.
-        let (add, _) =
-            lower_aliased(&op("add", &[f(&[2, 3]), f(&[2, 3])], Attrs::new()), &[true]).unwrap();
-        insta::assert_snapshot!("add_2x3_aliased", add);
+        // For execution, an output may have one more parameter, aliased,
+        // or be stored over one of the graph's.
+        let add = op("add", &[f(&[2, 3]), f(&[2, 3])], Attrs::new());
+        let (extra, _) = lower_aliased(&add, &[OutputSlot::Extra]).unwrap();
+        insta::assert_snapshot!("add_2x3_aliased", extra);
+        let (over, _) = lower_aliased(&add, &[OutputSlot::Param(1)]).unwrap();
+        insta::assert_snapshot!("add_2x3_stored_over_its_second_operand", over);
+        let (own, _) = lower_aliased(&add, &[OutputSlot::Own]).unwrap();
+        assert_eq!(own, lower(&add).unwrap());
+        // A slot naming no parameter of the output's type is refused.
+        let sum = op("sum", &[f(&[2, 3])], Attrs::new());
+        assert!(lower_aliased(&sum, &[OutputSlot::Param(0)]).is_err());
+        assert!(lower_aliased(&add, &[OutputSlot::Param(2)]).is_err());
+        assert!(lower_aliased(&add, &[]).is_err());
     }
 
     /// The lowerings written as regions or index vectors, pinned.

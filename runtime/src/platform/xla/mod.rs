@@ -672,12 +672,22 @@ impl Drop for BareProgram {
 /// that difference.
 const COPY_OUT_BYTES: u64 = 4 << 10;
 
-/// Which of `outputs` get an aliased parameter (`lower::lower_aliased`):
-/// those above [`COPY_OUT_BYTES`].
-fn aliased_outputs(outputs: &[crate::ir::TensorType]) -> Vec<bool> {
-    outputs
-        .iter()
-        .map(|t| t.nbytes() > COPY_OUT_BYTES)
+/// Where XLA writes each output of `graph` (`lower::lower_aliased`):
+/// above [`COPY_OUT_BYTES`], over the parameter the graph stores it over
+/// (`ir::Alias`), else into one more parameter; at most that, into a
+/// buffer of its own.
+fn output_slots(graph: &Graph) -> Vec<lower::OutputSlot> {
+    use lower::OutputSlot;
+    (0..graph.outputs().len())
+        .map(|i| {
+            if graph.value_type(graph.outputs()[i]).nbytes() <= COPY_OUT_BYTES {
+                OutputSlot::Own
+            } else {
+                graph
+                    .aliased_param(i)
+                    .map_or(OutputSlot::Extra, OutputSlot::Param)
+            }
+        })
         .collect()
 }
 
@@ -821,9 +831,8 @@ impl Platform for XlaPlatform {
     }
 
     fn compile(&self, graph: &Graph) -> Result<Arc<dyn Executable>> {
-        let outputs = graph.output_types();
-        let aliased = aliased_outputs(&outputs);
-        let (text, checks) = lower::lower_aliased(graph, &aliased)?;
+        let slots = output_slots(graph);
+        let (text, checks) = lower::lower_aliased(graph, &slots)?;
         let me = self
             .me
             .upgrade()
@@ -833,15 +842,14 @@ impl Platform for XlaPlatform {
             platform: me,
             exe,
             params: graph.param_types(),
-            outputs,
+            outputs: graph.output_types(),
             checks,
-            aliased,
+            slots,
         }))
     }
 
     fn load_executable(&self, bytes: &[u8]) -> Result<Arc<dyn Executable>> {
-        let (params, outputs, checks, blob) = split_serialized(bytes)?;
-        let aliased = aliased_outputs(&outputs);
+        let (params, outputs, checks, slots, blob) = split_serialized(bytes)?;
         let me = self
             .me
             .upgrade()
@@ -866,29 +874,30 @@ impl Platform for XlaPlatform {
             params,
             outputs,
             checks,
-            aliased,
+            slots,
         }))
     }
 }
 
 /// Our framing of a PJRT blob: magic, then the JSON of the parameter and
-/// result types and the index checks (length-prefixed), then the plugin's
-/// bytes. Which outputs have an aliased parameter follows from their
-/// types (`aliased_outputs`). (Version 1 had no checks, version 2 no
-/// aliased output parameters, version 3 one for every output: such files
-/// are refused, and the cache rebuilds them.)
+/// result types, the index checks and the output slots (length-prefixed),
+/// then the plugin's bytes. (Version 1 had no checks, version 2 no
+/// aliased output parameters, version 3 one for every output and no
+/// slots: such files are refused, and the cache rebuilds them.)
 const SERIALIZED_MAGIC: &[u8] = b"TPURT-XLA-EXE-4\n";
 
 type Types = Vec<crate::ir::TensorType>;
 type Checks = Vec<lower::IndexCheck>;
+type Slots = Vec<lower::OutputSlot>;
 
 fn join_serialized(
     params: &[crate::ir::TensorType],
     outputs: &[crate::ir::TensorType],
     checks: &[lower::IndexCheck],
+    slots: &[lower::OutputSlot],
     blob: &[u8],
 ) -> Vec<u8> {
-    let types = serde_json::to_vec(&(params, outputs, checks)).unwrap_or_default();
+    let types = serde_json::to_vec(&(params, outputs, checks, slots)).unwrap_or_default();
     let mut out = Vec::with_capacity(SERIALIZED_MAGIC.len() + 8 + types.len() + blob.len());
     out.extend_from_slice(SERIALIZED_MAGIC);
     out.extend_from_slice(&(types.len() as u64).to_le_bytes());
@@ -897,7 +906,7 @@ fn join_serialized(
     out
 }
 
-fn split_serialized(bytes: &[u8]) -> Result<(Types, Types, Checks, &[u8])> {
+fn split_serialized(bytes: &[u8]) -> Result<(Types, Types, Checks, Slots, &[u8])> {
     let bad = |what: &str| Error::invalid(format!("not a serialized xla executable: {what}"));
     let rest = bytes
         .strip_prefix(SERIALIZED_MAGIC)
@@ -910,12 +919,20 @@ fn split_serialized(bytes: &[u8]) -> Result<(Types, Types, Checks, &[u8])> {
     if n > rest.len() {
         return Err(bad("truncated types"));
     }
-    let (params, outputs, checks): (Types, Types, Checks) =
+    let (params, outputs, checks, slots): (Types, Types, Checks, Slots) =
         serde_json::from_slice(&rest[..n]).map_err(|e| bad(&format!("types: {e}")))?;
     if rest.len() == n {
         return Err(bad("no program"));
     }
-    Ok((params, outputs, checks, &rest[n..]))
+    let bad_slot = slots.len() != outputs.len()
+        || slots.iter().enumerate().any(|(i, s)| match *s {
+            lower::OutputSlot::Param(p) => params.get(p) != outputs.get(i),
+            _ => false,
+        });
+    if bad_slot {
+        return Err(bad("output slots"));
+    }
+    Ok((params, outputs, checks, slots, &rest[n..]))
 }
 
 /// A program compiled by a PJRT plugin.
@@ -926,8 +943,8 @@ struct XlaExecutable {
     outputs: Vec<crate::ir::TensorType>,
     /// The index checks, whose i64[2] results follow the outputs.
     checks: Vec<lower::IndexCheck>,
-    /// Which outputs have an aliased parameter (`aliased_outputs`).
-    aliased: Vec<bool>,
+    /// Where XLA writes each output (`output_slots`).
+    slots: Vec<lower::OutputSlot>,
 }
 
 // SAFETY: PJRT executables may be executed from any thread (PJRT C API).
@@ -1527,7 +1544,50 @@ impl Executable for XlaExecutable {
             // into a buffer of its own (a result never aliases an argument
             // that was not donated), and outputs are copied into the pool
             // only once the whole execution is done (awaited below).
-            for t in inputs {
+            //
+            // An input an output is stored over (`OutputSlot::Param`) is
+            // donated: where the output is that very tensor and no other
+            // input or output overlaps it, a zero-copy buffer over its
+            // bytes, which XLA reads and then writes the output into (it
+            // orders the two, as for any aliased parameter); elsewhere a
+            // plugin-owned copy of the input, whose result is copied out.
+            for (k, t) in inputs.iter().enumerate() {
+                let over = self
+                    .slots
+                    .iter()
+                    .position(|s| *s == lower::OutputSlot::Param(k));
+                if let Some(i) = over {
+                    let out = &outputs[i];
+                    let alone = out.buffer.same_buffer(&t.buffer)
+                        && out.layout == t.layout
+                        && out.dtype == t.dtype
+                        && !inputs
+                            .iter()
+                            .enumerate()
+                            .any(|(j, x)| j != k && x.may_overlap(out))
+                        && !outputs
+                            .iter()
+                            .enumerate()
+                            .any(|(j, o)| j != i && o.may_overlap(out));
+                    match alone
+                        .then(|| p.zero_copy_target(out, device))
+                        .transpose()?
+                        .flatten()
+                    {
+                        Some((buf, done)) => {
+                            bufs.push(buf);
+                            args.push(buf);
+                            targets.push(done);
+                            in_place[i] = true;
+                        }
+                        None => {
+                            let b = p.stage(t, device)?;
+                            bufs.push(b);
+                            args.push(b);
+                        }
+                    }
+                    continue;
+                }
                 match p.view_of(t, device)? {
                     Some(view) => {
                         args.push(view.buffer);
@@ -1540,16 +1600,16 @@ impl Executable for XlaExecutable {
                     }
                 }
             }
-            // Outputs above `COPY_OUT_BYTES` have an aliased parameter
-            // (`lower_aliased`). Where XLA may write the output in place,
-            // its argument is a zero-copy buffer over its pool bytes,
-            // donated; elsewhere a buffer of the plugin's, copied out
-            // after. XLA writes a small output into a buffer of its own,
-            // copied out too (a donated target costs more than the copy:
-            // making it, destroying it, and awaiting and destroying its
-            // release event).
+            // Outputs above `COPY_OUT_BYTES` that are stored over no input
+            // have one more parameter, aliased (`OutputSlot::Extra`).
+            // Where XLA may write the output in place, its argument is a
+            // zero-copy buffer over its pool bytes, donated; elsewhere a
+            // buffer of the plugin's, copied out after. XLA writes a small
+            // output into a buffer of its own, copied out too (a donated
+            // target costs more than the copy: making it, destroying it,
+            // and awaiting and destroying its release event).
             for (i, (t, ty)) in outputs.iter().zip(&self.outputs).enumerate() {
-                if !self.aliased[i] {
+                if self.slots[i] != lower::OutputSlot::Extra {
                     continue;
                 }
                 let alone = !inputs.iter().any(|x| x.may_overlap(t))
@@ -1706,6 +1766,7 @@ impl Executable for XlaExecutable {
             &self.params,
             &self.outputs,
             &self.checks,
+            &self.slots,
             &blob,
         ))
     }
@@ -1928,6 +1989,81 @@ mod tests {
             .unwrap();
         let x = f32::from_le_bytes([7, 7, 7, 7]);
         assert_eq!(f32::from_le_bytes(got[..4].try_into().unwrap()), x + x);
+    }
+
+    /// An output stored over a parameter (`ir::Alias`, an in-place
+    /// update) is written into that tensor's own bytes, with the old value
+    /// still read where the program reads it; handed another tensor, the
+    /// same executable copies the input and leaves it alone; and a
+    /// serialized executable keeps its slots.
+    #[test]
+    fn outputs_stored_over_their_parameters_are_written_in_place() {
+        use crate::ir::{Alias, BinaryOp, DType, GraphBuilder, TensorType};
+        let (p, r, s) = cpu_runtime();
+        const N: u64 = 2048;
+        const { assert!(N * 4 > COPY_OUT_BYTES) };
+        // x' = x * y + y, stored over x; z = x + x, from the old x.
+        let mut b = GraphBuilder::new();
+        let x = b.param(TensorType::new(DType::F32, &[N]));
+        let y = b.param(TensorType::new(DType::F32, &[N]));
+        let xy = b.binary(BinaryOp::Mul, x, y).unwrap();
+        let x2 = b.binary(BinaryOp::Add, xy, y).unwrap();
+        let z = b.binary(BinaryOp::Add, x, x).unwrap();
+        let graph = b
+            .build(&[x2, z])
+            .unwrap()
+            .with_aliases(vec![Alias {
+                output: 0,
+                param: 0,
+            }])
+            .unwrap();
+        assert_eq!(
+            output_slots(&graph),
+            vec![lower::OutputSlot::Param(0), lower::OutputSlot::Extra]
+        );
+        let exe = p.compile(&graph).unwrap();
+        let tensor = |v: &[f32]| {
+            let buf = r.allocate(0, (v.len() * 4) as u64, &s).unwrap();
+            let t = DeviceTensor::contiguous(buf, DType::F32, &[v.len() as u64]).unwrap();
+            r.copy_host_to_device(&f32_bytes(v), &t.buffer, &t.layout, &s)
+                .unwrap();
+            t
+        };
+        let xs: Vec<f32> = (0..N).map(|i| (i % 13) as f32 - 6.0).collect();
+        let ys: Vec<f32> = (0..N).map(|i| (i % 5) as f32 * 0.5).collect();
+        let updated: Vec<f32> = xs.iter().zip(&ys).map(|(a, b)| a * b + b).collect();
+        let doubled: Vec<f32> = xs.iter().map(|a| a + a).collect();
+        let run = |exe: &Arc<dyn Executable>, ins: &[DeviceTensor], outs: &[DeviceTensor]| {
+            s.synchronize().unwrap();
+            let before = p.transfer_stats();
+            exe.execute(ins, outs).unwrap();
+            p.transfer_stats().since(&before)
+        };
+        // In place: both outputs written where they belong, no copies.
+        let (xt, yt, zt) = (tensor(&xs), tensor(&ys), tensor(&[0.0; N as usize]));
+        let d = run(&exe, &[xt.clone(), yt.clone()], &[xt.clone(), zt.clone()]);
+        assert_eq!((d.in_place_outputs, d.direct_outputs), (2, 0), "{d:?}");
+        assert_eq!((d.staged_inputs, d.input_views), (0, 1), "{d:?}");
+        assert_eq!(read_f32s(&r, &s, &xt), updated);
+        assert_eq!(read_f32s(&r, &s, &zt), doubled);
+        // Another tensor for the output: x is copied for XLA, the result
+        // copied out, x left as it was.
+        let (xt, other) = (tensor(&xs), tensor(&[0.0; N as usize]));
+        let d = run(
+            &exe,
+            &[xt.clone(), yt.clone()],
+            &[other.clone(), zt.clone()],
+        );
+        assert_eq!((d.in_place_outputs, d.direct_outputs), (1, 1), "{d:?}");
+        assert_eq!(d.staged_inputs, 1, "{d:?}");
+        assert_eq!(read_f32s(&r, &s, &other), updated);
+        assert_eq!(read_f32s(&r, &s, &xt), xs);
+        // Serialized and loaded back: still in place.
+        let back = p.load_executable(&exe.serialize().unwrap()).unwrap();
+        let xt = tensor(&xs);
+        let d = run(&back, &[xt.clone(), yt.clone()], &[xt.clone(), zt.clone()]);
+        assert_eq!((d.in_place_outputs, d.direct_outputs), (2, 0), "{d:?}");
+        assert_eq!(read_f32s(&r, &s, &xt), updated);
     }
 
     /// A small output before large ones does not cost them their place:
@@ -2311,7 +2447,7 @@ mod tests {
         )
         .unwrap();
         let bytes = p.compile(&g).unwrap().serialize().unwrap();
-        let (_, _, checks, _) = split_serialized(&bytes).unwrap();
+        let (_, _, checks, _, _) = split_serialized(&bytes).unwrap();
         let want = lower::IndexCheck {
             prim: "take".into(),
             axis: 0,

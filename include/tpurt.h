@@ -596,6 +596,11 @@ struct tpurt_status *tpurt_stream_get_default(struct tpurt_runtime rt,
 // Release the handle; queued work still runs.
 struct tpurt_status *tpurt_stream_destroy(struct tpurt_stream stream);
 
+// Launch the ops `stream` holds for defer-and-fuse now, as one program,
+// without waiting for them; `*launched` = how many there were (0 when
+// none). `launched` may be NULL.
+struct tpurt_status *tpurt_stream_flush(struct tpurt_stream stream, size_t *launched);
+
 struct tpurt_status *tpurt_stream_synchronize(struct tpurt_stream stream);
 
 // `*done` = whether all submitted work finished. A failure is returned as

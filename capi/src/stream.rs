@@ -118,6 +118,23 @@ pub extern "C" fn tpurt_stream_destroy(stream: tpurt_stream) -> *mut tpurt_statu
     guard(|| STREAMS.remove(stream.handle).map(drop))
 }
 
+/// Launch the ops `stream` holds for defer-and-fuse now, as one program,
+/// without waiting for them; `*launched` = how many there were (0 when
+/// none). `launched` may be NULL.
+#[no_mangle]
+pub extern "C" fn tpurt_stream_flush(
+    stream: tpurt_stream,
+    launched: *mut usize,
+) -> *mut tpurt_status {
+    guard(|| {
+        let n = stream_of(stream)?.0.flush()?;
+        if !launched.is_null() {
+            *out_ptr(launched, "launched")? = n;
+        }
+        Ok(())
+    })
+}
+
 #[no_mangle]
 pub extern "C" fn tpurt_stream_synchronize(stream: tpurt_stream) -> *mut tpurt_status {
     guard(|| stream_of(stream)?.0.synchronize())

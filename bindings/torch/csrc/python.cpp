@@ -207,6 +207,14 @@ PYBIND11_MODULE(_C, m) {
     py::gil_scoped_release nogil;
     check(tpurt_device_synchronize(runtime(), static_cast<uint32_t>(d)), "synchronize");
   });
+  // Launch what `d`'s current stream holds for defer-and-fuse; returns how
+  // many ops that was.
+  m.def("launch_deferred", [](int d) {
+    check_device(d);
+    size_t launched = 0;
+    check(tpurt_stream_flush(stream_handle(current_stream(d)), &launched), "launch deferred ops");
+    return launched;
+  });
   m.def("device_properties", &device_properties);
   m.def("slice_info", &slice_info);
 

@@ -85,6 +85,32 @@ def test_foreach_ops_run_as_one_recording_in_strict_mode(no_fallback):
             torch.testing.assert_close(got.cpu(), w)
 
 
+def test_optimizer_steps_launch_their_updates_at_once_in_strict_mode(no_fallback):
+    """In strict mode an optimizer step's foreach loops are recorded for
+    one launch, and the step's end launches them: nothing is left waiting
+    for the stream's next use. Defer-and-fuse keeps recording across it.
+    Both match the same optimizer on CPU."""
+    torch.manual_seed(3)
+    cpu = torch.nn.Linear(8, 4)
+    dev = torch.nn.Linear(8, 4).to("tpu")
+    dev.load_state_dict(cpu.state_dict())
+    opts = [torch.optim.AdamW(m.parameters(), lr=0.01) for m in (cpu, dev)]
+    x = torch.randn(3, 8)
+    modes = [(torch.tpu.EagerMode.DEFER_NEVER, False), (torch.tpu.EagerMode.DEFER_AND_FUSE, True)]
+    for mode, left in modes:
+        for m, opt, xi in zip((cpu, dev), opts, (x, x.to("tpu"))):
+            opt.zero_grad()
+            m(xi).square().sum().backward()
+        torch.tpu.synchronize()
+        opts[0].step()
+        with torch.tpu.set_eager_mode(mode):
+            opts[1].step()
+            waiting = torch.tpu._launch_deferred()
+        assert (waiting > 0) == left, (mode, waiting)
+        for a, b in zip(cpu.parameters(), dev.parameters()):
+            torch.testing.assert_close(b.cpu(), a)
+
+
 # torch.optim's fused=True updates: native (no_fallback), each against the
 # same optimizer fused on CPU, with the options that change the formulas.
 FUSED = {

@@ -55,6 +55,26 @@ atexit.register(_let_autograd_threads_finish)
 from . import tpu  # noqa: E402  (after registration, as torch.tpu)
 
 
+def _launch_after_optimizer_steps() -> None:
+    # In strict mode the binding records torch's foreach loops for one
+    # fused launch (csrc/ops.cpp, DeferInStrict), which would otherwise
+    # start when the stream is next used; an optimizer step is many such
+    # loops. After every step, launch what it left recorded, so the update
+    # runs while the host goes on, as a strict launch does. (In
+    # defer-and-fuse mode the recording goes on, by design.)
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    def launch(optimizer, args, kwargs) -> None:
+        if _C.eager_mode() == int(tpu.EagerMode.DEFER_NEVER):
+            for d in range(_C.device_count()):
+                _C.launch_deferred(d)
+
+    register_optimizer_step_post_hook(launch)
+
+
+_launch_after_optimizer_steps()
+
+
 def _register_compiler() -> None:
     # Imported lazily by torch.compile's backend lookup would be too late
     # for backend="tpu"; dynamo's registry is light to import.

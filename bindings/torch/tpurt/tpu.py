@@ -129,6 +129,12 @@ def synchronize(device: _DeviceLike = None) -> None:
     _C.synchronize(_index(device))
 
 
+def _launch_deferred(device: _DeviceLike = None) -> int:
+    """Launch the ops the device's current stream holds for defer-and-fuse
+    now, without waiting for them; returns how many there were."""
+    return _C.launch_deferred(_index(device))
+
+
 def get_amp_supported_dtype() -> list[torch.dtype]:
     return [torch.bfloat16, torch.float16]
 

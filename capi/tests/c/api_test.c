@@ -490,6 +490,28 @@ static void test_ops_modes_graphs_and_cache(void) {
   ERR(tpurt_eager_mode_set(7), TPURT_CODE_INVALID_ARGUMENT, "eager mode 7");
   OK(tpurt_op_launch(rt, log_id, &tx, 1, &to, 1, NULL, 0, none)); /* strict: no check */
 
+  /* Deferred ops wait for a flush; tpurt_stream_flush launches them and
+     says how many there were. */
+  tpurt_stream def;
+  OK(tpurt_stream_get_default(rt, 0, &def));
+  OK(tpurt_eager_mode_push(TPURT_EAGER_DEFER_AND_FUSE));
+  OK(tpurt_op_launch(rt, add_id, ins, 2, &to, 1, &alpha, 1, none));
+  OK(tpurt_op_launch(rt, add_id, ins, 2, &to, 1, &alpha, 1, none));
+  size_t launched = 9;
+  OK(tpurt_stream_flush(def, &launched));
+  CHECK(launched == 2);
+  OK(tpurt_stream_flush(def, &launched));
+  CHECK(launched == 0);
+  OK(tpurt_stream_flush(def, NULL));
+  OK(tpurt_eager_mode_pop(&mode));
+  OK(tpurt_stream_synchronize(def));
+  float xs[6];
+  OK(tpurt_copy_device_to_host(bx, NULL, xs, sizeof xs, none, 0));
+  OK(tpurt_copy_device_to_host(bo, NULL, out, sizeof out, none, 0));
+  for (int i = 0; i < 6; i++) CHECK(out[i] == 3 * xs[i]);
+  OK(tpurt_stream_destroy(def));
+  ERR(tpurt_stream_flush(def, &launched), TPURT_CODE_INVALID_HANDLE, "destroyed already");
+
   /* A whole graph in canonical form: z = x * y. */
   const char *graph =
       "{\"params\":[0,1],\"nodes\":[{\"prim\":{\"binary\":\"mul\"},\"inputs\":[0,1],\"outputs\":[2]}],"

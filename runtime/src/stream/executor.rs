@@ -296,13 +296,15 @@ impl Executor {
         self.push_raw(stream, name, kind)
     }
 
-    /// Launch `stream`'s deferred ops as one fused program, if it has any.
-    pub fn flush(&self, stream: &StreamQueue) -> Result<()> {
+    /// Launch `stream`'s deferred ops as one fused program, if it has any;
+    /// returns how many there were.
+    pub fn flush(&self, stream: &StreamQueue) -> Result<usize> {
         if !stream.has_lazy.load(Ordering::SeqCst) {
-            return Ok(());
+            return Ok(0);
         }
         let mut q = stream.lazy.lock().unwrap_or_else(|e| e.into_inner());
-        self.flush_locked(stream, &mut q)
+        let n = q.len();
+        self.flush_locked(stream, &mut q).map(|()| n)
     }
 
     fn flush_locked(&self, stream: &StreamQueue, q: &mut LazyQueue) -> Result<()> {
@@ -369,7 +371,7 @@ impl Executor {
         };
         let mut first = Ok(());
         for s in &streams {
-            let r = self.flush(s);
+            let r = self.flush(s).map(|_| ());
             if first.is_ok() {
                 first = r;
             }

@@ -147,8 +147,10 @@ impl Stream {
         self.clock().fence()
     }
 
-    /// Launch this stream's deferred ops now (DEFER_AND_FUSE).
-    pub fn flush(&self) -> Result<()> {
+    /// Launch this stream's deferred ops now (DEFER_AND_FUSE), as one
+    /// program; returns how many there were. The work runs
+    /// asynchronously, as any launch.
+    pub fn flush(&self) -> Result<usize> {
         self.inner.executor.flush(&self.inner.queue)
     }
 

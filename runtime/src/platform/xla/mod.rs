@@ -935,6 +935,59 @@ fn split_serialized(bytes: &[u8]) -> Result<(Types, Types, Checks, Slots, &[u8])
     Ok((params, outputs, checks, slots, &rest[n..]))
 }
 
+/// The arguments of one execution, in parameter order, and what to let
+/// go of after it: buffers of ours (destroyed), cached views (only
+/// released) and the in-place targets' "done with host buffer" events.
+#[derive(Default)]
+struct ExecArgs {
+    args: SmallVec<[*mut sys::PJRT_Buffer; 8]>,
+    bufs: SmallVec<[*mut sys::PJRT_Buffer; 8]>,
+    views: SmallVec<[Arc<CachedView>; 4]>,
+    targets: SmallVec<[*mut sys::PJRT_Event; 4]>,
+}
+
+impl ExecArgs {
+    fn own(&mut self, buffer: *mut sys::PJRT_Buffer) {
+        self.bufs.push(buffer);
+        self.args.push(buffer);
+    }
+
+    fn view(&mut self, view: Arc<CachedView>) {
+        self.args.push(view.buffer);
+        self.views.push(view);
+    }
+
+    /// A donated argument (`XlaPlatform::donated`); true when it is an
+    /// in-place target.
+    fn donated(
+        &mut self,
+        (buffer, done): (*mut sys::PJRT_Buffer, Option<*mut sys::PJRT_Event>),
+    ) -> bool {
+        self.own(buffer);
+        self.targets.extend(done);
+        done.is_some()
+    }
+}
+
+/// Whether nothing an execution reads or writes overlaps output `i` but
+/// the output itself and input `k`, when given (the one it is stored over).
+fn nothing_else_overlaps(
+    inputs: &[DeviceTensor],
+    outputs: &[DeviceTensor],
+    i: usize,
+    k: Option<usize>,
+) -> bool {
+    let out = &outputs[i];
+    !inputs
+        .iter()
+        .enumerate()
+        .any(|(j, x)| Some(j) != k && x.may_overlap(out))
+        && !outputs
+            .iter()
+            .enumerate()
+            .any(|(j, o)| j != i && o.may_overlap(out))
+}
+
 /// A program compiled by a PJRT plugin.
 struct XlaExecutable {
     platform: Arc<XlaPlatform>,
@@ -1287,6 +1340,28 @@ impl XlaPlatform {
         Ok(Some(made))
     }
 
+    /// The donated argument of an output's aliased parameter: a zero-copy
+    /// target over `out` and its release event when `alone` (nothing else
+    /// the execution reads or writes overlaps it) and the plugin allows
+    /// one, else `fallback`'s plugin-owned buffer and no event.
+    fn donated(
+        &self,
+        out: &DeviceTensor,
+        alone: bool,
+        device: *mut sys::PJRT_Device,
+        fallback: impl FnOnce() -> Result<*mut sys::PJRT_Buffer>,
+    ) -> Result<(*mut sys::PJRT_Buffer, Option<*mut sys::PJRT_Event>)> {
+        let target = if alone {
+            self.zero_copy_target(out, device)?
+        } else {
+            None
+        };
+        match target {
+            Some((buf, done)) => Ok((buf, Some(done))),
+            None => Ok((fallback()?, None)),
+        }
+    }
+
     /// A buffer of the plugin's for an output's aliased argument, whose
     /// contents do not matter (XLA overwrites it).
     fn scratch(
@@ -1528,14 +1603,8 @@ impl Executable for XlaExecutable {
             .device_ptrs
             .first()
             .ok_or_else(|| Error::Internal("no xla device".into()))?;
-        // Arguments: those in `bufs` are destroyed after the execution;
-        // the cached views in `views` are only let go.
-        let mut bufs: SmallVec<[*mut sys::PJRT_Buffer; 8]> = SmallVec::new();
-        let mut args: SmallVec<[*mut sys::PJRT_Buffer; 8]> = SmallVec::new();
-        let mut views: SmallVec<[Arc<CachedView>; 4]> = SmallVec::new();
-        // The in-place targets' "done with host buffer" events, and which
-        // outputs have one.
-        let mut targets: SmallVec<[*mut sys::PJRT_Event; 4]> = SmallVec::new();
+        let mut a = ExecArgs::default();
+        // Which outputs have an in-place target.
         let mut in_place: SmallVec<[bool; 4]> = smallvec::smallvec![false; outputs.len()];
         let result = (|| -> Result<()> {
             // Inputs: read in place through a view where the plugin allows
@@ -1561,43 +1630,13 @@ impl Executable for XlaExecutable {
                     let alone = out.buffer.same_buffer(&t.buffer)
                         && out.layout == t.layout
                         && out.dtype == t.dtype
-                        && !inputs
-                            .iter()
-                            .enumerate()
-                            .any(|(j, x)| j != k && x.may_overlap(out))
-                        && !outputs
-                            .iter()
-                            .enumerate()
-                            .any(|(j, o)| j != i && o.may_overlap(out));
-                    match alone
-                        .then(|| p.zero_copy_target(out, device))
-                        .transpose()?
-                        .flatten()
-                    {
-                        Some((buf, done)) => {
-                            bufs.push(buf);
-                            args.push(buf);
-                            targets.push(done);
-                            in_place[i] = true;
-                        }
-                        None => {
-                            let b = p.stage(t, device)?;
-                            bufs.push(b);
-                            args.push(b);
-                        }
-                    }
+                        && nothing_else_overlaps(inputs, outputs, i, Some(k));
+                    in_place[i] = a.donated(p.donated(out, alone, device, || p.stage(t, device))?);
                     continue;
                 }
                 match p.view_of(t, device)? {
-                    Some(view) => {
-                        args.push(view.buffer);
-                        views.push(view);
-                    }
-                    None => {
-                        let b = p.stage(t, device)?;
-                        bufs.push(b);
-                        args.push(b);
-                    }
+                    Some(view) => a.view(view),
+                    None => a.own(p.stage(t, device)?),
                 }
             }
             // Outputs above `COPY_OUT_BYTES` that are stored over no input
@@ -1612,28 +1651,8 @@ impl Executable for XlaExecutable {
                 if self.slots[i] != lower::OutputSlot::Extra {
                     continue;
                 }
-                let alone = !inputs.iter().any(|x| x.may_overlap(t))
-                    && !outputs
-                        .iter()
-                        .enumerate()
-                        .any(|(j, o)| j != i && o.may_overlap(t));
-                match alone
-                    .then(|| p.zero_copy_target(t, device))
-                    .transpose()?
-                    .flatten()
-                {
-                    Some((buf, done)) => {
-                        bufs.push(buf);
-                        args.push(buf);
-                        targets.push(done);
-                        in_place[i] = true;
-                    }
-                    None => {
-                        let b = p.scratch(ty, device)?;
-                        bufs.push(b);
-                        args.push(b);
-                    }
-                }
+                let alone = nothing_else_overlaps(inputs, outputs, i, None);
+                in_place[i] = a.donated(p.donated(t, alone, device, || p.scratch(ty, device))?);
             }
             let mut outs: SmallVec<[*mut sys::PJRT_Buffer; 8]> =
                 smallvec::smallvec![std::ptr::null_mut(); self.outputs.len() + self.checks.len()];
@@ -1641,7 +1660,7 @@ impl Executable for XlaExecutable {
             // uses them, and no output may be copied into the pool while
             // XLA still reads a view: `execute_and_wait` waits for every
             // output, whatever fails.
-            let mut result = p.execute_and_wait(self.exe, &args, &mut outs);
+            let mut result = p.execute_and_wait(self.exe, &a.args, &mut outs);
             // The index checks first: a bad index fails the op before any
             // output is written (as on the host platform).
             let n_out = self.outputs.len();
@@ -1689,14 +1708,14 @@ impl Executable for XlaExecutable {
             }
             result
         })();
-        for b in bufs {
+        for b in a.bufs {
             p.destroy_buffer(b);
         }
-        drop(views);
+        drop(a.views);
         // An in-place target's memory is ours again once the plugin has
         // let go of it: after both the donated argument and the output
         // that took it over are destroyed (awaiting it before deadlocks).
-        for e in targets {
+        for e in a.targets {
             let _ = p.await_event(e, "PJRT_Event_Await (in-place output released)");
         }
         result
@@ -1837,6 +1856,15 @@ mod tests {
 
     fn f32_bytes(v: &[f32]) -> Vec<u8> {
         v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    /// A new f32 tensor of `v`'s elements, one dimension.
+    fn f32_tensor(r: &crate::runtime::Runtime, s: &crate::Stream, v: &[f32]) -> DeviceTensor {
+        let buf = r.allocate(0, (v.len() * 4) as u64, s).unwrap();
+        let t = DeviceTensor::contiguous(buf, crate::ir::DType::F32, &[v.len() as u64]).unwrap();
+        r.copy_host_to_device(&f32_bytes(v), &t.buffer, &t.layout, s)
+            .unwrap();
+        t
     }
 
     /// `t`'s elements (f32).
@@ -2022,13 +2050,7 @@ mod tests {
             vec![lower::OutputSlot::Param(0), lower::OutputSlot::Extra]
         );
         let exe = p.compile(&graph).unwrap();
-        let tensor = |v: &[f32]| {
-            let buf = r.allocate(0, (v.len() * 4) as u64, &s).unwrap();
-            let t = DeviceTensor::contiguous(buf, DType::F32, &[v.len() as u64]).unwrap();
-            r.copy_host_to_device(&f32_bytes(v), &t.buffer, &t.layout, &s)
-                .unwrap();
-            t
-        };
+        let tensor = |v: &[f32]| f32_tensor(&r, &s, v);
         let xs: Vec<f32> = (0..N).map(|i| (i % 13) as f32 - 6.0).collect();
         let ys: Vec<f32> = (0..N).map(|i| (i % 5) as f32 * 0.5).collect();
         let updated: Vec<f32> = xs.iter().zip(&ys).map(|(a, b)| a * b + b).collect();
@@ -2088,13 +2110,7 @@ mod tests {
         let cube = b.binary(BinaryOp::Mul, square, y).unwrap();
         let graph = b.build(&[twice, small, square, cube]).unwrap();
         let exe = p.compile(&graph).unwrap();
-        let tensor = |v: &[f32]| {
-            let buf = r.allocate(0, (v.len() * 4) as u64, &s).unwrap();
-            let t = DeviceTensor::contiguous(buf, DType::F32, &[v.len() as u64]).unwrap();
-            r.copy_host_to_device(&f32_bytes(v), &t.buffer, &t.layout, &s)
-                .unwrap();
-            t
-        };
+        let tensor = |v: &[f32]| f32_tensor(&r, &s, v);
         let xs: Vec<f32> = (0..SMALL).map(|i| i as f32).collect();
         let ys: Vec<f32> = (0..LARGE).map(|i| (i % 7) as f32 - 3.0).collect();
         let ins = [tensor(&xs), tensor(&ys)];

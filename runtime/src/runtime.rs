@@ -266,6 +266,9 @@ impl Runtime {
                 first = r;
             }
         }
+        // As `Stream::synchronize` does for its stream.
+        chip.tensor_core.bury_all();
+        chip.sparse_core.bury_all();
         first
     }
 

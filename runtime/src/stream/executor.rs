@@ -308,6 +308,11 @@ impl Executor {
     }
 
     fn flush_locked(&self, stream: &StreamQueue, q: &mut LazyQueue) -> Result<()> {
+        // What finished launches handed back is freed here as on a strict
+        // launch (`Stream::launch`): a thread that only ever records would
+        // otherwise keep every buffer a flush held last (about 150 bytes
+        // each, their memory long back in the pool) until a synchronize.
+        bury(stream);
         let ops = q.take();
         stream.has_lazy.store(false, Ordering::SeqCst);
         if ops.is_empty() {
@@ -402,6 +407,14 @@ impl Executor {
 
     /// Fences covering all work submitted so far to each attached stream
     /// (deferred ops are flushed first).
+    /// Free what finished launches handed back to every attached stream.
+    pub fn bury_all(&self) {
+        let reg = self.registry.read().unwrap_or_else(|e| e.into_inner());
+        for s in &reg.streams {
+            bury(s);
+        }
+    }
+
     pub fn fences(&self) -> Vec<Fence> {
         let _ = self.flush_all();
         let reg = self.registry.read().unwrap_or_else(|e| e.into_inner());

@@ -188,6 +188,18 @@ unsafe extern "C" fn view_released(_ptr: *mut std::ffi::c_void, _arg: *mut std::
 /// How many input views [`ViewCache`] keeps before it starts over.
 const VIEW_CACHE_ENTRIES: usize = 4096;
 
+/// How many times [`ViewCache`] hands out its views before it starts over.
+///
+/// A plugin lists on each buffer an event for every execution that read
+/// it, and an event lives while any buffer lists it. The XLA CPU plugin
+/// prunes a buffer's list only once it holds 1024 events, and then only
+/// of the events that fired, so a view kept for good keeps the events of
+/// executions long done: in a training loop, each step's (about 5 KiB a
+/// step of heap in `test_soak.py`'s loop, growing for thousands of
+/// steps). Starting over destroys the views, and their lists with them:
+/// the events listed are at most this many.
+const VIEW_CACHE_USES: usize = 8192;
+
 /// A PJRT view over pool bytes, shared by the executions that read it.
 struct CachedView {
     buffer: *mut sys::PJRT_Buffer,
@@ -229,6 +241,20 @@ struct ViewCache {
     retired: Vec<Arc<CachedView>>,
     /// How many views the map holds before it starts over.
     cap: usize,
+    /// Views handed out since the map last started over.
+    uses: usize,
+    /// How many hand-outs the map allows before it starts over.
+    max_uses: usize,
+}
+
+impl ViewCache {
+    /// Retire every view in the map: each is destroyed once no execution
+    /// holds it.
+    fn start_over(&mut self) {
+        let old: Vec<_> = self.map.drain().map(|(_, v)| v).collect();
+        self.retired.extend(old);
+        self.uses = 0;
+    }
 }
 
 impl Default for ViewCache {
@@ -237,6 +263,8 @@ impl Default for ViewCache {
             map: Default::default(),
             retired: Vec::new(),
             cap: VIEW_CACHE_ENTRIES,
+            uses: 0,
+            max_uses: VIEW_CACHE_USES,
         }
     }
 }
@@ -1138,6 +1166,10 @@ impl XlaPlatform {
             device: device as usize,
         };
         let mut cache = self.views.lock().unwrap_or_else(|e| e.into_inner());
+        if cache.uses >= cache.max_uses {
+            cache.start_over();
+        }
+        cache.uses += 1;
         if let Some(v) = cache.map.get(&key) {
             if std::ptr::addr_eq(v.segment.as_ptr(), Arc::as_ptr(segment)) {
                 return Ok(Some(Arc::clone(v)));
@@ -1149,8 +1181,7 @@ impl XlaPlatform {
             segment: Arc::downgrade(segment),
         });
         if cache.map.len() >= cache.cap {
-            let old: Vec<_> = cache.map.drain().map(|(_, v)| v).collect();
-            cache.retired.extend(old);
+            cache.start_over();
         }
         if let Some(old) = cache.map.insert(key, Arc::clone(&view)) {
             cache.retired.push(old);
@@ -1984,6 +2015,59 @@ mod tests {
         );
         assert_eq!(add_into(&x, &y, &out), (2, 2));
         assert_eq!(get(&out), sum(&ys, &xs));
+    }
+
+    /// Views are handed out [`VIEW_CACHE_USES`] times, then the cache
+    /// starts over: the plugin's list of the executions that read a view
+    /// (each one's event kept alive by it) goes with the view, instead of
+    /// growing for as long as the view is kept.
+    #[test]
+    fn views_start_over_after_their_uses() {
+        use crate::ir::DType;
+        use crate::ops::{self, Attrs};
+        let (p, r, s) = cpu_runtime();
+        const N: usize = 4096;
+        let put = |v: &[f32]| {
+            let b = r.allocate(0, (v.len() * 4) as u64, &s).unwrap();
+            let t = DeviceTensor::contiguous(b, DType::F32, &[v.len() as u64]).unwrap();
+            r.copy_host_to_device(&f32_bytes(v), &t.buffer, &t.layout, &s)
+                .unwrap();
+            t
+        };
+        let xs: Vec<f32> = (0..N).map(|i| i as f32).collect();
+        let (x, y, out) = (put(&xs), put(&xs), put(&[0.0; N]));
+        let add = ops::lookup("add").unwrap();
+        let run = || {
+            let before = p.transfer_stats();
+            r.call_op(
+                add,
+                &[x.clone(), y.clone()],
+                std::slice::from_ref(&out),
+                &Attrs::new(),
+                &s,
+            )
+            .unwrap();
+            s.synchronize().unwrap();
+            let cache = p.views.lock().unwrap();
+            let d = p.transfer_stats().since(&before);
+            (d.views_created, cache.map.len(), cache.retired.len())
+        };
+        assert_eq!(VIEW_CACHE_USES, p.views.lock().unwrap().max_uses);
+        // Four hand-outs: two executions of two inputs each.
+        p.views.lock().unwrap().max_uses = 4;
+        assert_eq!(run(), (2, 2, 0));
+        assert_eq!(run(), (0, 2, 0));
+        // The third starts over: new views, and the old two, which no
+        // execution holds any more, are destroyed.
+        assert_eq!(run(), (2, 2, 0));
+        assert_eq!(run(), (0, 2, 0));
+        let before = p.transfer_stats();
+        for _ in 0..10 {
+            run();
+        }
+        // 20 hand-outs, a start-over every 4: five times two new views.
+        assert_eq!(p.transfer_stats().since(&before).views_created, 10);
+        assert_eq!(read_f32s(&r, &s, &out)[N - 1], 2.0 * (N - 1) as f32);
     }
 
     #[test]

@@ -866,10 +866,12 @@ impl Platform for XlaPlatform {
             .upgrade()
             .ok_or_else(|| Error::Internal("the xla platform is being dropped".into()))?;
         let exe = self.compile_text(&text)?;
+        let params = graph.param_types();
         Ok(Arc::new(XlaExecutable {
             platform: me,
             exe,
-            params: graph.param_types(),
+            stored_over: stored_over(&slots, params.len()),
+            params,
             outputs: graph.output_types(),
             checks,
             slots,
@@ -899,6 +901,7 @@ impl Platform for XlaPlatform {
         Ok(Arc::new(XlaExecutable {
             platform: me,
             exe: args.loaded_executable,
+            stored_over: stored_over(&slots, params.len()),
             params,
             outputs,
             checks,
@@ -952,9 +955,14 @@ fn split_serialized(bytes: &[u8]) -> Result<(Types, Types, Checks, Slots, &[u8])
     if rest.len() == n {
         return Err(bad("no program"));
     }
+    let mut taken = vec![false; params.len()];
     let bad_slot = slots.len() != outputs.len()
         || slots.iter().enumerate().any(|(i, s)| match *s {
-            lower::OutputSlot::Param(p) => params.get(p) != outputs.get(i),
+            // Each parameter is stored over by one output at most, of
+            // its type.
+            lower::OutputSlot::Param(p) => {
+                params.get(p) != outputs.get(i) || std::mem::replace(&mut taken[p], true)
+            }
             _ => false,
         });
     if bad_slot {
@@ -1026,6 +1034,23 @@ struct XlaExecutable {
     checks: Vec<lower::IndexCheck>,
     /// Where XLA writes each output (`output_slots`).
     slots: Vec<lower::OutputSlot>,
+    /// For each parameter, the output stored over it, if any (from
+    /// `slots`, so an execution need not search them for each input).
+    stored_over: Vec<Option<usize>>,
+}
+
+/// For each of `params` parameters, the output whose slot is that
+/// parameter (`OutputSlot::Param`), if any.
+fn stored_over(slots: &[lower::OutputSlot], params: usize) -> Vec<Option<usize>> {
+    let mut over = vec![None; params];
+    for (i, s) in slots.iter().enumerate() {
+        if let lower::OutputSlot::Param(p) = *s {
+            if let Some(o) = over.get_mut(p) {
+                *o = Some(i);
+            }
+        }
+    }
+    over
 }
 
 // SAFETY: PJRT executables may be executed from any thread (PJRT C API).
@@ -1652,11 +1677,7 @@ impl Executable for XlaExecutable {
             // orders the two, as for any aliased parameter); elsewhere a
             // plugin-owned copy of the input, whose result is copied out.
             for (k, t) in inputs.iter().enumerate() {
-                let over = self
-                    .slots
-                    .iter()
-                    .position(|s| *s == lower::OutputSlot::Param(k));
-                if let Some(i) = over {
+                if let Some(i) = self.stored_over[k] {
                     let out = &outputs[i];
                     let alone = out.buffer.same_buffer(&t.buffer)
                         && out.layout == t.layout
@@ -2170,6 +2191,18 @@ mod tests {
         let d = run(&back, &[xt.clone(), yt.clone()], &[xt.clone(), zt.clone()]);
         assert_eq!((d.in_place_outputs, d.direct_outputs), (2, 0), "{d:?}");
         assert_eq!(read_f32s(&r, &s, &xt), updated);
+        // A framing that stores both outputs over one parameter, or one
+        // over a parameter it lacks, is refused.
+        let bytes = exe.serialize().unwrap();
+        let (params, outputs, checks, _, blob) = split_serialized(&bytes).unwrap();
+        for slots in [
+            [lower::OutputSlot::Param(0), lower::OutputSlot::Param(0)],
+            [lower::OutputSlot::Param(0), lower::OutputSlot::Param(2)],
+        ] {
+            let framed = join_serialized(&params, &outputs, &checks, &slots, blob);
+            let e = p.load_executable(&framed).err().unwrap();
+            assert!(e.to_string().contains("output slots"), "{e}");
+        }
     }
 
     /// A small output before large ones does not cost them their place:

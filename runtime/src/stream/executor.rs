@@ -405,8 +405,6 @@ impl Executor {
         Ok(())
     }
 
-    /// Fences covering all work submitted so far to each attached stream
-    /// (deferred ops are flushed first).
     /// Free what finished launches handed back to every attached stream.
     pub fn bury_all(&self) {
         let reg = self.registry.read().unwrap_or_else(|e| e.into_inner());
@@ -415,6 +413,8 @@ impl Executor {
         }
     }
 
+    /// Fences covering all work submitted so far to each attached stream
+    /// (deferred ops are flushed first).
     pub fn fences(&self) -> Vec<Fence> {
         let _ = self.flush_all();
         let reg = self.registry.read().unwrap_or_else(|e| e.into_inner());

@@ -212,6 +212,12 @@ typedef struct tpurt_memory_stats {
   uint64_t num_segment_frees;
   // The device's HBM capacity.
   uint64_t capacity_bytes;
+  // Memory of the platform's own holding the device's data outside the
+  // pool for a while: on the xla platform, a PJRT plugin's buffers
+  // during an execution (inputs copied in, results before they are
+  // copied out) where XLA cannot work in the pool's memory. Not part of
+  // the reserved bytes. Present when `struct_size` reaches it.
+  struct tpurt_memory_stat plugin_bytes;
 } tpurt_memory_stats;
 
 // A tensor's type: what `tpurt_op_infer` reports per output.

@@ -43,6 +43,12 @@ pub struct tpurt_memory_stats {
     pub num_segment_frees: u64,
     /// The device's HBM capacity.
     pub capacity_bytes: u64,
+    /// Memory of the platform's own holding the device's data outside the
+    /// pool for a while: on the xla platform, a PJRT plugin's buffers
+    /// during an execution (inputs copied in, results before they are
+    /// copied out) where XLA cannot work in the pool's memory. Not part of
+    /// the reserved bytes. Present when `struct_size` reaches it.
+    pub plugin_bytes: tpurt_memory_stat,
 }
 
 fn stat(s: &Stat) -> tpurt_memory_stat {
@@ -70,6 +76,7 @@ fn to_c(s: &MemoryStats, capacity: u64) -> tpurt_memory_stats {
         num_segment_allocs: s.num_segment_allocs,
         num_segment_frees: s.num_segment_frees,
         capacity_bytes: capacity,
+        plugin_bytes: stat(&s.plugin_bytes),
     }
 }
 

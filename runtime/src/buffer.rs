@@ -130,6 +130,10 @@ impl Buffer {
     pub fn chip(&self) -> usize {
         self.inner.pool.chip()
     }
+    /// The pool of the buffer's chip.
+    pub fn pool(&self) -> &HbmPool {
+        &self.inner.pool
+    }
     pub fn segment(&self) -> &Segment {
         &self.inner.segment
     }

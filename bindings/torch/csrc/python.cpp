@@ -45,6 +45,7 @@ py::dict memory_stats(int device) {
   d["num_segment_allocs"] = s.num_segment_allocs;
   d["num_segment_frees"] = s.num_segment_frees;
   d["capacity_bytes"] = s.capacity_bytes;
+  d["plugin_bytes"] = stat_dict(s.plugin_bytes);
   return d;
 }
 

@@ -295,10 +295,19 @@ def set_rng_state_all(states) -> None:
 
 
 def memory_stats(device: _DeviceLike = None) -> dict[str, Any]:
-    """Flat statistics in torch.cuda.memory_stats's naming."""
+    """Flat statistics in torch.cuda.memory_stats's naming, and
+    `plugin_bytes.all.*`: a PJRT plugin's own buffers holding the device's
+    data during executions on the xla platform, where XLA cannot work in
+    the pool's memory (not part of the reserved bytes)."""
     raw = _C.memory_stats(_index(device))
     out: dict[str, Any] = {}
-    for key in ("allocated_bytes", "reserved_bytes", "active_bytes", "requested_bytes"):
+    for key in (
+        "allocated_bytes",
+        "reserved_bytes",
+        "active_bytes",
+        "requested_bytes",
+        "plugin_bytes",
+    ):
         for field, value in raw[key].items():
             out[f"{key}.all.{field}"] = value
     for key in (
@@ -348,11 +357,12 @@ def empty_cache() -> None:
 
 
 def mem_get_info(device: _DeviceLike = None) -> tuple[int, int]:
-    """(free, total) bytes: total is the HBM capacity, free what the pool
-    has not reserved."""
+    """(free, total) bytes: total is the HBM capacity, free what neither
+    the pool has reserved nor a PJRT plugin holds in buffers of its own."""
     raw = _C.memory_stats(_index(device))
     total = raw["capacity_bytes"]
-    return total - raw["reserved_bytes"]["current"], total
+    used = raw["reserved_bytes"]["current"] + raw["plugin_bytes"]["current"]
+    return max(total - used, 0), total
 
 
 def memory_snapshot(device: _DeviceLike = None) -> dict[str, Any]:
@@ -367,6 +377,12 @@ def memory_summary(device: _DeviceLike = None) -> str:
         f"(peak {s['allocated_bytes.all.peak'] / mib:.1f}), reserved "
         f"{s['reserved_bytes.all.current'] / mib:.1f} MiB (peak {s['reserved_bytes.all.peak'] / mib:.1f}), "
         f"capacity {s['capacity_bytes'] / mib:.0f} MiB"
+        + (
+            f", plugin buffers {s['plugin_bytes.all.current'] / mib:.1f} MiB "
+            f"(peak {s['plugin_bytes.all.peak'] / mib:.1f})"
+            if s["plugin_bytes.all.peak"]
+            else ""
+        )
     )
 
 

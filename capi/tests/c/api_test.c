@@ -4,6 +4,7 @@
 #define _POSIX_C_SOURCE 200809L /* setenv, unsetenv */
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "tpurt.h"
@@ -339,6 +340,19 @@ static void test_memory_api(void) {
   CHECK(st.allocated_bytes.current >= 24u << 20);
   CHECK(st.reserved_bytes.current >= st.allocated_bytes.current);
   CHECK(st.num_alloc == 8);
+  /* The host platform's kernels work in the pool: no plugin buffers. */
+  CHECK(st.plugin_bytes.current == 0 && st.plugin_bytes.allocated == 0);
+  /* A caller built before plugin_bytes existed passes a shorter struct:
+     it is filled up to its size and not a byte beyond. */
+  {
+    tpurt_memory_stats older;
+    memset(&older, 0xAB, sizeof older);
+    older.struct_size = offsetof(tpurt_memory_stats, plugin_bytes);
+    OK(tpurt_memory_get_stats(rt, 0, &older));
+    CHECK(older.num_alloc == 8 && older.capacity_bytes == (64u << 20));
+    CHECK(older.struct_size == offsetof(tpurt_memory_stats, plugin_bytes));
+    CHECK(older.plugin_bytes.current == 0xABABABABABABABABull);
+  }
   char *json = NULL;
   OK(tpurt_memory_snapshot(rt, 0, &json));
   CHECK(json && strstr(json, "\"segments\"") && strstr(json, "active_allocated"));

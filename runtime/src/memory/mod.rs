@@ -142,6 +142,11 @@
 //!       segments held (current and peak); `num_segment_allocs` /
 //!       `num_segment_frees`: segments obtained from / returned to the
 //!       platform.
+//!     - `plugin_bytes`: memory of the platform's own that holds the chip's
+//!       data outside the pool for a while (a PJRT plugin's buffers during
+//!       an execution, where XLA cannot work in the pool's bytes), counted
+//!       while a guard from [`HbmPool::hold_plugin_bytes`] lives. It is
+//!       not part of the reserved bytes and not limited by the capacity.
 //! 13. **Snapshot** ([`PoolSnapshot`]): the capacity and every segment
 //!     (id, size, allocated bytes, pool `"small"`/`"large"`) with its blocks
 //!     in address order (offset, size, requested, state
@@ -193,7 +198,7 @@ mod test_platform;
 #[cfg(test)]
 mod tests;
 
-pub use pool::{Block, HbmPool};
+pub use pool::{Block, HbmPool, PluginBytes};
 pub use snapshot::{BlockSnapshot, BlockState, PoolSnapshot, SegmentSnapshot};
 pub use stats::{Gauge, MemoryStats, Stat};
 

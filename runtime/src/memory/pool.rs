@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use super::snapshot::{BlockSnapshot, BlockState, PoolSnapshot, SegmentSnapshot};
-use super::stats::MemoryStats;
+use super::stats::{MemoryStats, Stat};
 use super::{
     format_bytes, is_aligned, min_segment_size_for, pool_for, round_size, segment_size_for, splits,
     PoolKind, MIN_BLOCK_SIZE, QUICK_LIST_LEN, SEGMENT_GRANULE, SMALL_SEGMENT_SIZE,
@@ -43,6 +43,22 @@ fn reserve_addresses(size: u64) -> u64 {
     NEXT_ADDRESS.fetch_add(span, Ordering::Relaxed)
 }
 
+/// Platform memory counted in a pool's `plugin_bytes` while it lives
+/// ([`HbmPool::hold_plugin_bytes`]).
+#[must_use = "the bytes are counted only while the guard lives"]
+pub struct PluginBytes<'a> {
+    pool: &'a HbmPool,
+    bytes: u64,
+}
+
+impl Drop for PluginBytes<'_> {
+    fn drop(&mut self) {
+        if self.bytes > 0 {
+            self.pool.plugin_stat().sub(self.bytes);
+        }
+    }
+}
+
 /// A per-chip caching sub-allocator; see the module comment for its rules.
 pub struct HbmPool {
     /// Tells this pool's blocks from another pool's.
@@ -51,6 +67,10 @@ pub struct HbmPool {
     capacity: u64,
     platform: Arc<dyn Platform>,
     state: Mutex<PoolState>,
+    /// Rule 12's `plugin_bytes`, under a lock of its own: counted by a
+    /// stream's worker around each execution, which need not wait for
+    /// allocations.
+    plugin_bytes: Mutex<Stat>,
 }
 
 impl std::fmt::Debug for HbmPool {
@@ -130,6 +150,7 @@ impl HbmPool {
             capacity,
             platform,
             state: Mutex::new(PoolState::default()),
+            plugin_bytes: Mutex::new(Stat::default()),
         }
     }
 
@@ -274,12 +295,29 @@ impl HbmPool {
     pub fn stats(&self) -> MemoryStats {
         let mut state = self.lock();
         state.process_pending();
-        state.stats
+        let mut stats = state.stats;
+        drop(state);
+        stats.plugin_bytes = *self.plugin_stat();
+        stats
+    }
+
+    fn plugin_stat(&self) -> MutexGuard<'_, Stat> {
+        self.plugin_bytes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Count `bytes` of the platform's own memory that holds this chip's
+    /// data (rule 12's `plugin_bytes`) until the returned guard drops.
+    pub fn hold_plugin_bytes(&self, bytes: u64) -> PluginBytes<'_> {
+        if bytes > 0 {
+            self.plugin_stat().add(bytes);
+        }
+        PluginBytes { pool: self, bytes }
     }
 
     /// Set every peak to its current value.
     pub fn reset_peak_stats(&self) {
         self.lock().stats.reset_peaks();
+        self.plugin_stat().reset_peak();
     }
 
     /// Rule 13; flushes the quick lists first.
@@ -323,7 +361,12 @@ impl HbmPool {
 
     /// Check the invariants I1-I6 of the module comment. Never panics.
     pub fn check_invariants(&self) -> std::result::Result<(), String> {
-        self.lock().check(self.capacity)
+        self.lock().check(self.capacity)?;
+        let p = *self.plugin_stat();
+        if p.peak < p.current || p.allocated.checked_sub(p.freed) != Some(p.current) {
+            return Err(format!("I6: plugin_bytes is inconsistent: {p:?}"));
+        }
+        Ok(())
     }
 
     /// The quick lists, oldest first: (pool, stream, rounded request).

@@ -22,7 +22,7 @@ impl Stat {
         self.freed += bytes;
     }
 
-    fn reset_peak(&mut self) {
+    pub(crate) fn reset_peak(&mut self) {
         self.peak = self.current;
     }
 }
@@ -70,6 +70,12 @@ pub struct MemoryStats {
     pub num_segment_allocs: u64,
     /// Segments returned to the platform, ever.
     pub num_segment_frees: u64,
+    /// Memory of the platform's own that holds this chip's data for a
+    /// while, outside the pool: on the xla platform, the buffers a PJRT
+    /// plugin owns during an execution (inputs copied in, outputs before
+    /// they are copied out) where XLA cannot read and write the pool's
+    /// bytes in place. Counted by [`HbmPool::hold_plugin_bytes`](super::HbmPool::hold_plugin_bytes).
+    pub plugin_bytes: Stat,
 }
 
 impl MemoryStats {

@@ -450,6 +450,48 @@ fn peak_stats_reset_to_current() {
     ok(&pool);
 }
 
+/// Platform memory held for a while counts in `plugin_bytes` while its
+/// guard lives, peaks and resets like the other statistics, and stays out
+/// of the pool's own figures.
+#[test]
+fn plugin_bytes_count_while_held() {
+    let (pool, _) = pool(1 << 30);
+    let s = clock();
+    let a = pool.allocate(MIB, &s).unwrap();
+    {
+        let _x = pool.hold_plugin_bytes(3 * MIB);
+        let _empty = pool.hold_plugin_bytes(0);
+        {
+            let _y = pool.hold_plugin_bytes(MIB);
+            let st = pool.stats();
+            assert_eq!(
+                (st.plugin_bytes.current, st.plugin_bytes.peak),
+                (4 * MIB, 4 * MIB)
+            );
+        }
+        let st = pool.stats();
+        assert_eq!(
+            (st.plugin_bytes.current, st.plugin_bytes.peak),
+            (3 * MIB, 4 * MIB)
+        );
+        assert_eq!(
+            st.allocated_bytes.current, MIB,
+            "plugin bytes are not the pool's"
+        );
+        ok(&pool);
+        pool.reset_peak_stats();
+        assert_eq!(pool.stats().plugin_bytes.peak, 3 * MIB);
+    }
+    let st = pool.stats().plugin_bytes;
+    assert_eq!(
+        (st.current, st.peak, st.allocated, st.freed),
+        (0, 3 * MIB, 4 * MIB, 4 * MIB)
+    );
+    assert_eq!(pool.stats().reserved_bytes.current, 2 * MIB);
+    pool.free(a);
+    ok(&pool);
+}
+
 #[test]
 fn snapshot_json_shape() {
     let (pool, _) = pool(64 * MIB);

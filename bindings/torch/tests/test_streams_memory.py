@@ -126,3 +126,51 @@ def test_devices():
     assert torch.tpu.current_device() == 0
     with pytest.raises(IndexError):
         torch.tpu.set_device(17)
+
+
+_PLUGIN_BYTES = """
+import torch
+a = torch.randn(256, 256)
+b = torch.randn(256, 256)
+ta, tb = a.to("tpu"), b.to("tpu")
+torch.tpu.synchronize()
+torch.tpu.reset_peak_memory_stats()
+before = torch.tpu.memory_stats()["plugin_bytes.all.allocated"]
+got = (ta @ tb + 1).cpu()
+torch.testing.assert_close(got, a @ b + 1, rtol=1e-4, atol=1e-4)
+s = torch.tpu.memory_stats()
+print(s["plugin_bytes.all.current"], s["plugin_bytes.all.peak"],
+      s["plugin_bytes.all.allocated"] - before)
+free, total = torch.tpu.mem_get_info()
+assert free == total - torch.tpu.memory_reserved()
+print(torch.tpu.memory_summary())
+"""
+
+
+@pytest.mark.parametrize("zero_copy", ["1", "0"])
+def test_plugin_buffers_count_in_the_memory_statistics(zero_copy):
+    # On the xla platform, where XLA cannot read and write the pool's
+    # memory (TPURT_XLA_ZERO_COPY=0 makes the CPU plugin behave as a
+    # plugin with memory of its own), the plugin's buffers count in
+    # `plugin_bytes` while an execution holds them.
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, TPURT_PLATFORM="xla", TPURT_XLA_ZERO_COPY=zero_copy)
+    out = subprocess.run([sys.executable, "-c", _PLUGIN_BYTES], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    current, peak, added = map(int, out.stdout.split()[:3])
+    assert current == 0, out.stdout
+    matrix = 256 * 256 * 4
+    if zero_copy == "1":
+        # 256 KiB tensors: read and written in place, no plugin buffer.
+        assert (peak, added) == (0, 0), out.stdout
+        assert "plugin buffers" not in out.stdout
+    else:
+        # The matmul copies both inputs in and its result out; the add its
+        # input in and its result out (the scalar 1 is a constant).
+        assert added >= 5 * matrix, out.stdout
+        assert peak >= 3 * matrix, out.stdout
+        assert "plugin buffers 0.0 MiB" in out.stdout

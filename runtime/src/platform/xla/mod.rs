@@ -109,8 +109,11 @@ pub struct XlaPlatform {
     topology: Vec<u32>,
     devices: Vec<DeviceInfo>,
     slice: Option<SliceLayout>,
-    /// The plugin's devices address host memory (the CPU plugin), so a
-    /// tensor in the pool can be handed to XLA as a view, with no copy.
+    /// The plugin's devices address host memory (the CPU plugin).
+    host_memory: bool,
+    /// A tensor in the pool is handed to XLA as a view, with no copy, and
+    /// results are read from their buffers' addresses: where the memory
+    /// is host memory, unless `TPURT_XLA_ZERO_COPY=0` (see [`zero_copy_setting`]).
     zero_copy: bool,
     transfers: TransferCounters,
     /// Input views kept across executions (see [`ViewCache`]).
@@ -321,6 +324,24 @@ fn compile_settings(get: impl Fn(&str) -> Option<std::ffi::OsString>) -> String 
     crate::compile::canonical_options(set.iter().map(|(n, v)| (*n, v.as_str())))
 }
 
+/// `TPURT_XLA_ZERO_COPY`: unset or `1`, XLA reads and writes tensors in
+/// the pool's memory where the plugin's memory is host memory; `0`, every
+/// input is copied into a buffer of the plugin's and every output copied
+/// out, as on a plugin with memory of its own (a GPU or a TPU), so that
+/// path can be run, and compared, on the CPU plugin.
+fn zero_copy_setting(get: impl Fn(&str) -> Option<std::ffi::OsString>) -> Result<bool> {
+    const NAME: &str = "TPURT_XLA_ZERO_COPY";
+    match get(NAME).as_deref().map(|v| v.to_str()) {
+        None => Ok(true),
+        Some(Some("1")) => Ok(true),
+        Some(Some("0")) => Ok(false),
+        Some(v) => Err(Error::InvalidArgument(format!(
+            "{NAME}={}: expected 0 or 1",
+            v.unwrap_or("(not UTF-8)")
+        ))),
+    }
+}
+
 impl XlaPlatform {
     /// Load `plugin` and create a client with `devices` CPU devices (the
     /// CPU plugin's option; other plugins ignore it).
@@ -337,6 +358,18 @@ impl XlaPlatform {
         plugin: &Path,
         devices: u32,
         slice: Option<SliceLayout>,
+    ) -> Result<Arc<XlaPlatform>> {
+        let allow_zero_copy = zero_copy_setting(|n| std::env::var_os(n))?;
+        Self::load_with(plugin, devices, slice, allow_zero_copy)
+    }
+
+    /// As [`XlaPlatform::load_in_slice`]; `allow_zero_copy` false copies
+    /// every input and output, as `TPURT_XLA_ZERO_COPY=0` does.
+    fn load_with(
+        plugin: &Path,
+        devices: u32,
+        slice: Option<SliceLayout>,
+        allow_zero_copy: bool,
     ) -> Result<Arc<XlaPlatform>> {
         let is_libtpu = plugin.to_string_lossy().contains("libtpu");
         let is_cpu = plugin
@@ -401,6 +434,7 @@ impl XlaPlatform {
             topology: Vec::new(),
             devices: Vec::new(),
             slice: None,
+            host_memory: false,
             zero_copy: false,
             transfers: TransferCounters::default(),
             views: std::sync::Mutex::new(ViewCache::default()),
@@ -460,7 +494,8 @@ impl XlaPlatform {
         )?;
         // SAFETY: the plugin returns platform_name_size bytes it owns for the client's life.
         platform.name = unsafe { bytes_to_string(name.platform_name, name.platform_name_size) };
-        platform.zero_copy = platform.name == "cpu";
+        platform.host_memory = platform.name == "cpu";
+        platform.zero_copy = platform.host_memory && allow_zero_copy;
         let mut devs = args!(PJRT_Client_AddressableDevices_Args {
             client: platform.client
         });
@@ -725,6 +760,11 @@ fn output_slots(graph: &Graph) -> Vec<lower::OutputSlot> {
 /// Where `t`'s bytes lie in host memory: the xla platform's pool segments
 /// are host memory. None when the segment is not one, or when the view
 /// reaches past it (never for a checked tensor).
+/// Bytes of `t`'s elements, dense.
+fn tensor_bytes(t: &DeviceTensor) -> u64 {
+    t.numel() * t.layout.elem_size
+}
+
 fn pool_bytes(t: &DeviceTensor) -> Option<*mut u8> {
     use super::DeviceMemory;
     let seg = t.buffer.segment().as_any().downcast_ref::<HostSegment>()?;
@@ -832,7 +872,7 @@ impl Platform for XlaPlatform {
     /// recordings keep each program's temporaries below the threshold,
     /// where malloc reuses them. Other plugins allocate device memory.
     fn defer_max_ops(&self) -> usize {
-        if self.zero_copy {
+        if self.host_memory {
             HOST_MEMORY_DEFER_MAX_OPS
         } else {
             super::DEFER_MAX_OPS
@@ -869,16 +909,14 @@ impl Platform for XlaPlatform {
             .upgrade()
             .ok_or_else(|| Error::Internal("the xla platform is being dropped".into()))?;
         let exe = self.compile_text(&text)?;
-        let params = graph.param_types();
-        Ok(Arc::new(XlaExecutable {
-            platform: me,
+        Ok(Arc::new(XlaExecutable::new(
+            me,
             exe,
-            stored_over: stored_over(&slots, params.len()),
-            params,
-            outputs: graph.output_types(),
+            graph.param_types(),
+            graph.output_types(),
             checks,
             slots,
-        }))
+        )))
     }
 
     fn load_executable(&self, bytes: &[u8]) -> Result<Arc<dyn Executable>> {
@@ -901,15 +939,14 @@ impl Platform for XlaPlatform {
                 unsafe { api.PJRT_Executable_DeserializeAndLoad.map(|f| f(&mut args)) }
             },
         )?;
-        Ok(Arc::new(XlaExecutable {
-            platform: me,
-            exe: args.loaded_executable,
-            stored_over: stored_over(&slots, params.len()),
+        Ok(Arc::new(XlaExecutable::new(
+            me,
+            args.loaded_executable,
             params,
             outputs,
             checks,
             slots,
-        }))
+        )))
     }
 }
 
@@ -983,12 +1020,15 @@ struct ExecArgs {
     bufs: SmallVec<[*mut sys::PJRT_Buffer; 8]>,
     views: SmallVec<[Arc<CachedView>; 4]>,
     targets: SmallVec<[*mut sys::PJRT_Event; 4]>,
+    /// Bytes of the plugin's own buffers among `bufs`.
+    plugin_bytes: u64,
 }
 
 impl ExecArgs {
-    fn own(&mut self, buffer: *mut sys::PJRT_Buffer) {
+    fn own(&mut self, buffer: *mut sys::PJRT_Buffer, bytes: u64) {
         self.bufs.push(buffer);
         self.args.push(buffer);
+        self.plugin_bytes += bytes;
     }
 
     fn view(&mut self, view: Arc<CachedView>) {
@@ -996,13 +1036,14 @@ impl ExecArgs {
         self.views.push(view);
     }
 
-    /// A donated argument (`XlaPlatform::donated`); true when it is an
-    /// in-place target.
+    /// A donated argument (`XlaPlatform::donated`) of `bytes`; true when
+    /// it is an in-place target (pool bytes, not the plugin's).
     fn donated(
         &mut self,
         (buffer, done): (*mut sys::PJRT_Buffer, Option<*mut sys::PJRT_Event>),
+        bytes: u64,
     ) -> bool {
-        self.own(buffer);
+        self.own(buffer, if done.is_some() { 0 } else { bytes });
         self.targets.extend(done);
         done.is_some()
     }
@@ -1040,7 +1081,42 @@ struct XlaExecutable {
     /// For each parameter, the output stored over it, if any (from
     /// `slots`, so an execution need not search them for each input).
     stored_over: Vec<Option<usize>>,
+    /// Bytes of the results XLA writes into buffers of its own: outputs
+    /// aliased to no argument (`OutputSlot::Own`) and the index checks'.
+    own_result_bytes: u64,
 }
+
+impl XlaExecutable {
+    fn new(
+        platform: Arc<XlaPlatform>,
+        exe: *mut sys::PJRT_LoadedExecutable,
+        params: Vec<crate::ir::TensorType>,
+        outputs: Vec<crate::ir::TensorType>,
+        checks: Vec<lower::IndexCheck>,
+        slots: Vec<lower::OutputSlot>,
+    ) -> XlaExecutable {
+        let own_result_bytes = outputs
+            .iter()
+            .zip(&slots)
+            .filter(|(_, s)| **s == lower::OutputSlot::Own)
+            .map(|(ty, _)| ty.nbytes())
+            .sum::<u64>()
+            + CHECK_RESULT_BYTES * checks.len() as u64;
+        XlaExecutable {
+            platform,
+            exe,
+            stored_over: stored_over(&slots, params.len()),
+            params,
+            outputs,
+            checks,
+            slots,
+            own_result_bytes,
+        }
+    }
+}
+
+/// An index check's result: two i64.
+const CHECK_RESULT_BYTES: u64 = 16;
 
 /// For each of `params` parameters, the output whose slot is that
 /// parameter (`OutputSlot::Param`), if any.
@@ -1665,6 +1741,7 @@ impl Executable for XlaExecutable {
         let mut a = ExecArgs::default();
         // Which outputs have an in-place target.
         let mut in_place: SmallVec<[bool; 4]> = smallvec::smallvec![false; outputs.len()];
+        let mut held = None;
         let result = (|| -> Result<()> {
             // Inputs: read in place through a view where the plugin allows
             // it, else copied into a plugin-owned buffer. An input that an
@@ -1686,12 +1763,15 @@ impl Executable for XlaExecutable {
                         && out.layout == t.layout
                         && out.dtype == t.dtype
                         && nothing_else_overlaps(inputs, outputs, i, Some(k));
-                    in_place[i] = a.donated(p.donated(out, alone, device, || p.stage(t, device))?);
+                    in_place[i] = a.donated(
+                        p.donated(out, alone, device, || p.stage(t, device))?,
+                        tensor_bytes(t),
+                    );
                     continue;
                 }
                 match p.view_of(t, device)? {
                     Some(view) => a.view(view),
-                    None => a.own(p.stage(t, device)?),
+                    None => a.own(p.stage(t, device)?, tensor_bytes(t)),
                 }
             }
             // Outputs above `COPY_OUT_BYTES` that are stored over no input
@@ -1707,7 +1787,20 @@ impl Executable for XlaExecutable {
                     continue;
                 }
                 let alone = nothing_else_overlaps(inputs, outputs, i, None);
-                in_place[i] = a.donated(p.donated(t, alone, device, || p.scratch(ty, device))?);
+                in_place[i] = a.donated(
+                    p.donated(t, alone, device, || p.scratch(ty, device))?,
+                    ty.nbytes(),
+                );
+            }
+            // The plugin's own buffers count in the chip's pool statistics
+            // (`plugin_bytes`) until they are destroyed: the copies and
+            // scratch made above and the results XLA is about to make.
+            if let Some(t) = outputs.first().or(inputs.first()) {
+                held = Some(
+                    t.buffer
+                        .pool()
+                        .hold_plugin_bytes(a.plugin_bytes + self.own_result_bytes),
+                );
             }
             let mut outs: SmallVec<[*mut sys::PJRT_Buffer; 8]> =
                 smallvec::smallvec![std::ptr::null_mut(); self.outputs.len() + self.checks.len()];
@@ -1773,6 +1866,7 @@ impl Executable for XlaExecutable {
         for e in a.targets {
             let _ = p.await_event(e, "PJRT_Event_Await (in-place output released)");
         }
+        drop(held);
         result
     }
 
@@ -2364,14 +2458,28 @@ mod tests {
         }
     }
 
-    /// Ops on the XLA CPU plugin give the host platform's results.
+    /// Ops on the XLA CPU plugin give the host platform's results, with
+    /// tensors read and written in place and, as on a plugin with memory
+    /// of its own, copied in and out (`TPURT_XLA_ZERO_COPY=0`); the
+    /// plugin's buffers count in the pool's `plugin_bytes` while they live.
     #[test]
     fn ops_on_xla_match_the_host_platform() {
+        let plugin = find_plugin().unwrap();
+        ops_match_the_host_platform(XlaPlatform::load_with(&plugin, 1, None, true).unwrap());
+        let copying = XlaPlatform::load_with(&plugin, 1, None, false).unwrap();
+        ops_match_the_host_platform(copying.clone());
+        let d = copying.transfer_stats();
+        // Every input copied in; every output copied out by the plugin.
+        assert_eq!((d.input_views, d.in_place_outputs), (0, 0), "{d:?}");
+        assert_eq!(d.staged_inputs, 16, "{d:?}");
+        assert_eq!(d.plugin_reads, d.direct_outputs + d.staged_outputs, "{d:?}");
+        assert_eq!(d.plugin_reads, 12, "{d:?}");
+    }
+
+    fn ops_match_the_host_platform(p: Arc<XlaPlatform>) {
         use crate::ir::{DType, TensorType};
         use crate::ops::{self, Attr, Attrs};
         use crate::platform::host::kernels::{eval_graph, HostTensor};
-        let plugin = find_plugin().unwrap();
-        let p = XlaPlatform::load(&plugin, 1).unwrap();
         let f = |d: &[u64]| TensorType::new(DType::F32, d);
         let cases: Vec<(&str, Vec<TensorType>, Attrs)> = vec![
             ("add", vec![f(&[3, 4]), f(&[4])], Attrs::new()),
@@ -2440,6 +2548,18 @@ mod tests {
             let outs = rt
                 .call_op_alloc(ops::lookup(name).unwrap(), &dev_in, &attrs, &s)
                 .unwrap();
+            s.synchronize().unwrap();
+            let held = rt.memory_stats(0).unwrap().plugin_bytes;
+            let in_bytes: u64 = inputs.iter().map(|h| h.bytes().len() as u64).sum();
+            let out_bytes: u64 = want.iter().map(|h| h.bytes().len() as u64).sum();
+            assert_eq!(held.current, 0, "{name}: {held:?}");
+            if p.zero_copy {
+                assert!(held.allocated <= out_bytes, "{name}: {held:?}");
+            } else {
+                // Each input copied in, each output made by XLA.
+                assert_eq!(held.allocated, in_bytes + out_bytes, "{name}: {held:?}");
+                assert_eq!(held.peak, held.allocated, "{name}: {held:?}");
+            }
             for (o, w) in outs.iter().zip(&want) {
                 let mut bytes = vec![0u8; w.bytes().len()];
                 rt.copy_device_to_host(
@@ -2458,6 +2578,29 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    /// TPURT_XLA_ZERO_COPY: unset or 1 allows zero copy, 0 turns it off,
+    /// anything else is an error naming the variable and the value.
+    #[test]
+    fn the_zero_copy_setting_is_0_or_1() {
+        let with = |v: Option<&str>| {
+            let v = v.map(std::ffi::OsString::from);
+            zero_copy_setting(move |n| {
+                assert_eq!(n, "TPURT_XLA_ZERO_COPY");
+                v.clone()
+            })
+        };
+        assert!(with(None).unwrap());
+        assert!(with(Some("1")).unwrap());
+        assert!(!with(Some("0")).unwrap());
+        for bad in ["", "yes", " 0"] {
+            let e = with(Some(bad)).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("TPURT_XLA_ZERO_COPY={bad}: expected 0 or 1")),
+                "{e}"
+            );
         }
     }
 

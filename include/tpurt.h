@@ -213,10 +213,10 @@ typedef struct tpurt_memory_stats {
   // The device's HBM capacity.
   uint64_t capacity_bytes;
   // Memory of the platform's own holding the device's data outside the
-  // pool for a while: on the xla platform, a PJRT plugin's buffers
-  // during an execution (inputs copied in, results before they are
-  // copied out) where XLA cannot work in the pool's memory. Not part of
-  // the reserved bytes. Present when `struct_size` reaches it.
+  // pool for a while: on the xla platform, what a PJRT plugin holds
+  // during an execution (inputs copied in where XLA cannot read the
+  // pool's memory, results before they are copied out, the program's
+  // temporaries). Not part of the reserved bytes. Present when `struct_size` reaches it.
   struct tpurt_memory_stat plugin_bytes;
 } tpurt_memory_stats;
 

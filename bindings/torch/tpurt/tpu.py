@@ -296,9 +296,10 @@ def set_rng_state_all(states) -> None:
 
 def memory_stats(device: _DeviceLike = None) -> dict[str, Any]:
     """Flat statistics in torch.cuda.memory_stats's naming, and
-    `plugin_bytes.all.*`: a PJRT plugin's own buffers holding the device's
-    data during executions on the xla platform, where XLA cannot work in
-    the pool's memory (not part of the reserved bytes)."""
+    `plugin_bytes.all.*`: what a PJRT plugin holds during executions on
+    the xla platform (inputs copied in where XLA cannot read the pool's
+    memory, results before they are copied out, the programs'
+    temporaries; not part of the reserved bytes)."""
     raw = _C.memory_stats(_index(device))
     out: dict[str, Any] = {}
     for key in (

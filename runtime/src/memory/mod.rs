@@ -143,8 +143,9 @@
 //!       `num_segment_frees`: segments obtained from / returned to the
 //!       platform.
 //!     - `plugin_bytes`: memory of the platform's own that holds the chip's
-//!       data outside the pool for a while (a PJRT plugin's buffers during
-//!       an execution, where XLA cannot work in the pool's bytes), counted
+//!       data outside the pool for a while (what a PJRT plugin holds
+//!       during an execution: copies of inputs, results before they are
+//!       copied out, the program's temporaries), counted
 //!       while a guard from [`HbmPool::hold_plugin_bytes`] lives. It is
 //!       not part of the reserved bytes and not limited by the capacity.
 //! 13. **Snapshot** ([`PoolSnapshot`]): the capacity and every segment

@@ -71,10 +71,10 @@ pub struct MemoryStats {
     /// Segments returned to the platform, ever.
     pub num_segment_frees: u64,
     /// Memory of the platform's own that holds this chip's data for a
-    /// while, outside the pool: on the xla platform, the buffers a PJRT
-    /// plugin owns during an execution (inputs copied in, outputs before
-    /// they are copied out) where XLA cannot read and write the pool's
-    /// bytes in place. Counted by [`HbmPool::hold_plugin_bytes`](super::HbmPool::hold_plugin_bytes).
+    /// while, outside the pool: on the xla platform, what a PJRT plugin
+    /// holds during an execution (inputs copied in where XLA cannot read
+    /// the pool's bytes in place, results before they are copied out, the
+    /// program's temporaries). Counted by [`HbmPool::hold_plugin_bytes`](super::HbmPool::hold_plugin_bytes).
     pub plugin_bytes: Stat,
 }
 

@@ -1084,6 +1084,9 @@ struct XlaExecutable {
     /// Bytes of the results XLA writes into buffers of its own: outputs
     /// aliased to no argument (`OutputSlot::Own`) and the index checks'.
     own_result_bytes: u64,
+    /// Bytes of the temporaries an execution takes (`XlaPlatform::temp_bytes`;
+    /// 0 where the plugin does not say).
+    temp_bytes: u64,
 }
 
 impl XlaExecutable {
@@ -1102,9 +1105,11 @@ impl XlaExecutable {
             .map(|(ty, _)| ty.nbytes())
             .sum::<u64>()
             + CHECK_RESULT_BYTES * checks.len() as u64;
+        let temp_bytes = platform.temp_bytes(exe).unwrap_or(0);
         XlaExecutable {
             platform,
             exe,
+            temp_bytes,
             stored_over: stored_over(&slots, params.len()),
             params,
             outputs,
@@ -1694,6 +1699,64 @@ impl XlaPlatform {
         result
     }
 
+    /// `f` of the compiled executable behind `loaded`
+    /// (`PJRT_LoadedExecutable_GetExecutable`), destroyed after; None
+    /// where the plugin does not give it.
+    fn with_executable<T>(
+        &self,
+        loaded: *mut sys::PJRT_LoadedExecutable,
+        f: impl FnOnce(*mut sys::PJRT_Executable) -> Option<T>,
+    ) -> Option<T> {
+        let mut g = args!(PJRT_LoadedExecutable_GetExecutable_Args {
+            loaded_executable: loaded
+        });
+        self.call(
+            "PJRT_LoadedExecutable_GetExecutable",
+            std::mem::offset_of!(sys::PJRT_Api, PJRT_LoadedExecutable_GetExecutable),
+            |api| {
+                // SAFETY: a live loaded executable of ours; the result is
+                // destroyed below.
+                unsafe { api.PJRT_LoadedExecutable_GetExecutable.map(|f| f(&mut g)) }
+            },
+        )
+        .ok()?;
+        let out = f(g.executable);
+        let mut d = args!(PJRT_Executable_Destroy_Args {
+            executable: g.executable
+        });
+        let _ = self.call(
+            "PJRT_Executable_Destroy",
+            std::mem::offset_of!(sys::PJRT_Api, PJRT_Executable_Destroy),
+            |api| {
+                // SAFETY: the executable GetExecutable gave us, destroyed once.
+                unsafe { api.PJRT_Executable_Destroy.map(|f| f(&mut d)) }
+            },
+        );
+        out
+    }
+
+    /// The bytes of temporaries an execution of `loaded` takes on the
+    /// device (`PJRT_Executable_GetCompiledMemoryStats`), if the plugin
+    /// says.
+    fn temp_bytes(&self, loaded: *mut sys::PJRT_LoadedExecutable) -> Option<u64> {
+        self.with_executable(loaded, |exe| {
+            let mut a = args!(PJRT_Executable_GetCompiledMemoryStats_Args { executable: exe });
+            self.call(
+                "PJRT_Executable_GetCompiledMemoryStats",
+                std::mem::offset_of!(sys::PJRT_Api, PJRT_Executable_GetCompiledMemoryStats),
+                |api| {
+                    // SAFETY: a live executable; the call only fills `a`.
+                    unsafe {
+                        api.PJRT_Executable_GetCompiledMemoryStats
+                            .map(|f| f(&mut a))
+                    }
+                },
+            )
+            .ok()?;
+            Some(a.temp_size_in_bytes.max(0) as u64)
+        })
+    }
+
     fn destroy_executable(&self, exe: *mut sys::PJRT_LoadedExecutable) {
         let mut d = args!(PJRT_LoadedExecutable_Destroy_Args { executable: exe });
         let _ = self.call(
@@ -1794,13 +1857,13 @@ impl Executable for XlaExecutable {
             }
             // The plugin's own buffers count in the chip's pool statistics
             // (`plugin_bytes`) until they are destroyed: the copies and
-            // scratch made above and the results XLA is about to make.
+            // scratch made above, and the results and temporaries of the
+            // execution about to run.
             if let Some(t) = outputs.first().or(inputs.first()) {
-                held = Some(
-                    t.buffer
-                        .pool()
-                        .hold_plugin_bytes(a.plugin_bytes + self.own_result_bytes),
-                );
+                held =
+                    Some(t.buffer.pool().hold_plugin_bytes(
+                        a.plugin_bytes + self.own_result_bytes + self.temp_bytes,
+                    ));
             }
             let mut outs: SmallVec<[*mut sys::PJRT_Buffer; 8]> =
                 smallvec::smallvec![std::ptr::null_mut(); self.outputs.len() + self.checks.len()];
@@ -1872,23 +1935,9 @@ impl Executable for XlaExecutable {
 
     fn serialize(&self) -> Option<Vec<u8>> {
         let p = &self.platform;
-        let mut g = args!(PJRT_LoadedExecutable_GetExecutable_Args {
-            loaded_executable: self.exe
-        });
-        p.call(
-            "PJRT_LoadedExecutable_GetExecutable",
-            std::mem::offset_of!(sys::PJRT_Api, PJRT_LoadedExecutable_GetExecutable),
-            |api| {
-                // SAFETY: our loaded executable; the result is destroyed below.
-                unsafe { api.PJRT_LoadedExecutable_GetExecutable.map(|f| f(&mut g)) }
-            },
-        )
-        .ok()?;
-        let mut a = args!(PJRT_Executable_Serialize_Args {
-            executable: g.executable
-        });
-        let blob = p
-            .call(
+        let blob = p.with_executable(self.exe, |exe| {
+            let mut a = args!(PJRT_Executable_Serialize_Args { executable: exe });
+            p.call(
                 "PJRT_Executable_Serialize",
                 std::mem::offset_of!(sys::PJRT_Api, PJRT_Executable_Serialize),
                 |api| {
@@ -1917,18 +1966,8 @@ impl Executable for XlaExecutable {
                     unsafe { del(a.serialized_executable) };
                 }
                 bytes
-            });
-        let mut d = args!(PJRT_Executable_Destroy_Args {
-            executable: g.executable
+            })
         });
-        let _ = p.call(
-            "PJRT_Executable_Destroy",
-            std::mem::offset_of!(sys::PJRT_Api, PJRT_Executable_Destroy),
-            |api| {
-                // SAFETY: the executable GetExecutable gave us, destroyed once.
-                unsafe { api.PJRT_Executable_Destroy.map(|f| f(&mut d)) }
-            },
-        );
         let blob = blob.filter(|b| !b.is_empty())?;
         Some(join_serialized(
             &self.params,
@@ -2465,9 +2504,33 @@ mod tests {
     #[test]
     fn ops_on_xla_match_the_host_platform() {
         let plugin = find_plugin().unwrap();
-        ops_match_the_host_platform(XlaPlatform::load_with(&plugin, 1, None, true).unwrap());
+        let sharing =
+            ops_match_the_host_platform(XlaPlatform::load_with(&plugin, 1, None, true).unwrap());
         let copying = XlaPlatform::load_with(&plugin, 1, None, false).unwrap();
-        ops_match_the_host_platform(copying.clone());
+        let copied = ops_match_the_host_platform(copying.clone());
+        // The cases' tensors are small: XLA makes every output in a buffer
+        // of its own either way, and takes the same temporaries; copying,
+        // the inputs' copies count as well.
+        // XLA's temporaries count too, as the plugin states them.
+        for (c, copy) in sharing.iter().zip(&copied) {
+            let name = c.name;
+            assert_eq!(
+                c.held.allocated,
+                c.out_bytes + c.temp_bytes,
+                "{name}: {c:?}"
+            );
+            assert_eq!(
+                copy.held.allocated,
+                c.held.allocated + c.in_bytes,
+                "{name}: {copy:?}"
+            );
+        }
+        let with_temps: Vec<&str> = sharing
+            .iter()
+            .filter(|c| c.temp_bytes > 0)
+            .map(|c| c.name)
+            .collect();
+        assert!(with_temps.contains(&"matmul"), "{with_temps:?}");
         let d = copying.transfer_stats();
         // Every input copied in; every output copied out by the plugin.
         assert_eq!((d.input_views, d.in_place_outputs), (0, 0), "{d:?}");
@@ -2476,12 +2539,26 @@ mod tests {
         assert_eq!(d.plugin_reads, 12, "{d:?}");
     }
 
-    fn ops_match_the_host_platform(p: Arc<XlaPlatform>) {
+    /// One case of `ops_match_the_host_platform`: its plugin memory.
+    #[derive(Debug)]
+    struct PluginMemory {
+        name: &'static str,
+        in_bytes: u64,
+        out_bytes: u64,
+        /// Temporaries of the case's executable, as the plugin states them.
+        temp_bytes: u64,
+        /// `plugin_bytes` after the case's one execution.
+        held: crate::memory::Stat,
+    }
+
+    /// Runs the op table's cases on `p` against the host kernels.
+    fn ops_match_the_host_platform(p: Arc<XlaPlatform>) -> Vec<PluginMemory> {
+        let mut held_by_case = Vec::new();
         use crate::ir::{DType, TensorType};
         use crate::ops::{self, Attr, Attrs};
         use crate::platform::host::kernels::{eval_graph, HostTensor};
         let f = |d: &[u64]| TensorType::new(DType::F32, d);
-        let cases: Vec<(&str, Vec<TensorType>, Attrs)> = vec![
+        let cases: Vec<(&'static str, Vec<TensorType>, Attrs)> = vec![
             ("add", vec![f(&[3, 4]), f(&[4])], Attrs::new()),
             ("gelu", vec![f(&[5, 7])], Attrs::new()),
             (
@@ -2552,14 +2629,20 @@ mod tests {
             let held = rt.memory_stats(0).unwrap().plugin_bytes;
             let in_bytes: u64 = inputs.iter().map(|h| h.bytes().len() as u64).sum();
             let out_bytes: u64 = want.iter().map(|h| h.bytes().len() as u64).sum();
+            // One execution: all of it held at once, nothing after.
             assert_eq!(held.current, 0, "{name}: {held:?}");
-            if p.zero_copy {
-                assert!(held.allocated <= out_bytes, "{name}: {held:?}");
-            } else {
-                // Each input copied in, each output made by XLA.
-                assert_eq!(held.allocated, in_bytes + out_bytes, "{name}: {held:?}");
-                assert_eq!(held.peak, held.allocated, "{name}: {held:?}");
-            }
+            assert_eq!(held.peak, held.allocated, "{name}: {held:?}");
+            let (text, _) = lower::lower_aliased(&g, &output_slots(&g)).unwrap();
+            let exe = p.compile_text(&text).unwrap();
+            let temp_bytes = p.temp_bytes(exe).unwrap();
+            p.destroy_executable(exe);
+            held_by_case.push(PluginMemory {
+                name,
+                in_bytes,
+                out_bytes,
+                temp_bytes,
+                held,
+            });
             for (o, w) in outs.iter().zip(&want) {
                 let mut bytes = vec![0u8; w.bytes().len()];
                 rt.copy_device_to_host(
@@ -2579,6 +2662,7 @@ mod tests {
                 }
             }
         }
+        held_by_case
     }
 
     /// TPURT_XLA_ZERO_COPY: unset or 1 allows zero copy, 0 turns it off,

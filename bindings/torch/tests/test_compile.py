@@ -25,13 +25,32 @@ def test_compiled_module_matches_eager_cpu_and_does_not_recompile(no_fallback):
     assert after["misses"] == before["misses"]
 
 
-def test_compiled_attention_over_a_transposed_query_trains(no_fallback):
+def _count_rewrites(monkeypatch) -> list[int]:
+    """How many attention calls each compile rewrote to the runtime's op."""
+    import tpurt.compiler as c
+
+    counts: list[int] = []
+    original = c._rewrite_attention
+
+    def counting(gm):
+        counts.append(original(gm))
+        return counts[-1]
+
+    monkeypatch.setattr(c, "_rewrite_attention", counting)
+    torch._dynamo.reset()
+    return counts
+
+
+def test_compiled_attention_over_a_transposed_query_trains(no_fallback, monkeypatch):
     # As Llama lays out heads: the query is an elementwise result of a
     # transposed view, and the attention output is viewed back. Traced
-    # through the runtime's attention op, the graph's view expected the
+    # through torch's fused attention op, the graph's view expected the
     # layout torch's stride propagation gives that query, which tpu
-    # results do not have ("view size is not compatible").
+    # results do not have ("view size is not compatible"); the backend's
+    # own attention op gives contiguous results, traced and run.
     import torch.nn.functional as F
+
+    rewrites = _count_rewrites(monkeypatch)
 
     def block(x, w):
         q = (x.view(2, 12, 4, 8).transpose(1, 2) * 2.0).sin()
@@ -52,6 +71,36 @@ def test_compiled_attention_over_a_transposed_query_trains(no_fallback):
     # Eager on tpu (the runtime's attention op) gives the same.
     eager = block(xt, wt)
     torch.testing.assert_close(eager.detach().cpu(), ref.detach(), atol=1e-4, rtol=1e-4)
+    assert rewrites == [1]
+
+
+def test_compiled_attention_with_grouped_heads_or_a_mask(no_fallback, monkeypatch):
+    # Grouped key/value heads (enable_gqa) run the runtime's op; a mask is
+    # traced to torch's math decomposition. Both train as on the CPU.
+    import torch.nn.functional as F
+
+    rewrites = _count_rewrites(monkeypatch)
+
+    def gqa(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True, scale=0.3)
+
+    def masked(q, k, v):
+        mask = torch.ones(6, 6, dtype=torch.bool, device=q.device).tril()
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    torch.manual_seed(0)
+    shapes = {gqa: [(2, 4, 6, 8), (2, 2, 6, 8), (2, 2, 6, 8)], masked: [(2, 2, 6, 8)] * 3}
+    for fn, dims in shapes.items():
+        cpu = [torch.randn(d, requires_grad=True) for d in dims]
+        ref = fn(*cpu)
+        grads = torch.autograd.grad(ref.square().sum(), cpu)
+        dev = [t.detach().to("tpu").requires_grad_() for t in cpu]
+        out = torch.compile(fn, backend="tpu")(*dev)
+        got = torch.autograd.grad(out.square().sum(), dev)
+        torch.testing.assert_close(out.detach().cpu(), ref.detach(), atol=1e-4, rtol=1e-4)
+        for g, r in zip(got, grads):
+            torch.testing.assert_close(g.cpu(), r, atol=1e-4, rtol=1e-4)
+    assert rewrites == [1, 0]
 
 
 def test_static_cache_generate_compiled_with_backend_tpu(no_fallback):

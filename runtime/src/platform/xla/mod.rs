@@ -757,14 +757,14 @@ fn output_slots(graph: &Graph) -> Vec<lower::OutputSlot> {
         .collect()
 }
 
-/// Where `t`'s bytes lie in host memory: the xla platform's pool segments
-/// are host memory. None when the segment is not one, or when the view
-/// reaches past it (never for a checked tensor).
 /// Bytes of `t`'s elements, dense.
 fn tensor_bytes(t: &DeviceTensor) -> u64 {
     t.numel() * t.layout.elem_size
 }
 
+/// Where `t`'s bytes lie in host memory: the xla platform's pool segments
+/// are host memory. None when the segment is not one, or when the view
+/// reaches past it (never for a checked tensor).
 fn pool_bytes(t: &DeviceTensor) -> Option<*mut u8> {
     use super::DeviceMemory;
     let seg = t.buffer.segment().as_any().downcast_ref::<HostSegment>()?;
@@ -1436,7 +1436,7 @@ impl XlaPlatform {
                     .zip(&t.layout.strides)
                     .map(|(&n, &s)| (if n <= 1 && s == 0 { 1 } else { s } * es) as i64)
                     .collect();
-                (ptr as *const u8, strides, t.numel() * es)
+                (ptr as *const u8, strides, tensor_bytes(t))
             }
             None => {
                 gathered = read_tensor(t)?;
@@ -2509,9 +2509,8 @@ mod tests {
         let copying = XlaPlatform::load_with(&plugin, 1, None, false).unwrap();
         let copied = ops_match_the_host_platform(copying.clone());
         // The cases' tensors are small: XLA makes every output in a buffer
-        // of its own either way, and takes the same temporaries; copying,
-        // the inputs' copies count as well.
-        // XLA's temporaries count too, as the plugin states them.
+        // of its own either way, and takes the temporaries the plugin
+        // states; copying, the inputs' copies count as well.
         for (c, copy) in sharing.iter().zip(&copied) {
             let name = c.name;
             assert_eq!(

@@ -14,7 +14,7 @@
 
 use std::borrow::Cow;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -142,6 +142,9 @@ pub(crate) struct StreamQueue {
     /// Ops recorded under DEFER_AND_FUSE, launched at the next flush.
     pub lazy: Mutex<LazyQueue>,
     pub has_lazy: AtomicBool,
+    /// Flushes at the op limit since the stream was last observed
+    /// (`lazy::flush_limit`).
+    pub ramp: AtomicU32,
     /// Buffers whose last handle a finished launch held: the worker hands
     /// them back here and the stream's own thread frees them at its next
     /// launch or synchronize (see [`Launch`]).
@@ -151,6 +154,17 @@ pub(crate) struct StreamQueue {
     /// a list's pointer rather than the tensors, so a slot is small (the
     /// task queue allocates and zeroes its slots 31 at a time).
     pub spare_io: SegQueue<Vec<crate::tensor::DeviceTensor>>,
+}
+
+/// Something observes `stream` (it flushes for a reason other than the op
+/// limit or a view conflict): its next recording's limit ramps up from
+/// the start again (`lazy::flush_limit`).
+fn observed(stream: &StreamQueue) {
+    // Read first: a strict-mode launch passes here every time, and a
+    // store would take the cache line from the thread that recorded.
+    if stream.ramp.load(Ordering::Relaxed) != 0 {
+        stream.ramp.store(0, Ordering::Relaxed);
+    }
 }
 
 /// How many emptied tensor lists a stream keeps at most (see
@@ -174,6 +188,7 @@ impl StreamQueue {
             submit_lock: Mutex::new(()),
             lazy: Mutex::new(LazyQueue::default()),
             has_lazy: AtomicBool::new(false),
+            ramp: AtomicU32::new(0),
             graveyard: SegQueue::new(),
             spare_io: SegQueue::new(),
         }
@@ -290,6 +305,7 @@ impl Executor {
         if stream.has_lazy.load(Ordering::SeqCst) {
             let mut q = stream.lazy.lock().unwrap_or_else(|e| e.into_inner());
             if q.touches(buffers) {
+                observed(stream);
                 self.flush_locked(stream, &mut q)?;
             }
         }
@@ -299,6 +315,7 @@ impl Executor {
     /// Launch `stream`'s deferred ops as one fused program, if it has any;
     /// returns how many there were.
     pub fn flush(&self, stream: &StreamQueue) -> Result<usize> {
+        observed(stream);
         if !stream.has_lazy.load(Ordering::SeqCst) {
             return Ok(0);
         }
@@ -354,8 +371,11 @@ impl Executor {
         }
         q.push(op);
         stream.has_lazy.store(true, Ordering::SeqCst);
-        if q.len() >= lazy::max_ops(compiler.platform().defer_max_ops()) {
+        let max = lazy::max_ops(compiler.platform().defer_max_ops());
+        let ramp = stream.ramp.load(Ordering::Relaxed);
+        if q.len() >= lazy::flush_limit(max, ramp) {
             self.flush_locked(stream, &mut q)?;
+            stream.ramp.store(ramp.saturating_add(1), Ordering::Relaxed);
         }
         Ok(())
     }

@@ -1159,6 +1159,35 @@ fn lower_module(graph: &Graph, slots: &[OutputSlot]) -> Result<(String, Vec<Inde
     Ok((m.replace("array<i64: >", "array<i64>"), checks))
 }
 
+/// `module` (text from [`lower_module`]) with every operation located
+/// nowhere (`loc(unknown)`), the form compiled. MLIR gives each operation
+/// parsed from text its line and column, and XLA keeps them as every HLO
+/// instruction's metadata, in the executable and in its serialized form:
+/// the blob of ANCHORS' block (a) went from 43,323 to 39,841 bytes without
+/// them, and `PJRT_Executable_DeserializeAndLoad`, which rebuilds the
+/// module from that proto three times over, about 10-20% faster (a warm
+/// start from the disk cache). An operation ends on a line that starts
+/// with a value, `stablehlo.`, `return` or the `})` closing its regions,
+/// and does not itself open a region.
+pub fn without_locations(module: &str) -> String {
+    let mut out = String::with_capacity(module.len() + module.len() / 4);
+    out.push_str("#unknown = loc(unknown)\n");
+    for line in module.lines() {
+        let t = line.trim_start();
+        let ends_op = ["%", "stablehlo.", "return ", "})"]
+            .iter()
+            .any(|p| t.starts_with(p))
+            && !t.ends_with('{')
+            && !t.ends_with('(');
+        out.push_str(line);
+        if ends_op {
+            out.push_str(" loc(#unknown)");
+        }
+        out.push('\n');
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1233,5 +1262,37 @@ mod tests {
         for (name, g) in cases {
             insta::assert_snapshot!(name, lower(&g).unwrap());
         }
+    }
+
+    /// Every operation, a region's and the one holding the region too,
+    /// ends located nowhere; lines that open or head a region, and the
+    /// module's and function's, do not.
+    #[test]
+    fn compiled_text_locates_every_operation_nowhere() {
+        let f = |d: &[u64]| TensorType::new(DType::F32, d);
+        let g = op(
+            "argmax",
+            &[f(&[3, 4])],
+            Attrs::new().with("dim", Attr::Int(1)),
+        );
+        let text = lower(&g).unwrap();
+        let bare = without_locations(&text);
+        let lines: Vec<&str> = bare.lines().collect();
+        assert_eq!(lines[0], "#unknown = loc(unknown)");
+        assert_eq!(lines.len(), text.lines().count() + 1);
+        let located = |needle: &str| {
+            let l = lines.iter().find(|l| l.contains(needle)).unwrap();
+            l.ends_with(" loc(#unknown)")
+        };
+        assert!(located("stablehlo.iota"));
+        assert!(located("%an = stablehlo.compare NE"));
+        assert!(located("stablehlo.return %v, %i"));
+        assert!(located("}) {dimensions"));
+        assert!(located("return %v1 :"));
+        assert!(!located("\"stablehlo.reduce\"("));
+        assert!(!located("^bb0("));
+        assert!(!located("module @tpurt"));
+        assert!(!located("func.func"));
+        assert_eq!(bare.matches(" loc(#unknown)").count(), 25);
     }
 }

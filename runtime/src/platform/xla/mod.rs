@@ -2853,7 +2853,8 @@ mod tests {
     /// Modules are compiled with their operations located nowhere: the
     /// executable keeps no line and column of the text as instruction
     /// metadata, so its serialized form is smaller than the same module's
-    /// compiled as written, and it computes the same.
+    /// compiled as written, and it loads back. (That it computes the same
+    /// is the differential tests' part: every op compiles this way.)
     #[test]
     fn executables_carry_no_source_locations() {
         use crate::ir::{DType, TensorType};

@@ -361,8 +361,9 @@ fn full_indices(
 /// Emits, under the names `{o}_*`, the Philox draw that the host kernel
 /// `rng.rs` defines (its module docs are the specification), for a result
 /// of type `out` from the i64 scalars `seed` and `offset`: counters
-/// offset + i as 128-bit integers, ten Philox 4x32 rounds in u32/u64
-/// arithmetic, then the distribution's transform. Ends by defining `{o}`.
+/// offset + i as 128-bit integers, ten Philox 4x32 rounds in u64
+/// arithmetic on 32-bit words, then the distribution's transform. Ends by
+/// defining `{o}`.
 fn philox(
     w: &mut impl FnMut(String),
     o: &str,
@@ -373,14 +374,13 @@ fn philox(
 ) {
     let dims = &out.dims;
     let n = out.numel();
-    let u32t = shaped(dims, "ui32");
     let u64t = shaped(dims, "ui64");
     let f64t = ty(&TensorType::new(DType::F64, dims));
     let ot = ty(out);
     let bd = |src: &str, st: &str, dt: &str| {
         format!("stablehlo.broadcast_in_dim {src}, dims = [] : ({st}) -> {dt}")
     };
-    // Key words and the counter base, as u64 scalars broadcast to dims.
+    // The seed and the counter base as u64 scalars.
     w(format!(
         "{o}_seed = stablehlo.bitcast_convert {seed} : (tensor<i64>) -> tensor<ui64>"
     ));
@@ -388,23 +388,10 @@ fn philox(
         "{o}_off = stablehlo.bitcast_convert {offset} : (tensor<i64>) -> tensor<ui64>"
     ));
     w(format!(
-        "{o}_seedb = {}",
-        bd(&format!("{o}_seed"), "tensor<ui64>", &u64t)
-    ));
-    w(format!(
         "{o}_offb = {}",
         bd(&format!("{o}_off"), "tensor<ui64>", &u64t)
     ));
     w(format!("{o}_32 = stablehlo.constant dense<32> : {u64t}"));
-    w(format!(
-        "{o}_k0 = stablehlo.convert {o}_seedb : ({u64t}) -> {u32t}"
-    ));
-    w(format!(
-        "{o}_seedhi = stablehlo.shift_right_logical {o}_seedb, {o}_32 : {u64t}"
-    ));
-    w(format!(
-        "{o}_k1 = stablehlo.convert {o}_seedhi : ({u64t}) -> {u32t}"
-    ));
     // Counters: offset + i (row-major), the carry as the third word.
     w(format!(
         "{o}_i1 = stablehlo.iota dim = 0 : tensor<{n}xui64>"
@@ -447,47 +434,52 @@ fn philox(
             "{o}_j0 = stablehlo.shift_right_logical {o}_c, {o}_4 : {u64t}"
         ));
         w(format!("{o}_j = stablehlo.and {o}_j0, {o}_3 : {u64t}"));
-        w(format!("{o}_zero = stablehlo.constant dense<0> : {u32t}"));
         format!("{o}_blk")
     } else {
         format!("{o}_c")
     };
+    // The state and key words are u64 holding 32-bit values: a round's
+    // products need 64 bits, and no conversions run between rounds.
     w(format!(
-        "{o}_x0_0 = stablehlo.convert {counter} : ({u64t}) -> {u32t}"
+        "{o}_mask = stablehlo.constant dense<4294967295> : {u64t}"
     ));
     w(format!(
-        "{o}_chi = stablehlo.shift_right_logical {counter}, {o}_32 : {u64t}"
+        "{o}_x0_0 = stablehlo.and {counter}, {o}_mask : {u64t}"
     ));
     w(format!(
-        "{o}_x1_0 = stablehlo.convert {o}_chi : ({u64t}) -> {u32t}"
+        "{o}_x1_0 = stablehlo.shift_right_logical {counter}, {o}_32 : {u64t}"
     ));
     if per_word {
-        w(format!(
-            "{o}_x2_0 = stablehlo.reshape {o}_zero : ({u32t}) -> {u32t}"
-        ));
+        w(format!("{o}_x2_0 = stablehlo.constant dense<0> : {u64t}"));
     } else {
         w(format!(
-            "{o}_x2_0 = stablehlo.convert {o}_wrapped : ({bt}) -> {u32t}"
+            "{o}_x2_0 = stablehlo.convert {o}_wrapped : ({bt}) -> {u64t}"
         ));
     }
-    w(format!("{o}_x3_0 = stablehlo.constant dense<0> : {u32t}"));
+    w(format!("{o}_x3_0 = stablehlo.constant dense<0> : {u64t}"));
     w(format!(
         "{o}_m0 = stablehlo.constant dense<3528531795> : {u64t}"
     ));
     w(format!(
         "{o}_m1 = stablehlo.constant dense<3449720151> : {u64t}"
     ));
+    // The key schedule runs on scalars, each round's key words broadcast.
+    let u = "tensor<ui64>";
     w(format!(
-        "{o}_w0 = stablehlo.constant dense<2654435769> : {u32t}"
+        "{o}_smask = stablehlo.constant dense<4294967295> : {u}"
+    ));
+    w(format!("{o}_s32 = stablehlo.constant dense<32> : {u}"));
+    w(format!(
+        "{o}_w0 = stablehlo.constant dense<2654435769> : {u}"
     ));
     w(format!(
-        "{o}_w1 = stablehlo.constant dense<3144134277> : {u32t}"
+        "{o}_w1 = stablehlo.constant dense<3144134277> : {u}"
     ));
     w(format!(
-        "{o}_ka_0 = stablehlo.reshape {o}_k0 : ({u32t}) -> {u32t}"
+        "{o}_ka_0 = stablehlo.and {o}_seed, {o}_smask : {u}"
     ));
     w(format!(
-        "{o}_kb_0 = stablehlo.reshape {o}_k1 : ({u32t}) -> {u32t}"
+        "{o}_kb_0 = stablehlo.shift_right_logical {o}_seed, {o}_s32 : {u}"
     ));
     for r in 0..10 {
         let (x0, x1, x2, x3) = (
@@ -496,81 +488,63 @@ fn philox(
             format!("{o}_x2_{r}"),
             format!("{o}_x3_{r}"),
         );
-        let (mut ka, mut kb) = (format!("{o}_ka_{r}"), format!("{o}_kb_{r}"));
         if r > 0 {
-            w(format!("{o}_ka_{r}n = stablehlo.add {ka}, {o}_w0 : {u32t}"));
-            w(format!("{o}_kb_{r}n = stablehlo.add {kb}, {o}_w1 : {u32t}"));
-            ka = format!("{ka}n");
-            kb = format!("{kb}n");
+            // The key schedule, mod 2^32.
+            for (k, inc) in [("ka", "w0"), ("kb", "w1")] {
+                w(format!(
+                    "{o}_{k}_{r}s = stablehlo.add {o}_{k}_{}, {o}_{inc} : {u}",
+                    r - 1
+                ));
+                w(format!(
+                    "{o}_{k}_{r} = stablehlo.and {o}_{k}_{r}s, {o}_smask : {u}"
+                ));
+            }
         }
+        for k in ["ka", "kb"] {
+            w(format!(
+                "{o}_{k}_{r}b = {}",
+                bd(&format!("{o}_{k}_{r}"), u, &u64t)
+            ));
+        }
+        let (ka, kb) = (format!("{o}_ka_{r}b"), format!("{o}_kb_{r}b"));
         let q = format!("{o}_r{r}");
+        w(format!("{q}_p0 = stablehlo.multiply {x0}, {o}_m0 : {u64t}"));
+        w(format!("{q}_p1 = stablehlo.multiply {x2}, {o}_m1 : {u64t}"));
         w(format!(
-            "{q}_a = stablehlo.convert {x0} : ({u32t}) -> {u64t}"
+            "{q}_h0 = stablehlo.shift_right_logical {q}_p0, {o}_32 : {u64t}"
         ));
         w(format!(
-            "{q}_p0 = stablehlo.multiply {q}_a, {o}_m0 : {u64t}"
+            "{q}_h1 = stablehlo.shift_right_logical {q}_p1, {o}_32 : {u64t}"
         ));
+        w(format!("{q}_y0a = stablehlo.xor {q}_h1, {x1} : {u64t}"));
         w(format!(
-            "{q}_b = stablehlo.convert {x2} : ({u32t}) -> {u64t}"
-        ));
-        w(format!(
-            "{q}_p1 = stablehlo.multiply {q}_b, {o}_m1 : {u64t}"
-        ));
-        w(format!(
-            "{q}_p0h = stablehlo.shift_right_logical {q}_p0, {o}_32 : {u64t}"
-        ));
-        w(format!(
-            "{q}_p1h = stablehlo.shift_right_logical {q}_p1, {o}_32 : {u64t}"
-        ));
-        w(format!(
-            "{q}_h0 = stablehlo.convert {q}_p0h : ({u64t}) -> {u32t}"
-        ));
-        w(format!(
-            "{q}_h1 = stablehlo.convert {q}_p1h : ({u64t}) -> {u32t}"
-        ));
-        w(format!("{q}_y0a = stablehlo.xor {q}_h1, {x1} : {u32t}"));
-        w(format!(
-            "{o}_x0_{} = stablehlo.xor {q}_y0a, {ka} : {u32t}",
+            "{o}_x0_{} = stablehlo.xor {q}_y0a, {ka} : {u64t}",
             r + 1
         ));
         w(format!(
-            "{o}_x1_{} = stablehlo.convert {q}_p1 : ({u64t}) -> {u32t}",
+            "{o}_x1_{} = stablehlo.and {q}_p1, {o}_mask : {u64t}",
             r + 1
         ));
-        w(format!("{q}_y2a = stablehlo.xor {q}_h0, {x3} : {u32t}"));
+        w(format!("{q}_y2a = stablehlo.xor {q}_h0, {x3} : {u64t}"));
         w(format!(
-            "{o}_x2_{} = stablehlo.xor {q}_y2a, {kb} : {u32t}",
-            r + 1
-        ));
-        w(format!(
-            "{o}_x3_{} = stablehlo.convert {q}_p0 : ({u64t}) -> {u32t}",
+            "{o}_x2_{} = stablehlo.xor {q}_y2a, {kb} : {u64t}",
             r + 1
         ));
         w(format!(
-            "{o}_ka_{} = stablehlo.reshape {ka} : ({u32t}) -> {u32t}",
-            r + 1
-        ));
-        w(format!(
-            "{o}_kb_{} = stablehlo.reshape {kb} : ({u32t}) -> {u32t}",
+            "{o}_x3_{} = stablehlo.and {q}_p0, {o}_mask : {u64t}",
             r + 1
         ));
     }
     let word = |k: usize| format!("{o}_x{k}_10");
     // 53 bits from (hi, lo) as f64 in [0, 1), under `name`.
     let bits53 = |w: &mut dyn FnMut(String), name: &str, hi: String, lo: String, plus_one: bool| {
-        w(format!(
-            "{name}_hi = stablehlo.convert {hi} : ({u32t}) -> {u64t}"
-        ));
-        w(format!(
-            "{name}_lo = stablehlo.convert {lo} : ({u32t}) -> {u64t}"
-        ));
         w(format!("{name}_21 = stablehlo.constant dense<21> : {u64t}"));
         w(format!("{name}_11 = stablehlo.constant dense<11> : {u64t}"));
         w(format!(
-            "{name}_a = stablehlo.shift_left {name}_hi, {name}_21 : {u64t}"
+            "{name}_a = stablehlo.shift_left {hi}, {name}_21 : {u64t}"
         ));
         w(format!(
-            "{name}_b = stablehlo.shift_right_logical {name}_lo, {name}_11 : {u64t}"
+            "{name}_b = stablehlo.shift_right_logical {lo}, {name}_11 : {u64t}"
         ));
         w(format!(
             "{name}_bits = stablehlo.or {name}_a, {name}_b : {u64t}"
@@ -611,17 +585,17 @@ fn philox(
                     "{o}_is{k} = stablehlo.compare EQ, {o}_j, {o}_jk{k}, UNSIGNED : ({u64t}, {u64t}) -> {bt}"
                 ));
                 w(format!(
-                    "{o}_pick{k} = stablehlo.select {o}_is{k}, {}, {pick} : ({bt}, {u32t}, {u32t}) -> {u32t}",
+                    "{o}_pick{k} = stablehlo.select {o}_is{k}, {}, {pick} : ({bt}, {u64t}, {u64t}) -> {u64t}",
                     word(k)
                 ));
                 pick = format!("{o}_pick{k}");
             }
-            w(format!("{o}_8 = stablehlo.constant dense<8> : {u32t}"));
+            w(format!("{o}_8 = stablehlo.constant dense<8> : {u64t}"));
             w(format!(
-                "{o}_top = stablehlo.shift_right_logical {pick}, {o}_8 : {u32t}"
+                "{o}_top = stablehlo.shift_right_logical {pick}, {o}_8 : {u64t}"
             ));
             w(format!(
-                "{o}_topf = stablehlo.convert {o}_top : ({u32t}) -> {f32t}"
+                "{o}_topf = stablehlo.convert {o}_top : ({u64t}) -> {f32t}"
             ));
             w(format!(
                 "{o}_scale = stablehlo.constant dense<5.9604644775390625e-8> : {f32t}"

@@ -78,6 +78,15 @@ enum Inst {
         b: usize,
         c: usize,
     },
+    /// `(erf(x · c) + 1) · (x · h)`, GELU's exact form as the op library
+    /// emits it (`fuse_gelu`), in one pass over the chunk rather than
+    /// four; each op rounds to f32 as on its own.
+    Gelu {
+        dst: usize,
+        x: usize,
+        c: f32,
+        h: f32,
+    },
     Compare {
         op: CompareOp,
         dst: usize,
@@ -125,6 +134,7 @@ impl Inst {
             | Inst::Unary { dst, .. }
             | Inst::Binary { dst, .. }
             | Inst::Chain { dst, .. }
+            | Inst::Gelu { dst, .. }
             | Inst::Compare { dst, .. }
             | Inst::Select { dst, .. }
             | Inst::Clamp { dst, .. }
@@ -137,7 +147,7 @@ impl Inst {
     fn uses(&self) -> Vec<usize> {
         match *self {
             Inst::Load { .. } | Inst::Uniform { .. } => vec![],
-            Inst::Move { a, .. } | Inst::Unary { a, .. } => vec![a],
+            Inst::Move { a, .. } | Inst::Unary { a, .. } | Inst::Gelu { x: a, .. } => vec![a],
             Inst::Binary { a, b, .. } | Inst::Compare { a, b, .. } => vec![a, b],
             Inst::Chain { a, b, c, .. } => vec![a, b, c],
             Inst::Select { p, a, b, .. } => vec![p, a, b],
@@ -151,7 +161,7 @@ impl Inst {
         let mut i = self.clone();
         match &mut i {
             Inst::Load { dst, .. } | Inst::Uniform { dst, .. } => *dst = f(*dst),
-            Inst::Move { dst, a } | Inst::Unary { dst, a, .. } => {
+            Inst::Move { dst, a } | Inst::Unary { dst, a, .. } | Inst::Gelu { dst, x: a, .. } => {
                 (*dst, *a) = (f(*dst), f(*a));
             }
             Inst::Binary { dst, a, b, .. } | Inst::Compare { dst, a, b, .. } => {
@@ -216,6 +226,131 @@ fn depth_first(graph: &Graph, kernel: &Kernel, producer: &[Option<usize>]) -> Ve
     order
 }
 
+/// How many times each register is read: by instructions, and twice for
+/// each store or epilogue (so a stored value never counts as read once).
+fn read_counts(
+    insts: &[Inst],
+    stores: &[(usize, ValueId, DType)],
+    epilogues: &[Epilogue],
+) -> FxHashMap<usize, usize> {
+    let mut reads: FxHashMap<usize, usize> = FxHashMap::default();
+    for u in insts.iter().flat_map(Inst::uses) {
+        *reads.entry(u).or_default() += 1;
+    }
+    for r in stores
+        .iter()
+        .map(|s| s.0)
+        .chain(epilogues.iter().map(|e| e.reg))
+    {
+        *reads.entry(r).or_default() += 2;
+    }
+    reads
+}
+
+/// Joins the op library's exact GELU, (erf(x · c) + 1) · (x · h) with
+/// splats c and h, into one `Inst::Gelu` where its four intermediate
+/// values are f32s read by the pattern alone. On registers before
+/// allocation (each defined once), so x is still held where the product
+/// stood; `splat_of` gives a constant register's value.
+fn fuse_gelu(
+    insts: Vec<Inst>,
+    splat_of: impl Fn(usize) -> Option<f32>,
+    stores: &[(usize, ValueId, DType)],
+    epilogues: &[Epilogue],
+) -> Vec<Inst> {
+    let reads = read_counts(&insts, stores, epilogues);
+    let mut def: FxHashMap<usize, usize> = FxHashMap::default();
+    let mut rounded: FxHashSet<usize> = FxHashSet::default();
+    for (k, i) in insts.iter().enumerate() {
+        if let Some(d) = i.def() {
+            def.insert(d, k);
+        }
+        if let Inst::Round { reg, .. } = *i {
+            rounded.insert(reg);
+        }
+    }
+    // An intermediate the pattern may absorb: an f32 read once.
+    let inner = |r: usize| reads.get(&r) == Some(&1) && !rounded.contains(&r);
+    let defining = |r: usize| def.get(&r).map(|&k| (k, &insts[k]));
+    // (k, x, s): instruction k computes x · s for a splat s.
+    let times_splat = |r: usize| match defining(r)? {
+        (
+            k,
+            &Inst::Binary {
+                op: BinaryOp::Mul,
+                a,
+                b,
+                ..
+            },
+        ) => [(a, b), (b, a)]
+            .into_iter()
+            .find_map(|(x, s)| Some((k, x, splat_of(s)?)).filter(|_| splat_of(x).is_none())),
+        _ => None,
+    };
+    // The instructions a GELU ending in `out = hx · t3` replaces, and x, c
+    // and h.
+    let gelu = |hx: usize, t3: usize| -> Option<([usize; 4], usize, f32, f32)> {
+        if !(inner(hx) && inner(t3)) {
+            return None;
+        }
+        let (kh, x, h) = times_splat(hx)?;
+        let (ka, t2) = match defining(t3)? {
+            (
+                k,
+                &Inst::Binary {
+                    op: BinaryOp::Add,
+                    a,
+                    b,
+                    ..
+                },
+            ) => [(a, b), (b, a)]
+                .into_iter()
+                .find(|&(_, one)| splat_of(one) == Some(1.0))
+                .map(|(t2, _)| (k, t2))?,
+            _ => return None,
+        };
+        let (ke, t1) = match defining(t2)? {
+            (
+                k,
+                &Inst::Unary {
+                    op: UnaryOp::Erf,
+                    a,
+                    ..
+                },
+            ) if inner(t2) && inner(a) => (k, a),
+            _ => return None,
+        };
+        let (km, x1, c) = times_splat(t1)?;
+        (x1 == x).then_some(([kh, ka, ke, km], x, c, h))
+    };
+    let mut gone: FxHashSet<usize> = FxHashSet::default();
+    let mut joined: FxHashMap<usize, Inst> = FxHashMap::default();
+    for (k, i) in insts.iter().enumerate() {
+        let Inst::Binary {
+            op: BinaryOp::Mul,
+            dst,
+            a,
+            b,
+        } = *i
+        else {
+            continue;
+        };
+        if rounded.contains(&dst) {
+            continue;
+        }
+        if let Some((parts, x, c, h)) = gelu(a, b).or_else(|| gelu(b, a)) {
+            gone.extend(parts);
+            joined.insert(k, Inst::Gelu { dst, x, c, h });
+        }
+    }
+    insts
+        .into_iter()
+        .enumerate()
+        .filter(|(k, _)| !gone.contains(k))
+        .map(|(k, i)| joined.remove(&k).unwrap_or(i))
+        .collect()
+}
+
 /// Joins an add, subtract or multiply whose result is read only by the
 /// add, subtract or multiply right after it (loads aside: they move
 /// before the pair) into one `Inst::Chain`: one
@@ -230,17 +365,7 @@ fn chain_binaries(
     epilogues: &[Epilogue],
 ) -> Vec<Inst> {
     let chainable = |op: BinaryOp| matches!(op, BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul);
-    let mut reads: FxHashMap<usize, usize> = FxHashMap::default();
-    for u in insts.iter().flat_map(Inst::uses) {
-        *reads.entry(u).or_default() += 1;
-    }
-    for r in stores
-        .iter()
-        .map(|s| s.0)
-        .chain(epilogues.iter().map(|e| e.reg))
-    {
-        *reads.entry(r).or_default() += 2;
-    }
+    let reads = read_counts(&insts, stores, epilogues);
     // An op that may start a chain: (op, result, operands).
     let starts = |i: &Inst| match *i {
         Inst::Binary { op, dst, a, b } if chainable(op) && reads.get(&dst) == Some(&1) => {
@@ -1419,6 +1544,17 @@ impl LoopProgram {
         let (mut ordered, rest): (Vec<Inst>, Vec<Inst>) = insts.into_iter().partition(constant);
         let constants = ordered.len();
         ordered.extend(rest);
+        let splats: FxHashMap<usize, f32> = ordered[..constants]
+            .iter()
+            .filter_map(|i| match *i {
+                Inst::Load { dst, src } => match sources[src] {
+                    Source::Splat(v) => Some((dst, v)),
+                    Source::Strided { .. } => None,
+                },
+                _ => None,
+            })
+            .collect();
+        let ordered = fuse_gelu(ordered, |r| splats.get(&r).copied(), &stores, &epilogues);
         let ordered = chain_binaries(ordered, &stores, &epilogues);
         let (insts, registers) =
             allocate(ordered, registers, constants, &mut stores, &mut epilogues)?;
@@ -1819,7 +1955,9 @@ impl LoopProgram {
         );
         if !scalar_operands {
             match *inst {
-                Inst::Unary { a, .. } | Inst::Move { a, .. } => materialize(regs, splats, a),
+                Inst::Unary { a, .. } | Inst::Move { a, .. } | Inst::Gelu { x: a, .. } => {
+                    materialize(regs, splats, a)
+                }
                 Inst::Select { p, a, b, .. } => {
                     for r in [p, a, b] {
                         materialize(regs, splats, r);
@@ -1932,6 +2070,12 @@ impl LoopProgram {
             Inst::Move { dst, a } => {
                 let (ops, out) = split!(dst);
                 out.copy_from_slice(ops.get(a));
+            }
+            Inst::Gelu { dst, x, c, h } => {
+                let (ops, out) = split!(dst);
+                for (o, &v) in out.iter_mut().zip(ops.get(x)) {
+                    *o = (vmath::erf_f32(v * c) + 1.0) * (v * h);
+                }
             }
             Inst::Binary { op, dst, a, b } => {
                 let (sa, sb) = (splats[a], splats[b]);
@@ -3597,6 +3741,58 @@ mod tests {
             .filter(|i| matches!(i, Inst::Chain { .. }))
             .count();
         assert_eq!(chains, 4, "{insts:?}");
+    }
+
+    /// The op library's exact GELU runs as one `Inst::Gelu`, in any
+    /// operand order; one whose erf is also stored, or whose two products
+    /// read different values, is left as it was. (Within 1e-6 of the
+    /// reference, whose erf is not the engine's, as in
+    /// `fused_ops_equal_the_reference`.)
+    #[test]
+    fn an_exact_gelu_runs_as_one_instruction() {
+        use crate::ir::GraphBuilder;
+        let count = |g: &Graph| {
+            loops_of(g)
+                .into_iter()
+                .flat_map(|l| l.insts)
+                .filter(|i| matches!(i, Inst::Gelu { .. }))
+                .count()
+        };
+        for d in [DType::F32, DType::BF16, DType::F16] {
+            let g = op("gelu", &[TensorType::new(d, &[7, 300])], Attrs::new());
+            check(&g, if d == DType::F32 { 1e-6 } else { 1e-2 });
+            if d == DType::F32 {
+                assert_eq!(count(&g), 1, "{:?}", loops_of(&g));
+            }
+        }
+        let mut g = GraphBuilder::new();
+        let dims = [3u64, 500];
+        let t = TensorType::new(DType::F32, &dims);
+        let (x, y) = (g.param(t.clone()), g.param(t));
+        let c = filled(&mut g, &dims, std::f64::consts::FRAC_1_SQRT_2);
+        let one = filled(&mut g, &dims, 1.0);
+        let half = filled(&mut g, &dims, 0.5);
+        let bin = |g: &mut GraphBuilder, op, a, b| g.binary(op, a, b).unwrap();
+        // Joined, operands swapped: (x · h) · (1 + erf(c · x)).
+        let t1 = bin(&mut g, BinaryOp::Mul, c, x);
+        let e = g.unary(UnaryOp::Erf, t1).unwrap();
+        let t3 = bin(&mut g, BinaryOp::Add, one, e);
+        let hx = bin(&mut g, BinaryOp::Mul, half, x);
+        let j = bin(&mut g, BinaryOp::Mul, t3, hx);
+        // Not joined: the erf stored too; products of x and of y.
+        let t1 = bin(&mut g, BinaryOp::Mul, y, c);
+        let stored = g.unary(UnaryOp::Erf, t1).unwrap();
+        let t3 = bin(&mut g, BinaryOp::Add, stored, one);
+        let hy = bin(&mut g, BinaryOp::Mul, y, half);
+        let n1 = bin(&mut g, BinaryOp::Mul, hy, t3);
+        let t1 = bin(&mut g, BinaryOp::Mul, y, c);
+        let e = g.unary(UnaryOp::Erf, t1).unwrap();
+        let t3 = bin(&mut g, BinaryOp::Add, e, one);
+        let hx = bin(&mut g, BinaryOp::Mul, x, half);
+        let n2 = bin(&mut g, BinaryOp::Mul, hx, t3);
+        let graph = g.build(&[j, n1, stored, n2]).unwrap();
+        check(&graph, 1e-6);
+        assert_eq!(count(&graph), 1, "{:?}", loops_of(&graph));
     }
 
     /// The loop programs of a graph's plan.

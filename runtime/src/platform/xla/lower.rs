@@ -12,6 +12,12 @@
 
 use std::fmt::Write;
 
+/// The version of what this module emits, part of the xla platform's
+/// version and so of every compile-cache key there: raise it when a module
+/// would compute differently (a disk cache written before then is not
+/// loaded). 2: f32 and f64 products at HIGHEST precision.
+pub const LOWERING_VERSION: u32 = 2;
+
 use crate::error::{Error, Result};
 use crate::ir::{
     BinaryOp, CompareOp, DType, Graph, Prim, ReduceOp, RngDistribution, ScatterCombiner,
@@ -921,8 +927,14 @@ fn lower_module(graph: &Graph, slots: &[OutputSlot]) -> Result<(String, Vec<Inde
                 let sp: Vec<String> = (0..xt.rank() - 2).map(|i| i.to_string()).collect();
                 let sp = sp.join(", ");
                 let pads: Vec<String> = padding.iter().map(|(lo, hi)| format!("[{lo}, {hi}]")).collect();
+                // Full f32, as for dot_general (no TF32 on a GPU).
+                let precision = if matches!(xt.dtype, DType::F32 | DType::F64) {
+                    ", precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]"
+                } else {
+                    ""
+                };
                 w(format!(
-                    "{o} = \"stablehlo.convolution\"({}, {}) {{batch_group_count = 1 : i64, dimension_numbers = #stablehlo.conv<[b, f, {sp}]x[o, i, {sp}]->[b, f, {sp}]>, feature_group_count = {groups} : i64, lhs_dilation = array<i64: {}>, padding = dense<[{}]> : tensor<{}x2xi64>, rhs_dilation = array<i64: {}>, window_strides = array<i64: {}>}} : ({}, {}) -> {ot}",
+                    "{o} = \"stablehlo.convolution\"({}, {}) {{batch_group_count = 1 : i64, dimension_numbers = #stablehlo.conv<[b, f, {sp}]x[o, i, {sp}]->[b, f, {sp}]>, feature_group_count = {groups} : i64, lhs_dilation = array<i64: {}>, padding = dense<[{}]> : tensor<{}x2xi64>{precision}, rhs_dilation = array<i64: {}>, window_strides = array<i64: {}>}} : ({}, {}) -> {ot}",
                     ins[0],
                     ins[1],
                     nums(&vec![1u64; padding.len()]),
@@ -1069,17 +1081,29 @@ fn lower_module(graph: &Graph, slots: &[OutputSlot]) -> Result<(String, Vec<Inde
                 rhs_batch,
                 lhs_contract,
                 rhs_contract,
-            } => w(format!(
-                "{o} = stablehlo.dot_general {}, {}, batching_dims = [{}] x [{}], contracting_dims = [{}] x [{}] : ({}, {}) -> {ot}",
-                ins[0],
-                ins[1],
-                list(lhs_batch),
-                list(rhs_batch),
-                list(lhs_contract),
-                list(rhs_contract),
-                its[0],
-                its[1]
-            )),
+            } => {
+                // f32 products in full f32, as torch's default
+                // (`allow_tf32` off): a GPU plugin would otherwise use
+                // TF32's 10-bit mantissa for them. (The CPU plugin computes
+                // f32 either way; bf16 and f16 have nothing to lose.)
+                let d = graph.value_type(n.inputs[0]).dtype;
+                let precision = if matches!(d, DType::F32 | DType::F64) {
+                    ", precision = [HIGHEST, HIGHEST]"
+                } else {
+                    ""
+                };
+                w(format!(
+                    "{o} = stablehlo.dot_general {}, {}, batching_dims = [{}] x [{}], contracting_dims = [{}] x [{}]{precision} : ({}, {}) -> {ot}",
+                    ins[0],
+                    ins[1],
+                    list(lhs_batch),
+                    list(rhs_batch),
+                    list(lhs_contract),
+                    list(rhs_contract),
+                    its[0],
+                    its[1]
+                ))
+            }
         }
     }
     let stored_over = |p: usize| slots.iter().position(|s| *s == OutputSlot::Param(p));

@@ -41,6 +41,8 @@ use smallvec::SmallVec;
 const KNOWN_PLUGINS: &[&str] = &[
     "xla_plugins/xla_cpu_pjrt/xla_cpu_pjrt.so",
     "libtpu/libtpu.so",
+    "jax_plugins/xla_cuda12/xla_cuda_plugin.so",
+    "jax_plugins/xla_cuda13/xla_cuda_plugin.so",
 ];
 
 /// The libtpu wheel's library in the active venv or the workspace's `.venv`.
@@ -90,8 +92,8 @@ pub fn find_plugin() -> Result<PathBuf> {
         }
     }
     Err(Error::Unavailable(
-        "no PJRT plugin found: set TPURT_PJRT_PLUGIN, or install xla-cpu-pjrt (or libtpu) into the active \
-         virtual environment"
+        "no PJRT plugin found: set TPURT_PJRT_PLUGIN, or install xla-cpu-pjrt (or libtpu, or \
+         jax-cuda12-pjrt) into the active virtual environment"
             .into(),
     ))
 }
@@ -375,6 +377,10 @@ impl XlaPlatform {
         let is_cpu = plugin
             .file_name()
             .is_some_and(|f| f.to_string_lossy().contains("cpu"));
+        // The CUDA plugins of jax-cuda12-pjrt and jax-cuda13-pjrt.
+        let is_gpu = plugin
+            .file_name()
+            .is_some_and(|f| f.to_string_lossy().contains("cuda"));
         // Only the CPU plugin takes a device count, so only it can stand in
         // for a host's chips; a GPU is not part of a TPU slice.
         let slice = slice.filter(|_| is_cpu);
@@ -450,20 +456,45 @@ impl XlaPlatform {
             },
         )?;
         // Only the CPU plugin takes a device count; others reject options
-        // they do not know (libtpu: "Unexpected option name").
-        let option_name = CString::new("cpu_device_count").unwrap_or_default();
+        // they do not know (libtpu: "Unexpected option name"). The GPU
+        // plugins would take 75% of the GPU's memory up front for XLA's
+        // own allocator; tensors live in the runtime's pool and XLA holds
+        // only staged copies and temporaries, so it allocates as it needs
+        // (and a second client in the process, or torch beside it, still
+        // finds memory).
+        let (option_name, option_type) = if is_cpu {
+            (
+                "cpu_device_count",
+                sys::PJRT_NamedValue_Type_PJRT_NamedValue_kInt64,
+            )
+        } else {
+            (
+                "preallocate",
+                sys::PJRT_NamedValue_Type_PJRT_NamedValue_kBool,
+            )
+        };
+        let option_name = CString::new(option_name).unwrap_or_default();
         let mut option = sys::PJRT_NamedValue {
             struct_size: std::mem::size_of::<sys::PJRT_NamedValue>(),
             name: option_name.as_ptr(),
             name_size: option_name.as_bytes().len(),
-            type_: sys::PJRT_NamedValue_Type_PJRT_NamedValue_kInt64,
+            type_: option_type,
             value_size: 1,
             ..Default::default()
         };
-        option.__bindgen_anon_1.int64_value = devices as i64;
+        if is_cpu {
+            option.__bindgen_anon_1.int64_value = devices as i64;
+        } else {
+            option.__bindgen_anon_1.bool_value = false;
+        }
+        let takes_option = is_cpu || is_gpu;
         let mut create = args!(PJRT_Client_Create_Args {
-            create_options: if is_cpu { &option } else { std::ptr::null() },
-            num_options: is_cpu as usize,
+            create_options: if takes_option {
+                &option
+            } else {
+                std::ptr::null()
+            },
+            num_options: takes_option as usize,
         });
         platform
             .call(
@@ -868,13 +899,14 @@ impl Platform for XlaPlatform {
             })
             .unwrap_or_default();
         format!(
-            "xla-{}-pjrt{}.{}-{}-{stamp}",
+            "xla-{}-pjrt{}.{}-{}-{stamp}-lowering{}",
             self.name,
             self.version.0,
             self.version.1,
             self.plugin
                 .file_name()
-                .map_or(String::new(), |f| f.to_string_lossy().into_owned())
+                .map_or(String::new(), |f| f.to_string_lossy().into_owned()),
+            lower::LOWERING_VERSION
         )
     }
 
@@ -2022,6 +2054,43 @@ mod tests {
         assert!(p
             .compile(&crate::ir::GraphBuilder::new().build(&[]).unwrap())
             .is_err());
+    }
+
+    /// The plugin in use says what it is, and an op runs on it. Where
+    /// `TPURT_EXPECT_PJRT_PLATFORM` is set (bench/gpu-check sets `cuda`),
+    /// its platform must be that one: a check meant for a GPU cannot pass
+    /// on the CPU plugin.
+    #[test]
+    fn the_plugin_in_use_is_the_platform_expected() {
+        let plugin = find_plugin().unwrap();
+        let p = XlaPlatform::load(&plugin, 1).unwrap();
+        eprintln!(
+            "plugin {}: platform {:?}, PJRT {}.{}, {} device(s), cache version {}",
+            plugin.display(),
+            p.name,
+            p.version.0,
+            p.version.1,
+            p.devices().len(),
+            p.version()
+        );
+        match std::env::var("TPURT_EXPECT_PJRT_PLATFORM") {
+            Ok(want) => assert_eq!(p.name, want, "{}", plugin.display()),
+            Err(_) => assert!(!p.name.is_empty()),
+        }
+        let r = crate::runtime::Runtime::with_platform_and_cache(
+            p.clone(),
+            crate::compile::CacheConfig::memory_only(4),
+        )
+        .unwrap();
+        let s = r.default_stream(0).unwrap();
+        let x = f32_tensor(&r, &s, &[1.5, -2.0, 3.25]);
+        let add = crate::ops::lookup("add").unwrap();
+        let out = r
+            .call_op_alloc(add, &[x.clone(), x], &crate::ops::Attrs::new(), &s)
+            .unwrap();
+        assert_eq!(read_f32s(&r, &s, &out[0]), vec![3.0, -4.0, 6.5]);
+        // Only host memory is shared in place; a GPU's tensors are staged.
+        assert!(p.name == "cpu" || !p.zero_copy, "{:?}", p.transfer_stats());
     }
 
     #[test]

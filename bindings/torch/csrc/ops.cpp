@@ -355,6 +355,32 @@ std::tuple<Tensor, Tensor, Tensor> k_layer_norm_bw(const Tensor& g, const Tensor
   return {dx, dw, db};
 }
 
+// torch's rms_norm calls _fused_rms_norm on a device that has a kernel for
+// it, and its autograd formula _fused_rms_norm_backward with the rstd it
+// returned: one runtime op each way, where torch's composite (for devices
+// without one) launches six ops forward (pow, mean, add, rsqrt, mul, mul).
+std::tuple<Tensor, Tensor> k_fused_rms_norm(const Tensor& x, at::IntArrayRef shape, const OptTensor& w,
+                                            std::optional<double> eps) {
+  std::vector<Tensor> ins{x};
+  if (w.has_value() && w->defined()) ins.push_back(*w);
+  Attrs a = Attrs().ints("normalized_shape", shape);
+  if (eps.has_value()) a.f("eps", *eps);
+  auto r = call("fused_rms_norm", ins, a);
+  return {r[0], r[1]};
+}
+
+std::tuple<Tensor, Tensor> k_fused_rms_norm_bw(const Tensor& g, const Tensor& x, at::IntArrayRef shape,
+                                               const Tensor& rstd, const OptTensor& w, std::array<bool, 2> mask) {
+  std::vector<Tensor> ins{g, x, rstd};
+  bool has_w = w.has_value() && w->defined();
+  if (has_w) ins.push_back(*w);
+  std::vector<int64_t> m{mask[0], mask[1] && has_w};
+  auto r = call("fused_rms_norm_backward", ins, Attrs().ints("normalized_shape", shape).ints("output_mask", m));
+  Tensor dx = mask[0] ? r[0] : Tensor();
+  Tensor dw = (mask[1] && has_w && r.size() > 1) ? r[1] : Tensor();
+  return {dx, dw};
+}
+
 Tensor k_gelu_bw(const Tensor& g, const Tensor& x, c10::string_view approximate) {
   return call1("gelu_backward", {g, x}, Attrs().str("approximate", std::string(approximate)));
 }
@@ -1468,6 +1494,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_log_softmax_backward_data", k_log_softmax_bw);
   m.impl("native_layer_norm", k_layer_norm);
   m.impl("native_layer_norm_backward", k_layer_norm_bw);
+  m.impl("_fused_rms_norm", k_fused_rms_norm);
+  m.impl("_fused_rms_norm_backward", k_fused_rms_norm_bw);
   m.impl("gelu_backward", k_gelu_bw);
   m.impl("silu_backward", k_silu_bw);
   m.impl("sigmoid_backward", k_sigmoid_bw);

@@ -339,6 +339,55 @@ def test_convolution_forward_and_backward(mode, no_fallback):
         close(dev.bias.grad, conv.bias.grad, tol=1e-4)
 
 
+def test_rms_norm_forward_and_backward(mode, no_fallback):
+    """torch's rms_norm (F.rms_norm, nn.RMSNorm) runs `_fused_rms_norm` and
+    its backward natively: CPU's values and gradients, with and without a
+    weight, over one and two dims, default and given eps, a strided input,
+    bf16."""
+    torch.manual_seed(5)
+    cases = [
+        (torch.randn(4, 6, 16), (16,), torch.randn(16), 1e-6),
+        (torch.randn(3, 5, 8), (5, 8), None, None),
+        (torch.randn(16, 6).t(), (16,), torch.randn(16), 1e-5),
+    ]
+    for x, shape, w, eps in cases:
+        xr = x.clone().requires_grad_()
+        wr = w.clone().requires_grad_() if w is not None else None
+        xt = x.to("tpu").requires_grad_()
+        if not x.is_contiguous():
+            xt = x.t().contiguous().to("tpu").t().detach().requires_grad_()
+        wt = w.to("tpu").requires_grad_() if w is not None else None
+        ref, out = F.rms_norm(xr, shape, wr, eps), F.rms_norm(xt, shape, wt, eps)
+        close(out, ref.detach())
+        g = torch.randn_like(ref)
+        ref.backward(g)
+        out.backward(g.to("tpu"))
+        close(xt.grad, xr.grad, tol=1e-4)
+        if w is not None:
+            close(wt.grad, wr.grad, tol=1e-4)
+    m = torch.nn.RMSNorm(32)
+    x = torch.randn(2, 7, 32, dtype=torch.bfloat16)
+    out = m.to("tpu", torch.bfloat16)(x.to("tpu"))
+    ref = F.rms_norm(x.float(), (32,), m.weight.detach().float().cpu()).bfloat16()
+    close(out.detach(), ref, tol=2e-2)
+
+
+def test_rms_norm_is_one_op_each_way():
+    """Strict mode launches one task forward and one backward, where torch's
+    composite would launch six forward."""
+    x = torch.randn(8, 64, device="tpu", requires_grad=True)
+    w = torch.randn(64, device="tpu", requires_grad=True)
+    torch.tpu.synchronize()
+    with torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_NEVER):
+        with torch.tpu.profiler.profile() as prof:
+            y = F.rms_norm(x, (64,), w, 1e-6)
+            y.backward(torch.ones_like(y))
+            torch.tpu.synchronize()
+    names = [a.key for a in prof.key_averages("task")]
+    assert names.count("fused_rms_norm") == 1 and names.count("fused_rms_norm_backward") == 1, names
+    assert not {"pow", "rsqrt", "mean"} & set(names), names
+
+
 ADVANCED_READS = {
     "rows": lambda a: a[torch.tensor([2, 0])],
     "inner_2d_index": lambda a: a[:, torch.tensor([[1, 3], [0, 0]])],

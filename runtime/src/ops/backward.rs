@@ -314,14 +314,6 @@ fn rms_norm_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<Va
     let dt = e.dtype(input);
     let cd = compute_dtype(dt)?;
     let dims = normalized_dims(e, input, a)?;
-    let mask = bool_mask(a, "output_mask", 2)?;
-    if e.dims(x[0]) != e.dims(input) {
-        return Err(Error::invalid(format!(
-            "grad_out of shape {:?} does not match the input {:?}",
-            e.dims(x[0]),
-            e.dims(input)
-        )));
-    }
     let default_eps = match dt {
         DType::F16 => 9.765625e-4,
         DType::BF16 => 7.8125e-3,
@@ -329,18 +321,65 @@ fn rms_norm_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<Va
         _ => f32::EPSILON as f64,
     };
     let eps = a.float_opt("eps")?.unwrap_or(default_eps);
-    let weight = match x.get(2) {
-        Some(&w) => Some(norm_param(e, w, input, &dims, "weight")?),
-        None => None,
-    };
-    let w_dt = x.get(2).map_or(dt, |&w| e.dtype(w));
     let v = e.convert(input, cd)?;
-    let dy = e.convert(x[0], cd)?;
     let sq = e.mul(v, v)?;
     let ms = super::reduction::mean_of(e, sq, &dims, true)?;
     let epsv = e.scalar(cd, eps)?;
     let ms = e.add(ms, epsv)?;
     let rstd = e.unary(UnaryOp::Rsqrt, ms)?;
+    rms_norm_grads(e, x[0], input, rstd, x.get(2).copied(), &dims, a)
+}
+
+/// fused_rms_norm_backward(grad_out, x, rstd, weight?; normalized_shape,
+/// output_mask=[true; 2]) -> (dx, dweight): as rms_norm_backward, with the
+/// rstd that fused_rms_norm returned (torch's `_fused_rms_norm_backward`).
+fn fused_rms_norm_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let input = x[1];
+    let dims = normalized_dims(e, input, a)?;
+    let cd = compute_dtype(e.dtype(input))?;
+    let xd = e.dims(input);
+    let want: Vec<u64> = (0..xd.len())
+        .map(|d| if dims.contains(&d) { 1 } else { xd[d] })
+        .collect();
+    if e.dims(x[2]) != want {
+        return Err(Error::invalid(format!(
+            "rstd of shape {:?} does not match the input {xd:?} reduced over normalized_shape (want {want:?})",
+            e.dims(x[2])
+        )));
+    }
+    need_float_value(e, x[2], "rstd")?;
+    let rstd = e.convert(x[2], cd)?;
+    rms_norm_grads(e, x[0], input, rstd, x.get(3).copied(), &dims, a)
+}
+
+/// dx and dweight of rms_norm at `input` given its rstd (keepdim, in the
+/// compute dtype).
+fn rms_norm_grads(
+    e: &mut Emitter,
+    grad_out: ValueId,
+    input: ValueId,
+    rstd: ValueId,
+    weight: Option<ValueId>,
+    dims: &[usize],
+    a: &Attrs,
+) -> Result<Vec<ValueId>> {
+    let dt = e.dtype(input);
+    let cd = compute_dtype(dt)?;
+    let mask = bool_mask(a, "output_mask", 2)?;
+    if e.dims(grad_out) != e.dims(input) {
+        return Err(Error::invalid(format!(
+            "grad_out of shape {:?} does not match the input {:?}",
+            e.dims(grad_out),
+            e.dims(input)
+        )));
+    }
+    let w_dt = weight.map_or(dt, |w| e.dtype(w));
+    let weight = match weight {
+        Some(w) => Some(norm_param(e, w, input, dims, "weight")?),
+        None => None,
+    };
+    let v = e.convert(input, cd)?;
+    let dy = e.convert(grad_out, cd)?;
     let xhat = e.mul(v, rstd)?;
     let dx = if mask[0] {
         let g = match weight {
@@ -348,7 +387,7 @@ fn rms_norm_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<Va
             None => dy,
         };
         let gx = e.mul(g, xhat)?;
-        let mgx = super::reduction::mean_of(e, gx, &dims, true)?;
+        let mgx = super::reduction::mean_of(e, gx, dims, true)?;
         let u = e.mul(xhat, mgx)?;
         let t = e.sub(g, u)?;
         let r = e.mul(rstd, t)?;
@@ -358,7 +397,7 @@ fn rms_norm_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<Va
     };
     let dw = if mask[1] {
         let p = e.mul(dy, xhat)?;
-        let s = sum_batch(e, p, &dims)?;
+        let s = sum_batch(e, p, dims)?;
         e.convert(s, w_dt)?
     } else {
         not_computed(e, w_dt)?
@@ -567,6 +606,11 @@ pub(super) const OPS: &[OpDef] = &[
         layer_norm_backward
     ),
     def!("rms_norm_backward", Arity::Between(2, 3), rms_norm_backward),
+    def!(
+        "fused_rms_norm_backward",
+        Arity::Between(3, 4),
+        fused_rms_norm_backward
+    ),
     def!("embedding_backward", Arity::Exactly(2), embedding_backward),
     def!(
         "index_select_backward",

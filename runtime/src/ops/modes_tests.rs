@@ -1125,6 +1125,12 @@ fn nn_cases() -> Vec<Case> {
             vec![rnd(BF16, &[3, 16], 412), rnd(BF16, &[16], 413)],
             &[ln(16)],
         ),
+        c(
+            "fused_rms_norm",
+            vec![x.clone(), f32s(&[8], 414)],
+            &[ln(8), ("eps", f(1e-6))],
+        ),
+        c("fused_rms_norm", vec![rnd(BF16, &[3, 16], 415)], &[ln(16)]),
     ]
 }
 
@@ -1503,6 +1509,25 @@ fn backward_cases() -> Vec<Case> {
         c(
             "rms_norm_backward",
             vec![g3.clone(), x3.clone()],
+            &[("normalized_shape", is(&[2, 4]))],
+        ),
+        c(
+            "fused_rms_norm_backward",
+            vec![
+                g3.clone(),
+                x3.clone(),
+                range(F32, &[3, 2, 1], 812, 0.5, 2.0),
+                f32s(&[4], 813),
+            ],
+            &[("normalized_shape", is(&[4])), ("output_mask", is(&[1, 1]))],
+        ),
+        c(
+            "fused_rms_norm_backward",
+            vec![
+                g3.clone(),
+                x3.clone(),
+                range(F32, &[3, 1, 1], 814, 0.5, 2.0),
+            ],
             &[("normalized_shape", is(&[2, 4]))],
         ),
         c(
@@ -1927,6 +1952,11 @@ fn zero_rows_cases() -> Vec<Case> {
             &[("normalized_shape", is(&[8]))],
         ),
         c(
+            "fused_rms_norm",
+            vec![f32s(&[0, 8], 1320)],
+            &[("normalized_shape", is(&[8]))],
+        ),
+        c(
             "dropout",
             vec![f32s(&[0, 4], 1320)],
             &[("p", f(0.5)), ("seed", i(1))],
@@ -2180,6 +2210,11 @@ fn zero_size_cases() -> Vec<Case> {
         c(
             "rms_norm_backward",
             vec![z4.clone(), z4.clone()],
+            &[("normalized_shape", is(&[4]))],
+        ),
+        c(
+            "fused_rms_norm_backward",
+            vec![z4.clone(), z4.clone(), f32s(&[0, 1], 1503)],
             &[("normalized_shape", is(&[4]))],
         ),
         c(

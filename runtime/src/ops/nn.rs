@@ -105,6 +105,19 @@ fn layer_norm(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>>
 /// rms_norm(x, weight?, normalized_shape, eps): x / sqrt(mean(x^2) + eps) * weight.
 /// eps defaults to the dtype's machine epsilon, as torch.
 fn rms_norm(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    Ok(vec![rms_norm_and_rstd(e, x, a)?.0])
+}
+
+/// fused_rms_norm(x, weight?, normalized_shape, eps) -> (y, rstd): as
+/// rms_norm, with 1/sqrt(mean(x^2) + eps) kept (normalized dims as 1, in
+/// the compute dtype: f32, or f64 for f64), as torch's `_fused_rms_norm`
+/// returns it for its backward.
+fn fused_rms_norm(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let (y, rstd) = rms_norm_and_rstd(e, x, a)?;
+    Ok(vec![y, rstd])
+}
+
+fn rms_norm_and_rstd(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<(ValueId, ValueId)> {
     let out_dt = e.dtype(x[0]);
     let cd = compute_dtype(out_dt)?;
     let v = e.convert(x[0], cd)?;
@@ -126,7 +139,7 @@ fn rms_norm(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
         let w = e.convert(w, cd)?;
         y = e.mul(y, w)?;
     }
-    Ok(vec![e.convert(y, out_dt)?])
+    Ok((e.convert(y, out_dt)?, r))
 }
 
 macro_rules! def {
@@ -144,4 +157,5 @@ pub(super) const OPS: &[OpDef] = &[
     def!("log_softmax", Arity::Exactly(1), log_softmax),
     def!("layer_norm", Arity::Between(1, 3), layer_norm),
     def!("rms_norm", Arity::Between(1, 2), rms_norm),
+    def!("fused_rms_norm", Arity::Between(1, 2), fused_rms_norm),
 ];

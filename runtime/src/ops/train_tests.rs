@@ -1126,6 +1126,20 @@ fn layer_norm_and_rms_norm_backward_match_numerical_gradients() {
         &numeric_grad("rms_norm", std::slice::from_ref(&x), &ra, 0, &gv, 0),
         1e-6,
     );
+    // fused_rms_norm's rstd, handed to its backward, gives the same.
+    let rms = runv("fused_rms_norm", &[&x, &w4], &ra);
+    assert_eq!(rms[1].ty.dims, vec![3, 2, 1]);
+    close(
+        &rms[0],
+        &runv("rms_norm", &[&x, &w4], &ra)[0].to_f64_vec(),
+        0.0,
+    );
+    let fa = at(&[("normalized_shape", ints(&[4]))]);
+    let fused = runv("fused_rms_norm_backward", &[&g, &x, &rms[1], &w4], &fa);
+    for (wrt, grad) in fused.iter().enumerate() {
+        let want = numeric_grad("rms_norm", &[x.clone(), w4.clone()], &ra, 0, &gv, wrt);
+        close(grad, &want, 1e-6);
+    }
     // bf16 layer norm backward against its f64 result.
     let xh = t(DType::BF16, &[3, 8], &x.to_f64_vec());
     let gh = t(DType::BF16, &[3, 8], &gv);

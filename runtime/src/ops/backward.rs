@@ -312,22 +312,10 @@ fn layer_norm_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<
 fn rms_norm_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     let input = x[1];
     let dt = e.dtype(input);
-    let cd = compute_dtype(dt)?;
     let dims = normalized_dims(e, input, a)?;
-    let default_eps = match dt {
-        DType::F16 => 9.765625e-4,
-        DType::BF16 => 7.8125e-3,
-        DType::F64 => f64::EPSILON,
-        _ => f32::EPSILON as f64,
-    };
-    let eps = a.float_opt("eps")?.unwrap_or(default_eps);
-    let v = e.convert(input, cd)?;
-    let sq = e.mul(v, v)?;
-    let ms = super::reduction::mean_of(e, sq, &dims, true)?;
-    let epsv = e.scalar(cd, eps)?;
-    let ms = e.add(ms, epsv)?;
-    let rstd = e.unary(UnaryOp::Rsqrt, ms)?;
-    rms_norm_grads(e, x[0], input, rstd, x.get(2).copied(), &dims, a)
+    let v = e.convert(input, compute_dtype(dt)?)?;
+    let rstd = super::nn::rms_rstd(e, v, &dims, dt, a)?;
+    rms_norm_grads(e, x[0], input, v, rstd, x.get(2).copied(), &dims, a)
 }
 
 /// fused_rms_norm_backward(grad_out, x, rstd, weight?; normalized_shape,
@@ -349,22 +337,25 @@ fn fused_rms_norm_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<
     }
     need_float_value(e, x[2], "rstd")?;
     let rstd = e.convert(x[2], cd)?;
-    rms_norm_grads(e, x[0], input, rstd, x.get(3).copied(), &dims, a)
+    let v = e.convert(input, cd)?;
+    rms_norm_grads(e, x[0], input, v, rstd, x.get(3).copied(), &dims, a)
 }
 
-/// dx and dweight of rms_norm at `input` given its rstd (keepdim, in the
-/// compute dtype).
+/// dx and dweight of rms_norm at `input` (`v`: it in the compute dtype)
+/// given its rstd (keepdim, in the compute dtype).
+#[allow(clippy::too_many_arguments)]
 fn rms_norm_grads(
     e: &mut Emitter,
     grad_out: ValueId,
     input: ValueId,
+    v: ValueId,
     rstd: ValueId,
     weight: Option<ValueId>,
     dims: &[usize],
     a: &Attrs,
 ) -> Result<Vec<ValueId>> {
     let dt = e.dtype(input);
-    let cd = compute_dtype(dt)?;
+    let cd = e.dtype(v);
     let mask = bool_mask(a, "output_mask", 2)?;
     if e.dims(grad_out) != e.dims(input) {
         return Err(Error::invalid(format!(
@@ -378,7 +369,6 @@ fn rms_norm_grads(
         Some(w) => Some(norm_param(e, w, input, dims, "weight")?),
         None => None,
     };
-    let v = e.convert(input, cd)?;
     let dy = e.convert(grad_out, cd)?;
     let xhat = e.mul(v, rstd)?;
     let dx = if mask[0] {

@@ -122,7 +122,27 @@ fn rms_norm_and_rstd(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<(Value
     let cd = compute_dtype(out_dt)?;
     let v = e.convert(x[0], cd)?;
     let dims = normalized_dims(e, v, a)?;
-    let default_eps = match out_dt {
+    let r = rms_rstd(e, v, &dims, out_dt, a)?;
+    let mut y = e.mul(v, r)?;
+    if let Some(&w) = x.get(1) {
+        let w = e.convert(w, cd)?;
+        y = e.mul(y, w)?;
+    }
+    Ok((e.convert(y, out_dt)?, r))
+}
+
+/// rms_norm's 1/sqrt(mean(v²) + eps) over `dims` (kept as 1), for `v`, an
+/// input of dtype `dt` already in its compute dtype; eps (attribute `eps`)
+/// defaults to `dt`'s machine epsilon, as torch. Shared with the backward,
+/// which recomputes it.
+pub(super) fn rms_rstd(
+    e: &mut Emitter,
+    v: ValueId,
+    dims: &[usize],
+    dt: DType,
+    a: &Attrs,
+) -> Result<ValueId> {
+    let default_eps = match dt {
         DType::F16 => 9.765625e-4,
         DType::BF16 => 7.8125e-3,
         DType::F64 => f64::EPSILON,
@@ -130,16 +150,10 @@ fn rms_norm_and_rstd(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<(Value
     };
     let eps = a.float_opt("eps")?.unwrap_or(default_eps);
     let sq = e.mul(v, v)?;
-    let ms = super::reduction::mean_of(e, sq, &dims, true)?;
-    let epsv = e.scalar(cd, eps)?;
+    let ms = super::reduction::mean_of(e, sq, dims, true)?;
+    let epsv = e.scalar(e.dtype(v), eps)?;
     let ms = e.add(ms, epsv)?;
-    let r = e.unary(UnaryOp::Rsqrt, ms)?;
-    let mut y = e.mul(v, r)?;
-    if let Some(&w) = x.get(1) {
-        let w = e.convert(w, cd)?;
-        y = e.mul(y, w)?;
-    }
-    Ok((e.convert(y, out_dt)?, r))
+    e.unary(UnaryOp::Rsqrt, ms)
 }
 
 macro_rules! def {

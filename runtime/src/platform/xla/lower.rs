@@ -18,6 +18,14 @@ use std::fmt::Write;
 /// loaded). 2: f32 and f64 products at HIGHEST precision.
 pub const LOWERING_VERSION: u32 = 2;
 
+/// Whether a product or convolution of `d` is emitted at precision HIGHEST:
+/// f32 (and f64) in full, as torch computes them by default (`allow_tf32`
+/// off), where a GPU plugin would otherwise use TF32's 10-bit mantissa.
+/// (The CPU plugin computes f32 either way; bf16 and f16 lose nothing.)
+fn needs_highest_precision(d: DType) -> bool {
+    matches!(d, DType::F32 | DType::F64)
+}
+
 use crate::error::{Error, Result};
 use crate::ir::{
     BinaryOp, CompareOp, DType, Graph, Prim, ReduceOp, RngDistribution, ScatterCombiner,
@@ -927,8 +935,7 @@ fn lower_module(graph: &Graph, slots: &[OutputSlot]) -> Result<(String, Vec<Inde
                 let sp: Vec<String> = (0..xt.rank() - 2).map(|i| i.to_string()).collect();
                 let sp = sp.join(", ");
                 let pads: Vec<String> = padding.iter().map(|(lo, hi)| format!("[{lo}, {hi}]")).collect();
-                // Full f32, as for dot_general (no TF32 on a GPU).
-                let precision = if matches!(xt.dtype, DType::F32 | DType::F64) {
+                let precision = if needs_highest_precision(xt.dtype) {
                     ", precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]"
                 } else {
                     ""
@@ -1082,12 +1089,7 @@ fn lower_module(graph: &Graph, slots: &[OutputSlot]) -> Result<(String, Vec<Inde
                 lhs_contract,
                 rhs_contract,
             } => {
-                // f32 products in full f32, as torch's default
-                // (`allow_tf32` off): a GPU plugin would otherwise use
-                // TF32's 10-bit mantissa for them. (The CPU plugin computes
-                // f32 either way; bf16 and f16 have nothing to lose.)
-                let d = graph.value_type(n.inputs[0]).dtype;
-                let precision = if matches!(d, DType::F32 | DType::F64) {
+                let precision = if needs_highest_precision(graph.value_type(n.inputs[0]).dtype) {
                     ", precision = [HIGHEST, HIGHEST]"
                 } else {
                     ""

@@ -48,6 +48,10 @@ impl BufferInner {
 
 impl Drop for BufferInner {
     fn drop(&mut self) {
+        // Every handle is gone, work references included: no work will
+        // read these values again.
+        let me = self as *const BufferInner as usize;
+        self.segment.forget(self.offset, self.len, me);
         self.release();
     }
 }
@@ -134,6 +138,11 @@ impl Buffer {
     pub fn pool(&self) -> &HbmPool {
         &self.inner.pool
     }
+    /// The pool, held weakly (what outlives the buffer but must not keep
+    /// its pool alive).
+    pub(crate) fn pool_weak(&self) -> std::sync::Weak<HbmPool> {
+        Arc::downgrade(&self.inner.pool)
+    }
     pub fn segment(&self) -> &Segment {
         &self.inner.segment
     }
@@ -147,6 +156,11 @@ impl Buffer {
     /// in stream order); a name, never a pointer.
     pub fn address(&self) -> u64 {
         self.inner.address
+    }
+    /// Tells this buffer (its owners and work references) from every other
+    /// buffer alive: what [`crate::platform::DeviceMemory::forget`] names.
+    pub(crate) fn identity(&self) -> usize {
+        Arc::as_ptr(&self.inner) as usize
     }
     pub fn same_buffer(&self, other: &Buffer) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)

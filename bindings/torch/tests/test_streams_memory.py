@@ -141,6 +141,9 @@ torch.testing.assert_close(got, a @ b + 1, rtol=1e-4, atol=1e-4)
 s = torch.tpu.memory_stats()
 print(s["plugin_bytes.all.current"], s["plugin_bytes.all.peak"],
       s["plugin_bytes.all.allocated"] - before)
+del ta, tb
+torch.tpu.synchronize()
+print(torch.tpu.memory_stats()["plugin_bytes.all.current"])
 free, total = torch.tpu.mem_get_info()
 assert free == total - torch.tpu.memory_reserved()
 print(torch.tpu.memory_summary())
@@ -152,7 +155,8 @@ def test_plugin_buffers_count_in_the_memory_statistics(zero_copy):
     # On the xla platform, where XLA cannot read and write the pool's
     # memory (TPURT_XLA_ZERO_COPY=0 makes the CPU plugin behave as a
     # plugin with memory of its own), the plugin's buffers count in
-    # `plugin_bytes` while an execution holds them.
+    # `plugin_bytes` while they live: an execution's, and the values kept
+    # in the plugin's buffers until their tensors are gone.
     import os
     import subprocess
     import sys
@@ -161,16 +165,18 @@ def test_plugin_buffers_count_in_the_memory_statistics(zero_copy):
     out = subprocess.run([sys.executable, "-c", _PLUGIN_BYTES], env=env,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
-    current, peak, added = map(int, out.stdout.split()[:3])
-    assert current == 0, out.stdout
+    current, peak, added, after_del = map(int, out.stdout.split()[:4])
     matrix = 256 * 256 * 4
+    assert after_del == 0, out.stdout
     if zero_copy == "1":
         # 256 KiB tensors: read and written in place, no plugin buffer.
-        assert (peak, added) == (0, 0), out.stdout
+        assert (current, peak, added) == (0, 0, 0), out.stdout
         assert "plugin buffers" not in out.stdout
     else:
-        # The matmul copies both inputs in and its result out; the add its
-        # input in and its result out (the scalar 1 is a constant).
-        assert added >= 5 * matrix, out.stdout
+        # The matmul copies both inputs in, where they stay while ta and tb
+        # live; its result stays for the add, whose result stays until
+        # read (the scalar 1 is a constant); both go with their tensors.
+        assert current == 2 * matrix, out.stdout
+        assert added >= 4 * matrix, out.stdout
         assert peak >= 3 * matrix, out.stdout
         assert "plugin buffers 0.0 MiB" in out.stdout

@@ -51,6 +51,18 @@ pub struct PluginBytes<'a> {
     bytes: u64,
 }
 
+impl PluginBytes<'_> {
+    /// Stop counting `bytes` of these (at most all of them): memory the
+    /// guard held that is now counted elsewhere or gone.
+    pub(crate) fn shrink(&mut self, bytes: u64) {
+        let bytes = bytes.min(self.bytes);
+        if bytes > 0 {
+            self.pool.plugin_stat().sub(bytes);
+            self.bytes -= bytes;
+        }
+    }
+}
+
 impl Drop for PluginBytes<'_> {
     fn drop(&mut self) {
         if self.bytes > 0 {
@@ -312,6 +324,20 @@ impl HbmPool {
             self.plugin_stat().add(bytes);
         }
         PluginBytes { pool: self, bytes }
+    }
+
+    /// Count `bytes` of the platform's own memory in `plugin_bytes` (`held`)
+    /// or stop counting them, for memory whose life is not one scope (the
+    /// xla platform's resident buffers, see `platform::xla::resident`).
+    pub(crate) fn count_plugin_bytes(&self, bytes: u64, held: bool) {
+        if bytes > 0 {
+            let mut stat = self.plugin_stat();
+            if held {
+                stat.add(bytes)
+            } else {
+                stat.sub(bytes)
+            }
+        }
     }
 
     /// Set every peak to its current value.

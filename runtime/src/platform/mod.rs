@@ -60,6 +60,11 @@ pub trait DeviceMemory: Send + Sync + std::fmt::Debug {
         -> Result<()>;
     /// Set `len` bytes at `offset` to `value`.
     fn fill(&self, offset: u64, len: u64, value: u8) -> Result<()>;
+    /// The buffer `owner` ([`crate::buffer::Buffer::identity`]) over these
+    /// bytes is gone, with every handle and all the work that used it:
+    /// what a platform kept of its values may go (the xla platform's
+    /// resident values). Nothing by default.
+    fn forget(&self, _offset: u64, _len: u64, _owner: usize) {}
     fn as_any(&self) -> &dyn Any;
 }
 

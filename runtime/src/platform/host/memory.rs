@@ -73,6 +73,11 @@ impl HostSegment {
         self.ptr.as_ptr()
     }
 
+    /// An error naming `what` unless `[offset, offset+len)` lies inside.
+    pub(crate) fn check_range(&self, what: &str, offset: u64, len: u64) -> Result<()> {
+        self.check(what, offset, len).map(|_| ())
+    }
+
     fn check(&self, what: &str, offset: u64, len: u64) -> Result<usize> {
         match offset.checked_add(len) {
             Some(end) if end <= self.len as u64 => Ok(offset as usize),

@@ -18,7 +18,7 @@ struct Row {
     name: String,
     ours: f64,
     peer: f64,
-    peer_name: &'static str,
+    peer_name: std::borrow::Cow<'static, str>,
     unit: &'static str,
 }
 
@@ -114,7 +114,7 @@ fn pool_alloc_free(rows: &mut Vec<Row>) {
             name: format!("pool_alloc_free_{label}"),
             ours,
             peer,
-            peer_name: "system allocator (glibc malloc+free)",
+            peer_name: "system allocator (glibc malloc+free)".into(),
             unit: "ns/op",
         });
     }
@@ -165,7 +165,7 @@ fn stream_empty_task(rows: &mut Vec<Row>) {
         name: "stream_empty_task".into(),
         ours: ours / 1000.0,
         peer: peer / 1000.0,
-        peer_name: "std mpsc channel to a worker thread",
+        peer_name: "std mpsc channel to a worker thread".into(),
         unit: "us/task",
     });
 }
@@ -212,7 +212,7 @@ fn event_roundtrip(rows: &mut Vec<Row>) {
         name: "event_roundtrip".into(),
         ours: ours / 1000.0,
         peer: peer / 1000.0,
-        peer_name: "two worker threads chained by std mpsc channels",
+        peer_name: "two worker threads chained by std mpsc channels".into(),
         unit: "us/roundtrip",
     });
 }
@@ -309,7 +309,13 @@ fn timed_step(mode: EagerMode, s: &Stream, step: &dyn Fn() -> DeviceTensor) {
 /// each side is a stream, the mode it runs in, and the step.
 type Side<'a> = (&'a Stream, EagerMode, &'a dyn Fn() -> DeviceTensor);
 
-fn step_row(rows: &mut Vec<Row>, name: &str, peer_name: &'static str, ours: Side, peer: Side) {
+fn step_row(
+    rows: &mut Vec<Row>,
+    name: &str,
+    peer_name: impl Into<std::borrow::Cow<'static, str>>,
+    ours: Side,
+    peer: Side,
+) {
     let (ours, peer) = paired(
         7,
         1,
@@ -320,7 +326,7 @@ fn step_row(rows: &mut Vec<Row>, name: &str, peer_name: &'static str, ours: Side
         name: name.into(),
         ours: ours / 1e6,
         peer: peer / 1e6,
-        peer_name,
+        peer_name: peer_name.into(),
         unit: "ms/step",
     });
 }
@@ -352,20 +358,31 @@ fn defer_vs_strict(rows: &mut Vec<Row>) {
     );
 }
 
+/// What the xla rows name the plugin in use, and the suffix of their row
+/// names: the XLA CPU plugin's rows keep their names; another plugin's
+/// (`bench/gpu-check` runs them on the CUDA plugin) end in `_on_` and its
+/// platform, so a GPU's figures are never read as the CPU plugin's.
+#[cfg(feature = "xla")]
+fn xla_label(p: &tpurt_runtime::platform::xla::XlaPlatform) -> (String, String) {
+    match p.plugin_platform() {
+        "cpu" => ("XLA CPU plugin".into(), String::new()),
+        "cuda" => ("CUDA plugin".into(), "_on_cuda".into()),
+        other => (format!("{other} plugin"), format!("_on_{other}")),
+    }
+}
+
 /// The same deferred blocks on the host platform (ours) and on the xla
-/// platform over the XLA CPU plugin (peer), each a flush of one program:
+/// platform over the XLA CPU plugin (peer, or the plugin `find_plugin` picks), each a flush of one program:
 /// our fused loops against XLA's own fusion. Built only with the bench's
 /// `xla` feature, which `bench/run` turns on when the plugin is installed.
 #[cfg(feature = "xla")]
 fn host_vs_xla(rows: &mut Vec<Row>) {
     let host = rt_memory_cache();
-    let xla = Runtime::new(&RuntimeOptions {
-        platform: Some("xla".into()),
-        host_chips: Some(1),
-        cache: Some(CacheConfig::memory_only(4096)),
-        ..Default::default()
-    })
-    .expect("xla runtime (XLA CPU plugin)");
+    use tpurt_runtime::platform::xla::{find_plugin, XlaPlatform};
+    let p = XlaPlatform::load(&find_plugin().expect("a PJRT plugin"), 1).expect("xla platform");
+    let (plugin, suffix) = xla_label(&p);
+    let xla =
+        Runtime::with_platform_and_cache(p, CacheConfig::memory_only(4096)).expect("xla runtime");
     let (hs, xs) = (
         host.default_stream(0).unwrap(),
         xla.default_stream(0).unwrap(),
@@ -380,11 +397,11 @@ fn host_vs_xla(rows: &mut Vec<Row>) {
     );
     let ha = || block_a(&host, &hs, &hx, &hb);
     let xa = || block_a(&xla, &xs, &xx, &xb);
-    let peer_name = "the same deferred block on the xla platform (XLA CPU plugin, one module)";
+    let peer_name = format!("the same deferred block on the xla platform ({plugin}, one module)");
     step_row(
         rows,
-        "host_vs_xla_bias_gelu_dropout_residual_layernorm_4096x1024",
-        peer_name,
+        &format!("host_vs_xla_bias_gelu_dropout_residual_layernorm_4096x1024{suffix}"),
+        peer_name.clone(),
         (&hs, EagerMode::DeferAndFuse, &ha),
         (&xs, EagerMode::DeferAndFuse, &xa),
     );
@@ -398,7 +415,7 @@ fn host_vs_xla(rows: &mut Vec<Row>) {
     let xb2 = || block_b(&xla, &xs, &xq[0], &xq[1], &xq[2]);
     step_row(
         rows,
-        "host_vs_xla_softmax_attention_8x8x256x64",
+        &format!("host_vs_xla_softmax_attention_8x8x256x64{suffix}"),
         peer_name,
         (&hs, EagerMode::DeferAndFuse, &hb2),
         (&xs, EagerMode::DeferAndFuse, &xb2),
@@ -432,7 +449,7 @@ fn fused_bandwidth(rows: &mut Vec<Row>) {
         name: "fused_elementwise_64MiB_vs_memcpy".into(),
         ours: ours / 1e6,
         peer: peer / 1e6,
-        peer_name: "memcpy of the same bytes (read + write)",
+        peer_name: "memcpy of the same bytes (read + write)".into(),
         unit: "ms",
     });
 }
@@ -498,7 +515,7 @@ fn matmul(rows: &mut Vec<Row>) {
             name: format!("matmul_f32_{n}"),
             ours: ours / 1e6,
             peer: peer / 1e6,
-            peer_name: "gemm crate called directly",
+            peer_name: "gemm crate called directly".into(),
             unit: "ms",
         });
     }
@@ -525,7 +542,7 @@ fn cold_vs_warm(rows: &mut Vec<Row>) {
         name: "first_step_cold_vs_warm_cache_block_256x1024".into(),
         ours: median(warms) / 1e6,
         peer: median(colds) / 1e6,
-        peer_name: "the same step on an empty compile cache (first run)",
+        peer_name: "the same step on an empty compile cache (first run)".into(),
         unit: "ms",
     });
 }
@@ -537,8 +554,9 @@ fn cold_vs_warm(rows: &mut Vec<Row>) {
 #[cfg(feature = "xla")]
 fn xla_cold_vs_warm(rows: &mut Vec<Row>) {
     use tpurt_runtime::platform::xla::{find_plugin, XlaPlatform};
-    let plugin = find_plugin().expect("the XLA CPU plugin");
+    let plugin = find_plugin().expect("a PJRT plugin");
     let p = XlaPlatform::load(&plugin, 1).expect("xla platform");
+    let (plugin, suffix) = xla_label(&p);
     let base = std::env::temp_dir().join(format!("tpurt-bench-xla-cache-{}", std::process::id()));
     let step = |dir: &std::path::Path| -> f64 {
         let r = Runtime::with_platform_and_cache(
@@ -562,10 +580,13 @@ fn xla_cold_vs_warm(rows: &mut Vec<Row>) {
     }
     let _ = std::fs::remove_dir_all(&base);
     rows.push(Row {
-        name: "xla_first_step_warm_disk_cache_vs_cold_compile_block_256x1024".into(),
+        name: format!("xla_first_step_warm_disk_cache_vs_cold_compile_block_256x1024{suffix}"),
         ours: median(warms) / 1e6,
         peer: median(colds) / 1e6,
-        peer_name: "the same first step compiled by XLA into an empty cache directory",
+        peer_name: format!(
+            "the same first step compiled by XLA ({plugin}) into an empty cache directory"
+        )
+        .into(),
         unit: "ms",
     });
 }
@@ -596,7 +617,7 @@ fn tiny_add(rows: &mut Vec<Row>) {
         name: "tiny_add_16_through_runtime".into(),
         ours: ours / 1000.0,
         peer: peer / 1000.0,
-        peer_name: "the host add kernel called directly (no dispatch)",
+        peer_name: "the host add kernel called directly (no dispatch)".into(),
         unit: "us/op",
     });
 }
@@ -627,7 +648,8 @@ fn xla_tiny_add(rows: &mut Vec<Row>) {
     use tpurt_runtime::ir::TensorType;
     use tpurt_runtime::platform::host::kernels::HostTensor;
     use tpurt_runtime::platform::xla::{find_plugin, XlaPlatform};
-    let p = XlaPlatform::load(&find_plugin().expect("XLA CPU plugin"), 1).expect("xla platform");
+    let p = XlaPlatform::load(&find_plugin().expect("a PJRT plugin"), 1).expect("xla platform");
+    let (plugin, suffix) = xla_label(&p);
     let r = Runtime::with_platform_and_cache(p.clone(), CacheConfig::memory_only(64))
         .expect("xla runtime");
     let s = r.default_stream(0).unwrap();
@@ -652,10 +674,10 @@ fn xla_tiny_add(rows: &mut Vec<Row>) {
         },
     );
     rows.push(Row {
-        name: "xla_tiny_add_16_through_runtime".into(),
+        name: format!("xla_tiny_add_16_through_runtime{suffix}"),
         ours: ours / 1000.0,
         peer: peer / 1000.0,
-        peer_name: "a bare PJRT execute of the same add (XLA CPU plugin)",
+        peer_name: format!("a bare PJRT execute of the same add ({plugin})").into(),
         unit: "us/op",
     });
 }
@@ -685,7 +707,7 @@ fn deferred_tiny_step(rows: &mut Vec<Row>) {
         name: "deferred_200_tiny_ops_per_op".into(),
         ours: ours / 1000.0,
         peer: peer / 1000.0,
-        peer_name: "tpurt strict (DEFER_NEVER) on the same ops",
+        peer_name: "tpurt strict (DEFER_NEVER) on the same ops".into(),
         unit: "us/op",
     });
 }

@@ -123,7 +123,24 @@ pub struct XlaPlatform {
     views: std::sync::Mutex<ViewCache>,
     /// [`compile_settings`] when the plugin was loaded.
     settings: String,
+    /// Programs that give a resident value another shape or order on the
+    /// device (`relayout`), by what they do.
+    relayouts: std::sync::Mutex<std::collections::HashMap<RelayoutKey, usize>>,
 }
+
+/// What a relayout program does: a value of `dtype` and `from` dims read
+/// as `sizes` with `strides` (elements) from its first element.
+#[derive(PartialEq, Eq, Hash)]
+struct RelayoutKey {
+    dtype: crate::ir::DType,
+    from: SmallVec<[i64; 6]>,
+    sizes: SmallVec<[u64; 6]>,
+    strides: SmallVec<[u64; 6]>,
+}
+
+/// At most this many relayout programs are kept (a model has a few dozen
+/// shapes); past it, such views are copied in from the pool.
+const MAX_RELAYOUTS: usize = 512;
 
 /// How inputs and outputs crossed between the pool and XLA: counters for
 /// tests and for anyone checking that the copies they expect are gone.
@@ -140,6 +157,7 @@ struct TransferCounters {
     resident_inputs: std::sync::atomic::AtomicU64,
     resident_outputs: std::sync::atomic::AtomicU64,
     copies_back: std::sync::atomic::AtomicU64,
+    relayouts: std::sync::atomic::AtomicU64,
 }
 
 /// A snapshot of [`XlaPlatform::transfer_stats`].
@@ -177,6 +195,9 @@ pub struct TransferStats {
     pub resident_inputs: u64,
     pub resident_outputs: u64,
     pub copies_back: u64,
+    /// Inputs made on the device from a resident value over the same
+    /// bytes, in another shape or order (a reshaped or transposed view).
+    pub relayouts: u64,
 }
 
 impl TransferStats {
@@ -194,6 +215,7 @@ impl TransferStats {
             resident_inputs: self.resident_inputs - before.resident_inputs,
             resident_outputs: self.resident_outputs - before.resident_outputs,
             copies_back: self.copies_back - before.copies_back,
+            relayouts: self.relayouts - before.relayouts,
         }
     }
 }
@@ -460,6 +482,7 @@ impl XlaPlatform {
             transfers: TransferCounters::default(),
             views: std::sync::Mutex::new(ViewCache::default()),
             settings: compile_settings(|name| std::env::var_os(name)),
+            relayouts: Default::default(),
         };
         let mut init = args!(PJRT_Plugin_Initialize_Args {});
         platform.call(
@@ -623,6 +646,7 @@ impl XlaPlatform {
             resident_inputs: c.resident_inputs.load(Relaxed),
             resident_outputs: c.resident_outputs.load(Relaxed),
             copies_back: c.copies_back.load(Relaxed),
+            relayouts: c.relayouts.load(Relaxed),
         }
     }
 
@@ -915,6 +939,10 @@ impl Drop for XlaPlatform {
         for v in cache.map.into_values().chain(cache.retired) {
             self.destroy_buffer(v.buffer);
         }
+        let relayouts = std::mem::take(self.relayouts.get_mut().unwrap_or_else(|e| e.into_inner()));
+        for exe in relayouts.into_values() {
+            self.destroy_executable(exe as *mut sys::PJRT_LoadedExecutable);
+        }
         let mut d = args!(PJRT_Client_Destroy_Args {
             client: self.client
         });
@@ -1182,6 +1210,15 @@ fn nothing_else_overlaps(
             .iter()
             .enumerate()
             .any(|(j, o)| j != i && o.may_overlap(out))
+}
+
+/// An input's buffer where values live in the plugin's buffers.
+enum Relayout {
+    /// The resident value itself.
+    Same(Arc<resident::ResidentBuffer>),
+    /// A buffer made from it on the device (another shape or order), the
+    /// execution's to destroy.
+    Made(*mut sys::PJRT_Buffer),
 }
 
 /// A program compiled by a PJRT plugin.
@@ -1586,9 +1623,9 @@ impl XlaPlatform {
         d: &resident::DeviceSegment,
         t: &DeviceTensor,
         device: *mut sys::PJRT_Device,
-    ) -> Result<Option<Arc<resident::ResidentBuffer>>> {
+    ) -> Result<Option<Relayout>> {
         use std::sync::atomic::Ordering::Relaxed;
-        if !t.is_contiguous() || t.numel() == 0 {
+        if t.numel() == 0 {
             return Ok(None);
         }
         let dims: SmallVec<[i64; 6]> = t.dims().iter().map(|&d| d as i64).collect();
@@ -1600,9 +1637,22 @@ impl XlaPlatform {
             dtype: t.dtype,
             dims: &dims,
         };
-        if let Some(b) = d.find(&array) {
-            self.transfers.resident_inputs.fetch_add(1, Relaxed);
-            return Ok(Some(b));
+        if t.is_contiguous() {
+            if let Some(b) = d.find(&array) {
+                self.transfers.resident_inputs.fetch_add(1, Relaxed);
+                return Ok(Some(Relayout::Same(b)));
+            }
+        }
+        // The same bytes as another shape, or in another order (a
+        // transposed weight): made on the device from the resident value.
+        if let Some((b, from)) = d.find_span(offset, len, t.dtype) {
+            if let Some(made) = self.relayout(&b, &from, t)? {
+                self.transfers.relayouts.fetch_add(1, Relaxed);
+                return Ok(Some(Relayout::Made(made)));
+            }
+        }
+        if !t.is_contiguous() {
+            return Ok(None);
         }
         let staged = self.stage(t, device)?;
         let value = Arc::new(resident::ResidentBuffer::new(
@@ -1612,7 +1662,78 @@ impl XlaPlatform {
             t.buffer.pool_weak(),
         ));
         d.store(&array, Arc::clone(&value), false)?;
-        Ok(Some(value))
+        Ok(Some(Relayout::Same(value)))
+    }
+
+    /// `t`, whose bytes are exactly those of the resident value `b` (of
+    /// `from` dims), as a new buffer made on the device by a program that
+    /// reshapes and transposes: where `t` is that value in another shape,
+    /// or a permutation of its dims (each dim's stride the product of the
+    /// sizes of the dims laid out after it). None for any other view.
+    fn relayout(
+        &self,
+        b: &resident::ResidentBuffer,
+        from: &[i64],
+        t: &DeviceTensor,
+    ) -> Result<Option<*mut sys::PJRT_Buffer>> {
+        use crate::ir::{GraphBuilder, Prim, TensorType};
+        let (sizes, strides) = (&t.layout.sizes, &t.layout.strides);
+        // The dims in memory order (largest stride first), which must
+        // tile the bytes densely; a dim of size 1 may have any stride.
+        let mut order: SmallVec<[usize; 6]> = (0..sizes.len()).collect();
+        order.sort_by_key(|&i| {
+            (
+                std::cmp::Reverse(if sizes[i] == 1 { u64::MAX } else { strides[i] }),
+                i,
+            )
+        });
+        let mut dense = 1u64;
+        for &i in order.iter().rev() {
+            if sizes[i] != 1 && strides[i] != dense {
+                return Ok(None);
+            }
+            dense *= sizes[i];
+        }
+        let key = RelayoutKey {
+            dtype: t.dtype,
+            from: from.iter().copied().collect(),
+            sizes: sizes.iter().copied().collect(),
+            strides: strides.iter().copied().collect(),
+        };
+        let mut programs = self.relayouts.lock().unwrap_or_else(|e| e.into_inner());
+        let exe = match programs.get(&key) {
+            Some(&exe) => exe as *mut sys::PJRT_LoadedExecutable,
+            None if programs.len() >= MAX_RELAYOUTS => return Ok(None),
+            None => {
+                let mut g = GraphBuilder::new();
+                let from_dims: Vec<u64> = from.iter().map(|&d| d as u64).collect();
+                let x = g.param(TensorType::new(t.dtype, &from_dims));
+                let laid: Vec<u64> = order.iter().map(|&i| sizes[i]).collect();
+                let mut y = g.op(Prim::Reshape { dims: laid }, &[x])?;
+                // perm[i]: where dim i of `t` lies in memory order.
+                let mut perm = vec![0usize; order.len()];
+                for (j, &i) in order.iter().enumerate() {
+                    perm[i] = j;
+                }
+                if perm.iter().enumerate().any(|(i, &p)| i != p) {
+                    y = g.op(Prim::Transpose { perm }, &[y])?;
+                }
+                let graph = g.build(&[y])?;
+                let exe = self.compile_text(&lower::lower(&graph)?)?;
+                programs.insert(key, exe as usize);
+                exe
+            }
+        };
+        drop(programs);
+        let mut outs = [std::ptr::null_mut(); 1];
+        let done = self.execute_and_wait(exe, &[b.buffer()], &mut outs);
+        match done {
+            Ok(()) => Ok(Some(outs[0])),
+            Err(e) => {
+                self.destroy_buffer(outs[0]);
+                Err(e)
+            }
+        }
     }
 
     /// A zero-copy buffer over `t`'s pool bytes, for XLA to write an
@@ -2021,9 +2142,16 @@ impl Executable for XlaExecutable {
                     continue;
                 }
                 if let Some(d) = device_segment(t) {
-                    if let Some(value) = p.resident_input(d, t, device)? {
-                        a.resident(value);
-                        continue;
+                    match p.resident_input(d, t, device)? {
+                        Some(Relayout::Same(value)) => {
+                            a.resident(value);
+                            continue;
+                        }
+                        Some(Relayout::Made(buffer)) => {
+                            a.own(buffer, tensor_bytes(t));
+                            continue;
+                        }
+                        None => {}
                     }
                 }
                 match p.view_of(t, device)? {
@@ -2406,12 +2534,26 @@ mod tests {
             let want: Vec<f32> = (0..32).map(|i| 2.0 * sq[2 * i]).collect();
             assert_eq!(read_f32s(&r, &s, &e), want);
             let q = run(mul, &[&x, &x]);
+            let before = p.transfer_stats();
             let square = DeviceTensor::new(q.buffer.clone(), DType::F32, 0, &[8, 8], None).unwrap();
             let e = run(add, &[&square, &square]);
             assert_eq!(
                 read_f32s(&r, &s, &e),
                 sq.iter().map(|v| 2.0 * v).collect::<Vec<_>>()
             );
+            // ... and its transpose: both made on the device, nothing copied.
+            let transposed =
+                DeviceTensor::new(q.buffer.clone(), DType::F32, 0, &[8, 8], Some(&[1, 8])).unwrap();
+            let e = run(add, &[&transposed, &square]);
+            let want: Vec<f32> = (0..64).map(|k| sq[(k % 8) * 8 + k / 8] + sq[k]).collect();
+            assert_eq!(read_f32s(&r, &s, &e), want);
+            let d = p.transfer_stats().since(&before);
+            assert_eq!(
+                (d.relayouts, d.staged_inputs),
+                (4, 0),
+                "one an argument: {d:?}"
+            );
+            assert_eq!(d.copies_back, 2, "the two results, read: {d:?}");
         }
 
         // An in-place update under defer-and-fuse: the flushed program

@@ -236,6 +236,19 @@ impl DeviceSegment {
             .then(|| Arc::clone(&r.buffer))
     }
 
+    /// The buffer and dims of the value of `dtype` over exactly the bytes
+    /// `[offset, offset+len)`, whatever its shape.
+    pub(super) fn find_span(
+        &self,
+        offset: u64,
+        len: u64,
+        dtype: DType,
+    ) -> Option<(Arc<ResidentBuffer>, SmallVec<[i64; 6]>)> {
+        let map = self.lock();
+        let r = map.get(&offset)?;
+        (r.end == offset + len && r.dtype == dtype).then(|| (Arc::clone(&r.buffer), r.dims.clone()))
+    }
+
     /// The buffer holding exactly `a`, taken out to be donated to an
     /// execution that overwrites `a` with its output: None where there is
     /// none or someone else holds it. `keep_host` copies the value back

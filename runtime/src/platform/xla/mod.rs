@@ -124,8 +124,9 @@ pub struct XlaPlatform {
     /// [`compile_settings`] when the plugin was loaded.
     settings: String,
     /// Programs that give a resident value another shape or order on the
-    /// device (`relayout`), by what they do.
-    relayouts: std::sync::Mutex<std::collections::HashMap<RelayoutKey, usize>>,
+    /// device (`relayout`), by what they do; None for a relayout seen once
+    /// (compiled when seen again).
+    relayouts: std::sync::Mutex<std::collections::HashMap<RelayoutKey, Option<usize>>>,
 }
 
 /// What a relayout program does: a value of `dtype` and `from` dims read
@@ -138,9 +139,9 @@ struct RelayoutKey {
     strides: SmallVec<[u64; 6]>,
 }
 
-/// At most this many relayout programs are kept (a model has a few dozen
-/// shapes); past it, such views are copied in from the pool.
-const MAX_RELAYOUTS: usize = 512;
+/// At most this many relayouts are remembered, seen or compiled (a model
+/// has a few dozen); past it, new ones are copied in from the pool.
+const MAX_RELAYOUTS: usize = 1024;
 
 /// How inputs and outputs crossed between the pool and XLA: counters for
 /// tests and for anyone checking that the copies they expect are gone.
@@ -940,7 +941,7 @@ impl Drop for XlaPlatform {
             self.destroy_buffer(v.buffer);
         }
         let relayouts = std::mem::take(self.relayouts.get_mut().unwrap_or_else(|e| e.into_inner()));
-        for exe in relayouts.into_values() {
+        for exe in relayouts.into_values().flatten() {
             self.destroy_executable(exe as *mut sys::PJRT_LoadedExecutable);
         }
         let mut d = args!(PJRT_Client_Destroy_Args {
@@ -1669,7 +1670,8 @@ impl XlaPlatform {
     /// `from` dims), as a new buffer made on the device by a program that
     /// reshapes and transposes: where `t` is that value in another shape,
     /// or a permutation of its dims (each dim's stride the product of the
-    /// sizes of the dims laid out after it). None for any other view.
+    /// sizes of the dims laid out after it). None for any other view, and
+    /// the first time a view is seen (see `relayouts`).
     fn relayout(
         &self,
         b: &resident::ResidentBuffer,
@@ -1702,9 +1704,16 @@ impl XlaPlatform {
         };
         let mut programs = self.relayouts.lock().unwrap_or_else(|e| e.into_inner());
         let exe = match programs.get(&key) {
-            Some(&exe) => exe as *mut sys::PJRT_LoadedExecutable,
-            None if programs.len() >= MAX_RELAYOUTS => return Ok(None),
-            None => {
+            Some(&Some(exe)) => exe as *mut sys::PJRT_LoadedExecutable,
+            // A shape seen once (a growing cache's, a new length's) is
+            // copied through the pool, as it costs less than a compile;
+            // one seen again (a training step's) gets its program.
+            None if programs.len() < MAX_RELAYOUTS => {
+                programs.insert(key, None);
+                return Ok(None);
+            }
+            None => return Ok(None),
+            Some(None) => {
                 let mut g = GraphBuilder::new();
                 let from_dims: Vec<u64> = from.iter().map(|&d| d as u64).collect();
                 let x = g.param(TensorType::new(t.dtype, &from_dims));
@@ -1720,7 +1729,7 @@ impl XlaPlatform {
                 }
                 let graph = g.build(&[y])?;
                 let exe = self.compile_text(&lower::lower(&graph)?)?;
-                programs.insert(key, exe as usize);
+                programs.insert(key, Some(exe as usize));
                 exe
             }
         };
@@ -2533,27 +2542,35 @@ mod tests {
             let e = run(add, &[&every_other, &every_other]);
             let want: Vec<f32> = (0..32).map(|i| 2.0 * sq[2 * i]).collect();
             assert_eq!(read_f32s(&r, &s, &e), want);
-            let q = run(mul, &[&x, &x]);
-            let before = p.transfer_stats();
-            let square = DeviceTensor::new(q.buffer.clone(), DType::F32, 0, &[8, 8], None).unwrap();
-            let e = run(add, &[&square, &square]);
-            assert_eq!(
-                read_f32s(&r, &s, &e),
-                sq.iter().map(|v| 2.0 * v).collect::<Vec<_>>()
-            );
-            // ... and its transpose: both made on the device, nothing copied.
-            let transposed =
-                DeviceTensor::new(q.buffer.clone(), DType::F32, 0, &[8, 8], Some(&[1, 8])).unwrap();
-            let e = run(add, &[&transposed, &square]);
-            let want: Vec<f32> = (0..64).map(|k| sq[(k % 8) * 8 + k / 8] + sq[k]).collect();
-            assert_eq!(read_f32s(&r, &s, &e), want);
-            let d = p.transfer_stats().since(&before);
-            assert_eq!(
-                (d.relayouts, d.staged_inputs),
-                (4, 0),
-                "one an argument: {d:?}"
-            );
-            assert_eq!(d.copies_back, 2, "the two results, read: {d:?}");
+            // The third time round, the same shapes run as compiled
+            // programs (a shape seen once is copied through the pool).
+            for round in 0..3 {
+                let q = run(mul, &[&x, &x]);
+                let before = p.transfer_stats();
+                let square =
+                    DeviceTensor::new(q.buffer.clone(), DType::F32, 0, &[8, 8], None).unwrap();
+                let e = run(add, &[&square, &square]);
+                assert_eq!(
+                    read_f32s(&r, &s, &e),
+                    sq.iter().map(|v| 2.0 * v).collect::<Vec<_>>()
+                );
+                // ... and its transpose.
+                let transposed =
+                    DeviceTensor::new(q.buffer.clone(), DType::F32, 0, &[8, 8], Some(&[1, 8]))
+                        .unwrap();
+                let e = run(add, &[&transposed, &square]);
+                let want: Vec<f32> = (0..64).map(|k| sq[(k % 8) * 8 + k / 8] + sq[k]).collect();
+                assert_eq!(read_f32s(&r, &s, &e), want);
+                let d = p.transfer_stats().since(&before);
+                if round == 2 {
+                    assert_eq!(
+                        (d.relayouts, d.staged_inputs),
+                        (4, 0),
+                        "made on the device, one an argument: {d:?}"
+                    );
+                    assert_eq!(d.copies_back, 2, "the two results, read: {d:?}");
+                }
+            }
         }
 
         // An in-place update under defer-and-fuse: the flushed program

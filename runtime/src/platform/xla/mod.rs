@@ -887,6 +887,19 @@ fn host_segment(t: &DeviceTensor) -> Option<&HostSegment> {
     })
 }
 
+/// What `t` is as an argument where values may be resident: its buffer,
+/// bytes, dtype and dims.
+fn resident_array(t: &DeviceTensor) -> resident::Array {
+    let (offset, len) = segment_range(t);
+    resident::Array {
+        owner: t.buffer.identity(),
+        offset,
+        len,
+        dtype: t.dtype,
+        dims: t.dims().iter().map(|&d| d as i64).collect(),
+    }
+}
+
 /// `t`'s segment when values may be resident in the plugin's buffers.
 fn device_segment(t: &DeviceTensor) -> Option<&resident::DeviceSegment> {
     t.buffer
@@ -1629,15 +1642,8 @@ impl XlaPlatform {
         if t.numel() == 0 {
             return Ok(None);
         }
-        let dims: SmallVec<[i64; 6]> = t.dims().iter().map(|&d| d as i64).collect();
-        let (offset, len) = segment_range(t);
-        let array = resident::Array {
-            owner: t.buffer.identity(),
-            offset,
-            len,
-            dtype: t.dtype,
-            dims: &dims,
-        };
+        let array = resident_array(t);
+        let len = array.len;
         if t.is_contiguous() {
             if let Some(b) = d.find(&array) {
                 self.transfers.resident_inputs.fetch_add(1, Relaxed);
@@ -1646,7 +1652,7 @@ impl XlaPlatform {
         }
         // The same bytes as another shape, or in another order (a
         // transposed weight): made on the device from the resident value.
-        if let Some((b, from)) = d.find_span(offset, len, t.dtype) {
+        if let Some((b, from)) = d.find_span(array.offset, len, t.dtype) {
             if let Some(made) = self.relayout(&b, &from, t)? {
                 self.transfers.relayouts.fetch_add(1, Relaxed);
                 return Ok(Some(Relayout::Made(made)));
@@ -2127,15 +2133,8 @@ impl Executable for XlaExecutable {
                     if let Some(d) =
                         device_segment(t).filter(|_| alone && t.is_contiguous() && t.numel() > 0)
                     {
-                        let dims: SmallVec<[i64; 6]> = t.dims().iter().map(|&d| d as i64).collect();
-                        let (offset, len) = segment_range(t);
-                        let array = resident::Array {
-                            owner: t.buffer.identity(),
-                            offset,
-                            len,
-                            dtype: t.dtype,
-                            dims: &dims,
-                        };
+                        let array = resident_array(t);
+                        let len = array.len;
                         if let Some(b) = d.take(&array, !self.checks.is_empty())? {
                             p.transfers
                                 .resident_inputs
@@ -2246,8 +2245,8 @@ impl Executable for XlaExecutable {
                     } else if let Some(d) = stays {
                         // The result stays in the plugin's buffer, as the
                         // tensor's value (`resident`).
-                        let dims: SmallVec<[i64; 6]> = t.dims().iter().map(|&d| d as i64).collect();
-                        let (offset, len) = segment_range(t);
+                        let array = resident_array(t);
+                        let len = array.len;
                         // Counted from here on as a resident value, no
                         // longer as this execution's.
                         if let Some(h) = held.as_mut() {
@@ -2262,13 +2261,6 @@ impl Executable for XlaExecutable {
                         p.transfers
                             .resident_outputs
                             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let array = resident::Array {
-                            owner: t.buffer.identity(),
-                            offset,
-                            len,
-                            dtype: t.dtype,
-                            dims: &dims,
-                        };
                         d.store(&array, value, true)
                     } else {
                         p.write_output(*b, ty, t)

@@ -101,13 +101,13 @@ struct Resident {
 }
 
 /// What an execution's argument is: which bytes, as which array.
-pub(super) struct Array<'a> {
+pub(super) struct Array {
     /// The tensor's buffer (`Buffer::identity`).
     pub owner: usize,
     pub offset: u64,
     pub len: u64,
     pub dtype: DType,
-    pub dims: &'a [i64],
+    pub dims: SmallVec<[i64; 6]>,
 }
 
 /// A pool segment whose values may live in the plugin's buffers (see the
@@ -232,7 +232,7 @@ impl DeviceSegment {
     pub(super) fn find(&self, a: &Array) -> Option<Arc<ResidentBuffer>> {
         let map = self.lock();
         let r = map.get(&a.offset)?;
-        (r.end == a.offset + a.len && r.dtype == a.dtype && r.dims.as_slice() == a.dims)
+        (r.end == a.offset + a.len && r.dtype == a.dtype && r.dims == a.dims)
             .then(|| Arc::clone(&r.buffer))
     }
 
@@ -258,7 +258,7 @@ impl DeviceSegment {
         let exact = map.get(&a.offset).is_some_and(|r| {
             r.end == a.offset + a.len
                 && r.dtype == a.dtype
-                && r.dims.as_slice() == a.dims
+                && r.dims == a.dims
                 && Arc::strong_count(&r.buffer) == 1
         });
         if !exact {
@@ -297,7 +297,7 @@ impl DeviceSegment {
                 end: a.offset + a.len,
                 owner: a.owner,
                 dtype: a.dtype,
-                dims: a.dims.iter().copied().collect(),
+                dims: a.dims.clone(),
                 buffer,
                 newer,
             },

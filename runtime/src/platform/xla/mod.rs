@@ -2,11 +2,14 @@
 //! (the XLA CPU plugin from the xla-cpu-pjrt wheel here, libtpu on TPU VMs,
 //! the CUDA plugin on GPUs).
 //!
-//! This first slice loads a plugin, checks its PJRT API version and the
-//! size of its function table, initializes it, creates a client (with
-//! full options) and lists its devices. Lowering primitives to StableHLO,
-//! compiling and executing come next: until then `compile` says so.
-//! Memory is host memory, which the CPU plugin can read in place.
+//! It loads a plugin, checks its PJRT API version and the size of its
+//! function table, creates a client (with full options), lowers graphs to
+//! StableHLO (`lower`), compiles, serializes and executes them. The pool's
+//! memory is host memory: the CPU plugin reads and writes it in place
+//! (views and donated zero-copy buffers); on a plugin with memory of its
+//! own (GPU, TPU) tensors' values live in the plugin's buffers between
+//! executions and the pool's bytes are brought up to date when read
+//! (`resident`).
 //!
 //! Rules kept here (see ANCHORS): every args struct carries its
 //! `struct_size`; a function pointer is called only if it lies inside the

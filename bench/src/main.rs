@@ -358,29 +358,36 @@ fn defer_vs_strict(rows: &mut Vec<Row>) {
     );
 }
 
-/// What the xla rows name the plugin in use, and the suffix of their row
-/// names: the XLA CPU plugin's rows keep their names; another plugin's
+/// The xla platform over the plugin `find_plugin` picks (one chip), what
+/// the xla rows name that plugin, and the suffix of their row names: the
+/// XLA CPU plugin's rows keep their names; another plugin's
 /// (`bench/gpu-check` runs them on the CUDA plugin) end in `_on_` and its
 /// platform, so a GPU's figures are never read as the CPU plugin's.
 #[cfg(feature = "xla")]
-fn xla_label(p: &tpurt_runtime::platform::xla::XlaPlatform) -> (String, String) {
-    match p.plugin_platform() {
+fn xla_platform() -> (
+    std::sync::Arc<tpurt_runtime::platform::xla::XlaPlatform>,
+    String,
+    String,
+) {
+    use tpurt_runtime::platform::xla::{find_plugin, XlaPlatform};
+    let p = XlaPlatform::load(&find_plugin().expect("a PJRT plugin"), 1).expect("xla platform");
+    let (plugin, suffix) = match p.plugin_platform() {
         "cpu" => ("XLA CPU plugin".into(), String::new()),
         "cuda" => ("CUDA plugin".into(), "_on_cuda".into()),
         other => (format!("{other} plugin"), format!("_on_{other}")),
-    }
+    };
+    (p, plugin, suffix)
 }
 
 /// The same deferred blocks on the host platform (ours) and on the xla
-/// platform over the XLA CPU plugin (peer, or the plugin `find_plugin` picks), each a flush of one program:
-/// our fused loops against XLA's own fusion. Built only with the bench's
-/// `xla` feature, which `bench/run` turns on when the plugin is installed.
+/// platform over the XLA CPU plugin (peer; see `xla_platform`), each a
+/// flush of one program: our fused loops against XLA's own fusion. Built
+/// only with the bench's `xla` feature, which `bench/run` turns on when
+/// the plugin is installed.
 #[cfg(feature = "xla")]
 fn host_vs_xla(rows: &mut Vec<Row>) {
     let host = rt_memory_cache();
-    use tpurt_runtime::platform::xla::{find_plugin, XlaPlatform};
-    let p = XlaPlatform::load(&find_plugin().expect("a PJRT plugin"), 1).expect("xla platform");
-    let (plugin, suffix) = xla_label(&p);
+    let (p, plugin, suffix) = xla_platform();
     let xla =
         Runtime::with_platform_and_cache(p, CacheConfig::memory_only(4096)).expect("xla runtime");
     let (hs, xs) = (
@@ -553,10 +560,7 @@ fn cold_vs_warm(rows: &mut Vec<Row>) {
 /// in one process; the plugin's client is shared.
 #[cfg(feature = "xla")]
 fn xla_cold_vs_warm(rows: &mut Vec<Row>) {
-    use tpurt_runtime::platform::xla::{find_plugin, XlaPlatform};
-    let plugin = find_plugin().expect("a PJRT plugin");
-    let p = XlaPlatform::load(&plugin, 1).expect("xla platform");
-    let (plugin, suffix) = xla_label(&p);
+    let (p, plugin, suffix) = xla_platform();
     let base = std::env::temp_dir().join(format!("tpurt-bench-xla-cache-{}", std::process::id()));
     let step = |dir: &std::path::Path| -> f64 {
         let r = Runtime::with_platform_and_cache(
@@ -647,9 +651,7 @@ fn strict_adds(r: &Runtime, s: &Stream, x: &DeviceTensor, out: &DeviceTensor, n:
 fn xla_tiny_add(rows: &mut Vec<Row>) {
     use tpurt_runtime::ir::TensorType;
     use tpurt_runtime::platform::host::kernels::HostTensor;
-    use tpurt_runtime::platform::xla::{find_plugin, XlaPlatform};
-    let p = XlaPlatform::load(&find_plugin().expect("a PJRT plugin"), 1).expect("xla platform");
-    let (plugin, suffix) = xla_label(&p);
+    let (p, plugin, suffix) = xla_platform();
     let r = Runtime::with_platform_and_cache(p.clone(), CacheConfig::memory_only(64))
         .expect("xla runtime");
     let s = r.default_stream(0).unwrap();

@@ -100,6 +100,19 @@ struct Resident {
     newer: bool,
 }
 
+impl Resident {
+    /// Whether this value, which starts at `offset`, covers exactly the
+    /// `len` bytes from there as `dtype` (whatever its dims).
+    fn spans(&self, offset: u64, len: u64, dtype: DType) -> bool {
+        self.end == offset + len && self.dtype == dtype
+    }
+
+    /// Whether this value, which starts at `a.offset`, is `a`.
+    fn is(&self, a: &Array) -> bool {
+        self.spans(a.offset, a.len, a.dtype) && self.dims == a.dims
+    }
+}
+
 /// What an execution's argument is: which bytes, as which array.
 pub(super) struct Array {
     /// The tensor's buffer (`Buffer::identity`).
@@ -232,8 +245,7 @@ impl DeviceSegment {
     pub(super) fn find(&self, a: &Array) -> Option<Arc<ResidentBuffer>> {
         let map = self.lock();
         let r = map.get(&a.offset)?;
-        (r.end == a.offset + a.len && r.dtype == a.dtype && r.dims == a.dims)
-            .then(|| Arc::clone(&r.buffer))
+        r.is(a).then(|| Arc::clone(&r.buffer))
     }
 
     /// The buffer and dims of the value of `dtype` over exactly the bytes
@@ -246,7 +258,8 @@ impl DeviceSegment {
     ) -> Option<(Arc<ResidentBuffer>, SmallVec<[i64; 6]>)> {
         let map = self.lock();
         let r = map.get(&offset)?;
-        (r.end == offset + len && r.dtype == dtype).then(|| (Arc::clone(&r.buffer), r.dims.clone()))
+        r.spans(offset, len, dtype)
+            .then(|| (Arc::clone(&r.buffer), r.dims.clone()))
     }
 
     /// The buffer holding exactly `a`, taken out to be donated to an
@@ -255,12 +268,9 @@ impl DeviceSegment {
     /// first (an execution that may fail with nothing written).
     pub(super) fn take(&self, a: &Array, keep_host: bool) -> Result<Option<*mut sys::PJRT_Buffer>> {
         let mut map = self.lock();
-        let exact = map.get(&a.offset).is_some_and(|r| {
-            r.end == a.offset + a.len
-                && r.dtype == a.dtype
-                && r.dims == a.dims
-                && Arc::strong_count(&r.buffer) == 1
-        });
+        let exact = map
+            .get(&a.offset)
+            .is_some_and(|r| r.is(a) && Arc::strong_count(&r.buffer) == 1);
         if !exact {
             return Ok(None);
         }

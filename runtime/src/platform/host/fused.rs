@@ -2073,9 +2073,7 @@ impl LoopProgram {
             }
             Inst::Gelu { dst, x, c, h } => {
                 let (ops, out) = split!(dst);
-                for (o, &v) in out.iter_mut().zip(ops.get(x)) {
-                    *o = (vmath::erf_f32(v * c) + 1.0) * (v * h);
-                }
+                vmath::gelu_run(out, ops.get(x), c, h);
             }
             Inst::Binary { op, dst, a, b } => {
                 let (sa, sb) = (splats[a], splats[b]);
@@ -2756,7 +2754,7 @@ fn unary(op: UnaryOp, out: &mut [f32], x: &[f32]) {
         UnaryOp::Logistic => map!(vmath::logistic_f32),
         UnaryOp::Sin => map!(|v: f32| v.sin()),
         UnaryOp::Cos => map!(|v: f32| v.cos()),
-        UnaryOp::Erf => map!(vmath::erf_f32),
+        UnaryOp::Erf => vmath::erf_run(out, x),
         UnaryOp::Floor => map!(|v: f32| v.floor()),
         UnaryOp::Ceil => map!(|v: f32| v.ceil()),
         UnaryOp::Round => map!(|v: f32| v.round_ties_even()),

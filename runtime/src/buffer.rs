@@ -140,6 +140,8 @@ impl Buffer {
     }
     /// The pool, held weakly (what outlives the buffer but must not keep
     /// its pool alive).
+    // Used by the xla platform only.
+    #[cfg_attr(not(feature = "xla"), allow(dead_code))]
     pub(crate) fn pool_weak(&self) -> std::sync::Weak<HbmPool> {
         Arc::downgrade(&self.inner.pool)
     }
@@ -159,6 +161,8 @@ impl Buffer {
     }
     /// Tells this buffer (its owners and work references) from every other
     /// buffer alive: what [`crate::platform::DeviceMemory::forget`] names.
+    // Used by the xla platform only.
+    #[cfg_attr(not(feature = "xla"), allow(dead_code))]
     pub(crate) fn identity(&self) -> usize {
         Arc::as_ptr(&self.inner) as usize
     }

@@ -54,6 +54,8 @@ pub struct PluginBytes<'a> {
 impl PluginBytes<'_> {
     /// Stop counting `bytes` of these (at most all of them): memory the
     /// guard held that is now counted elsewhere or gone.
+    // Used by the xla platform only.
+    #[cfg_attr(not(feature = "xla"), allow(dead_code))]
     pub(crate) fn shrink(&mut self, bytes: u64) {
         let bytes = bytes.min(self.bytes);
         if bytes > 0 {
@@ -329,6 +331,8 @@ impl HbmPool {
     /// Count `bytes` of the platform's own memory in `plugin_bytes` (`held`)
     /// or stop counting them, for memory whose life is not one scope (the
     /// xla platform's resident buffers, see `platform::xla::resident`).
+    // Used by the xla platform only.
+    #[cfg_attr(not(feature = "xla"), allow(dead_code))]
     pub(crate) fn count_plugin_bytes(&self, bytes: u64, held: bool) {
         if bytes > 0 {
             let mut stat = self.plugin_stat();

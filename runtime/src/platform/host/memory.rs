@@ -74,6 +74,8 @@ impl HostSegment {
     }
 
     /// An error naming `what` unless `[offset, offset+len)` lies inside.
+    // Used by the xla platform only.
+    #[cfg_attr(not(feature = "xla"), allow(dead_code))]
     pub(crate) fn check_range(&self, what: &str, offset: u64, len: u64) -> Result<()> {
         self.check(what, offset, len).map(|_| ())
     }

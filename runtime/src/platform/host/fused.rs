@@ -93,6 +93,18 @@ enum Inst {
         a: usize,
         b: usize,
     },
+    /// Dropout as the op library writes it, `(x · (u < keep)) · scale`,
+    /// and the add after it when it is the result's one reader
+    /// (`+ residual`), in one pass rather than three (`fuse_dropout`);
+    /// each op rounds to f32 as on its own.
+    Dropout {
+        dst: usize,
+        x: usize,
+        u: usize,
+        keep: f32,
+        scale: f32,
+        residual: Option<usize>,
+    },
     Select {
         dst: usize,
         p: usize,
@@ -136,6 +148,7 @@ impl Inst {
             | Inst::Chain { dst, .. }
             | Inst::Gelu { dst, .. }
             | Inst::Compare { dst, .. }
+            | Inst::Dropout { dst, .. }
             | Inst::Select { dst, .. }
             | Inst::Clamp { dst, .. }
             | Inst::Uniform { dst, .. } => Some(dst),
@@ -150,6 +163,7 @@ impl Inst {
             Inst::Move { a, .. } | Inst::Unary { a, .. } | Inst::Gelu { x: a, .. } => vec![a],
             Inst::Binary { a, b, .. } | Inst::Compare { a, b, .. } => vec![a, b],
             Inst::Chain { a, b, c, .. } => vec![a, b, c],
+            Inst::Dropout { x, u, residual, .. } => [x, u].into_iter().chain(residual).collect(),
             Inst::Select { p, a, b, .. } => vec![p, a, b],
             Inst::Clamp { lo, x, hi, .. } => vec![lo, x, hi],
             Inst::Round { reg, .. } | Inst::Store { reg, .. } => vec![reg],
@@ -172,6 +186,16 @@ impl Inst {
             }
             Inst::Chain { dst, a, b, c, .. } => {
                 (*dst, *a, *b, *c) = (f(*dst), f(*a), f(*b), f(*c));
+            }
+            Inst::Dropout {
+                dst,
+                x,
+                u,
+                residual,
+                ..
+            } => {
+                (*dst, *x, *u) = (f(*dst), f(*x), f(*u));
+                *residual = residual.map(&f);
             }
             Inst::Clamp { dst, lo, x, hi } => {
                 (*dst, *lo, *x, *hi) = (f(*dst), f(*lo), f(*x), f(*hi));
@@ -428,6 +452,117 @@ fn chain_binaries(
         out.push(Inst::Binary { op, dst, a, b });
     }
     out
+}
+
+/// Joins dropout as the op library writes it, a `Chain` of two multiplies
+/// `(x · m) · scale` where the mask m is `u < keep` (a comparison read by
+/// that chain alone) and keep and scale are splats, into one
+/// `Inst::Dropout`; and the add right after it that is its result's one
+/// reader (dropout before a residual connection), loads aside. Runs on
+/// values after `chain_binaries`, before `allocate`.
+fn fuse_dropout(
+    insts: Vec<Inst>,
+    splat_of: impl Fn(usize) -> Option<f32>,
+    stores: &[(usize, ValueId, DType)],
+    epilogues: &[Epilogue],
+) -> Vec<Inst> {
+    let reads = read_counts(&insts, stores, epilogues);
+    let mut rounded: FxHashSet<usize> = FxHashSet::default();
+    // Each mask's register: (u, keep).
+    let mut masks: FxHashMap<usize, (usize, f32)> = FxHashMap::default();
+    for i in &insts {
+        match *i {
+            Inst::Round { reg, .. } => {
+                rounded.insert(reg);
+            }
+            Inst::Compare {
+                op: CompareOp::Lt,
+                dst,
+                a,
+                b,
+            } if reads.get(&dst) == Some(&1) && splat_of(a).is_none() => {
+                if let Some(keep) = splat_of(b) {
+                    masks.insert(dst, (a, keep));
+                }
+            }
+            _ => {}
+        }
+    }
+    // The comparisons joined (by their result), dropped at the end.
+    let mut joined: FxHashSet<usize> = FxHashSet::default();
+    let mut out: Vec<Inst> = Vec::with_capacity(insts.len());
+    let mut open: Option<usize> = None;
+    for inst in &insts {
+        // An add after an open dropout (loads go first): its residual.
+        if let Some(at) = open {
+            match *inst {
+                Inst::Load { .. } => {
+                    out.insert(at, inst.clone());
+                    open = Some(at + 1);
+                    continue;
+                }
+                Inst::Binary {
+                    op: BinaryOp::Add,
+                    dst,
+                    a,
+                    b,
+                } => {
+                    open = None;
+                    if let Inst::Dropout {
+                        dst: t, residual, ..
+                    } = &mut out[at]
+                    {
+                        let other = if a == *t {
+                            Some(b)
+                        } else {
+                            (b == *t).then_some(a)
+                        };
+                        if let Some(r) = other.filter(|&r| r != *t && !rounded.contains(t)) {
+                            *t = dst;
+                            *residual = Some(r);
+                            continue;
+                        }
+                    }
+                }
+                _ => open = None,
+            }
+        }
+        let Inst::Chain {
+            first: BinaryOp::Mul,
+            second: BinaryOp::Mul,
+            dst,
+            a,
+            b,
+            c,
+        } = *inst
+        else {
+            out.push(inst.clone());
+            continue;
+        };
+        let masked = [(a, b), (b, a)]
+            .into_iter()
+            .find_map(|(x, m)| masks.get(&m).map(|&(u, keep)| (x, (m, u, keep))));
+        match (masked, splat_of(c)) {
+            (Some((x, (m, u, keep))), Some(scale)) if splat_of(x).is_none() => {
+                joined.insert(m);
+                out.push(Inst::Dropout {
+                    dst,
+                    x,
+                    u,
+                    keep,
+                    scale,
+                    residual: None,
+                });
+                if reads.get(&dst) == Some(&1) && !rounded.contains(&dst) {
+                    open = Some(out.len() - 1);
+                }
+            }
+            _ => out.push(inst.clone()),
+        }
+    }
+    out.into_iter()
+        .filter(|i| !matches!(*i, Inst::Compare { dst, .. } if joined.contains(&dst)))
+        .collect()
 }
 
 /// For each instruction, the sink it may write its result into instead
@@ -1556,6 +1691,7 @@ impl LoopProgram {
             .collect();
         let ordered = fuse_gelu(ordered, |r| splats.get(&r).copied(), &stores, &epilogues);
         let ordered = chain_binaries(ordered, &stores, &epilogues);
+        let ordered = fuse_dropout(ordered, |r| splats.get(&r).copied(), &stores, &epilogues);
         let (insts, registers) =
             allocate(ordered, registers, constants, &mut stores, &mut epilogues)?;
         let into = writes_into(&insts);
@@ -1963,6 +2099,11 @@ impl LoopProgram {
                         materialize(regs, splats, r);
                     }
                 }
+                Inst::Dropout { x, u, .. } => {
+                    for r in [x, u] {
+                        materialize(regs, splats, r);
+                    }
+                }
                 Inst::Clamp { lo, x, hi, .. } => {
                     for r in [lo, x, hi] {
                         materialize(regs, splats, r);
@@ -2103,6 +2244,36 @@ impl LoopProgram {
                 let x = sa.map_or_else(|| Arg::Vals(ops.get(a)), Arg::Splat);
                 let y = sb.map_or_else(|| Arg::Vals(ops.get(b)), Arg::Splat);
                 compare(op, out, x, y);
+            }
+            Inst::Dropout {
+                dst,
+                x,
+                u,
+                keep,
+                scale,
+                residual,
+            } => {
+                let sr = residual.and_then(|r| splats[r]);
+                let (ops, out) = split!(dst);
+                let (x, u) = (ops.get(x), ops.get(u));
+                let mask = |u: f32| if u < keep { 1.0 } else { 0.0 };
+                match residual.map(|r| sr.map_or_else(|| Arg::Vals(ops.get(r)), Arg::Splat)) {
+                    None => {
+                        for ((o, &v), &w) in out.iter_mut().zip(x).zip(u) {
+                            *o = (v * mask(w)) * scale;
+                        }
+                    }
+                    Some(Arg::Vals(r)) => {
+                        for (((o, &v), &w), &r) in out.iter_mut().zip(x).zip(u).zip(r) {
+                            *o = (v * mask(w)) * scale + r;
+                        }
+                    }
+                    Some(Arg::Splat(r)) => {
+                        for ((o, &v), &w) in out.iter_mut().zip(x).zip(u) {
+                            *o = (v * mask(w)) * scale + r;
+                        }
+                    }
+                }
             }
             Inst::Select { dst, p, a, b } => {
                 let (ops, out) = split!(dst);
@@ -3851,6 +4022,7 @@ mod tests {
         let loops = loops_of(&g);
         assert_eq!(loops.len(), 1, "{loops:?}");
         let insts = &loops[0].insts;
+        // The mask is an output too (read twice): compared on its own.
         assert!(
             insts.iter().any(|i| matches!(i, Inst::Compare { .. })),
             "{insts:?}"
@@ -3860,6 +4032,135 @@ mod tests {
                 .iter()
                 .any(|i| matches!(i, Inst::Move { .. } | Inst::Round { .. })),
             "{insts:?}"
+        );
+    }
+
+    /// `(x · (u < keep)) · scale + r` over `dims`, as the op library's
+    /// dropout and a residual add write it; returns (the sum, the product
+    /// before it, the mask).
+    fn dropout_residual(
+        g: &mut crate::ir::GraphBuilder,
+        x: crate::ir::ValueId,
+        r: crate::ir::ValueId,
+        dims: &[u64],
+    ) -> (crate::ir::ValueId, crate::ir::ValueId, crate::ir::ValueId) {
+        let key = |g: &mut crate::ir::GraphBuilder, v: i64| {
+            let c = Prim::Constant {
+                dtype: DType::I64,
+                dims: vec![],
+                bytes: v.to_le_bytes().to_vec(),
+            };
+            g.op(c, &[]).unwrap()
+        };
+        let (seed, offset) = (key(g, 1234), key(g, 77));
+        let u = g
+            .op(
+                Prim::Rng {
+                    distribution: crate::ir::RngDistribution::Uniform,
+                    dtype: DType::F32,
+                    dims: dims.to_vec(),
+                },
+                &[seed, offset],
+            )
+            .unwrap();
+        let keep = filled(g, dims, 0.75);
+        let mask = g.op(Prim::Compare(CompareOp::Lt), &[u, keep]).unwrap();
+        let m = g.op(Prim::Convert { to: DType::F32 }, &[mask]).unwrap();
+        let y = g.binary(BinaryOp::Mul, x, m).unwrap();
+        let scale = filled(g, dims, 1.0 / 0.75);
+        let z = g.binary(BinaryOp::Mul, y, scale).unwrap();
+        (g.binary(BinaryOp::Add, r, z).unwrap(), z, mask)
+    }
+
+    #[test]
+    fn dropout_and_its_residual_add_run_as_one_instruction() {
+        use crate::ir::GraphBuilder;
+        let dropouts = |g: &Graph| -> Vec<Inst> {
+            loops_of(g)
+                .into_iter()
+                .flat_map(|l| l.insts)
+                .filter(|i| matches!(i, Inst::Dropout { .. } | Inst::Compare { .. }))
+                .collect()
+        };
+        let dims = [6u64, 700];
+        let t = TensorType::new(DType::F32, &dims);
+        // Joined with its add, whichever side of it.
+        let mut g = GraphBuilder::new();
+        let (x, r) = (g.param(t.clone()), g.param(t.clone()));
+        let (out, _, _) = dropout_residual(&mut g, x, r, &dims);
+        let graph = g.build(&[out]).unwrap();
+        check(&graph, 0.0);
+        let found = dropouts(&graph);
+        assert!(
+            matches!(
+                found[..],
+                [Inst::Dropout {
+                    residual: Some(_),
+                    ..
+                }]
+            ),
+            "{found:?}"
+        );
+        // The product before the add is an output too: joined without it.
+        let mut g = GraphBuilder::new();
+        let (x, r) = (g.param(t.clone()), g.param(t.clone()));
+        let (out, z, _) = dropout_residual(&mut g, x, r, &dims);
+        let graph = g.build(&[out, z]).unwrap();
+        check(&graph, 0.0);
+        let found = dropouts(&graph);
+        assert!(
+            matches!(found[..], [Inst::Dropout { residual: None, .. }]),
+            "{found:?}"
+        );
+        // The mask is an output too: not joined.
+        let mut g = GraphBuilder::new();
+        let (x, r) = (g.param(t.clone()), g.param(t));
+        let (out, _, mask) = dropout_residual(&mut g, x, r, &dims);
+        let graph = g.build(&[out, mask]).unwrap();
+        check(&graph, 0.0);
+        let found = dropouts(&graph);
+        assert!(matches!(found[..], [Inst::Compare { .. }]), "{found:?}");
+        // NaN and infinite inputs keep their bits' meaning through the
+        // joined form (x · 0 is NaN for them, as unjoined).
+        let mut g = GraphBuilder::new();
+        let t = TensorType::new(DType::F32, &[4, 16]);
+        let (x, r) = (g.param(t.clone()), g.param(t));
+        let (out, _, _) = dropout_residual(&mut g, x, r, &[4, 16]);
+        let graph = g.build(&[out]).unwrap();
+        let mut xs = input(&graph.param_types()[0], 0);
+        for (j, v) in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -0.0]
+            .iter()
+            .cycle()
+            .take(64)
+            .enumerate()
+        {
+            if j % 3 == 0 {
+                xs.bytes_mut()[j * 4..j * 4 + 4].copy_from_slice(&v.to_le_bytes());
+            }
+        }
+        let inputs = vec![xs, input(&graph.param_types()[1], 1)];
+        let want = eval_graph(&graph, &inputs).unwrap();
+        let plan = crate::fusion::plan(&graph);
+        let programs = compiled(&graph, &plan);
+        let mut values: Vec<Option<HostTensor>> = vec![None; graph.num_values()];
+        for (p, t) in graph.params().iter().zip(&inputs) {
+            values[p.0 as usize] = Some(t.clone());
+        }
+        let dead = plan.dead_after(&graph);
+        run_plan(
+            &graph,
+            &plan,
+            &programs,
+            &mut values,
+            &DeviceIo::default(),
+            &dead,
+        )
+        .unwrap();
+        let got = values[graph.outputs()[0].0 as usize].as_ref().unwrap();
+        assert_eq!(
+            got.bytes(),
+            want[0].bytes(),
+            "joined dropout differs from the reference"
         );
     }
 

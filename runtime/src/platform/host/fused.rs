@@ -565,6 +565,57 @@ fn fuse_dropout(
         .collect()
 }
 
+/// Joins `x · x` read only by a sum (a variance's or rms_norm's sum of
+/// squares) into that sum (`Epilogue::square`): one pass over the chunk
+/// for the squares and their sum rather than two, and no register
+/// written between them. The squares are still rounded to f32 before
+/// they are added in f64, so the sum keeps its bits. On values, before
+/// `allocate`.
+fn square_sums(
+    insts: Vec<Inst>,
+    stores: &[(usize, ValueId, DType)],
+    epilogues: &mut [Epilogue],
+) -> Vec<Inst> {
+    let reads = read_counts(&insts, stores, epilogues);
+    let rounded: FxHashSet<usize> = insts
+        .iter()
+        .filter_map(|i| match *i {
+            Inst::Round { reg, .. } => Some(reg),
+            _ => None,
+        })
+        .collect();
+    let mut gone: FxHashSet<usize> = FxHashSet::default();
+    for (k, inst) in insts.iter().enumerate() {
+        let Inst::Binary {
+            op: BinaryOp::Mul,
+            dst,
+            a,
+            b,
+        } = *inst
+        else {
+            continue;
+        };
+        // Read by one reduction (counted twice) and nothing else.
+        if a != b || rounded.contains(&dst) || reads.get(&dst) != Some(&2) {
+            continue;
+        }
+        if let Some(e) = epilogues
+            .iter_mut()
+            .find(|e| e.reg == dst && e.op == ReduceOp::Sum && !e.square)
+        {
+            e.reg = a;
+            e.square = true;
+            gone.insert(k);
+        }
+    }
+    insts
+        .into_iter()
+        .enumerate()
+        .filter(|(k, _)| !gone.contains(k))
+        .map(|(_, i)| i)
+        .collect()
+}
+
 /// For each instruction, the sink it may write its result into instead
 /// of its register: a computing instruction (one writing through
 /// `split!` in `exec`) whose result a later `Store` writes out, with no
@@ -710,6 +761,9 @@ struct Epilogue {
     reg: usize,
     out: ValueId,
     dtype: DType,
+    /// Reduces the f32 squares of `reg` (a sum only): the multiply that
+    /// made them joined into the reduction (`square_sums`).
+    square: bool,
 }
 
 /// Graph parameters left in device memory, and graph outputs written
@@ -1235,7 +1289,11 @@ impl Pass<'_> {
                     let flat = flat0 + off as u64;
                     let to_end = (p.reduce_len - flat % p.reduce_len) as usize;
                     let take = to_end.min(len - off);
-                    acc[k] = accumulate(e.op, acc[k], &r[off..off + take]);
+                    acc[k] = if e.square {
+                        acc[k] + sum_sq_in_f64(&r[off..off + take])
+                    } else {
+                        accumulate(e.op, acc[k], &r[off..off + take])
+                    };
                     off += take;
                     if (flat + take as u64).is_multiple_of(p.reduce_len) {
                         let outer = ((flat + take as u64) / p.reduce_len - 1) as usize;
@@ -1595,6 +1653,7 @@ impl LoopProgram {
                     reg,
                     out: n.outputs[0],
                     dtype: graph.value_type(n.outputs[0]).dtype,
+                    square: false,
                 });
                 continue;
             }
@@ -1692,6 +1751,7 @@ impl LoopProgram {
         let ordered = fuse_gelu(ordered, |r| splats.get(&r).copied(), &stores, &epilogues);
         let ordered = chain_binaries(ordered, &stores, &epilogues);
         let ordered = fuse_dropout(ordered, |r| splats.get(&r).copied(), &stores, &epilogues);
+        let ordered = square_sums(ordered, &stores, &mut epilogues);
         let (insts, registers) =
             allocate(ordered, registers, constants, &mut stores, &mut epilogues)?;
         let into = writes_into(&insts);
@@ -2814,6 +2874,25 @@ fn extreme(xs: &[f32], init: f32, better: impl Fn(f32, f32) -> bool) -> (f32, bo
         m = if better(v, m) { v } else { m };
     }
     (m, nan)
+}
+
+/// `sum_in_f64` of the f32 squares of `xs`, bit for bit (the same lanes
+/// and order; each square rounded to f32 before it is widened).
+#[inline(never)]
+fn sum_sq_in_f64(xs: &[f32]) -> f64 {
+    #[inline(always)]
+    fn lanes_sum(xs: &[f32]) -> f64 {
+        let mut lanes = [0f64; SUM_LANES];
+        let mut chunks = xs.chunks_exact(SUM_LANES);
+        for c in &mut chunks {
+            for k in 0..SUM_LANES {
+                lanes[k] += (c[k] * c[k]) as f64;
+            }
+        }
+        let tail: f64 = chunks.remainder().iter().map(|&v| (v * v) as f64).sum();
+        combine_lanes(&lanes) + tail
+    }
+    super::cpu::dispatch!(lanes_sum(xs))
 }
 
 /// The sum of `xs` in f64: thirty-two f64 lanes (four independent vector
@@ -3974,6 +4053,81 @@ mod tests {
                 _ => None,
             })
             .collect()
+    }
+
+    /// Every loop program of a graph's plan, row-phase kernels' phases
+    /// included.
+    fn all_loops_of(graph: &Graph) -> Vec<LoopProgram> {
+        let plan = crate::fusion::plan(graph);
+        compiled(graph, &plan)
+            .into_iter()
+            .flat_map(|p| match p {
+                Some(Program::Loop(l)) => vec![l],
+                Some(Program::Rows(r)) => r.phases,
+                None => vec![],
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_sum_of_squares_is_one_pass_and_keeps_its_bits() {
+        use crate::ir::GraphBuilder;
+        let squared = |g: &Graph| -> usize {
+            all_loops_of(g)
+                .iter()
+                .flat_map(|l| &l.epilogues)
+                .filter(|e| e.square)
+                .count()
+        };
+        // layer_norm's variance and rms_norm's mean square.
+        for (name, attrs) in [
+            (
+                "layer_norm",
+                Attrs::new().with("normalized_shape", Attr::Ints(vec![700])),
+            ),
+            (
+                "rms_norm",
+                Attrs::new().with("normalized_shape", Attr::Ints(vec![700])),
+            ),
+        ] {
+            let g = op(name, &[TensorType::new(DType::F32, &[5, 700])], attrs);
+            check(&g, 1e-5);
+            assert_eq!(squared(&g), 1, "{name}: {:?}", all_loops_of(&g));
+        }
+        // sum(x · x) joined, and the same sum of a product that is an
+        // output too (not joined): the same bits.
+        let mut g = GraphBuilder::new();
+        let x = g.param(TensorType::new(DType::F32, &[3, 2500]));
+        let sq = g.binary(BinaryOp::Mul, x, x).unwrap();
+        let joined = sum_rows(&mut g, sq);
+        let kept = g.binary(BinaryOp::Mul, x, x).unwrap();
+        let apart = sum_rows(&mut g, kept);
+        let graph = g.build(&[joined, apart, kept]).unwrap();
+        check(&graph, 1e-6);
+        assert_eq!(squared(&graph), 1, "{:?}", all_loops_of(&graph));
+        let input0 = input(&graph.param_types()[0], 3);
+        let plan = crate::fusion::plan(&graph);
+        let programs = compiled(&graph, &plan);
+        let mut values: Vec<Option<HostTensor>> = vec![None; graph.num_values()];
+        values[graph.params()[0].0 as usize] = Some(input0);
+        let dead = plan.dead_after(&graph);
+        run_plan(
+            &graph,
+            &plan,
+            &programs,
+            &mut values,
+            &DeviceIo::default(),
+            &dead,
+        )
+        .unwrap();
+        let out = |k: usize| {
+            values[graph.outputs()[k].0 as usize]
+                .as_ref()
+                .unwrap()
+                .bytes()
+                .to_vec()
+        };
+        assert_eq!(out(0), out(1), "the joined sum of squares differs");
     }
 
     /// A stored result is computed straight into its sink (the `Store`

@@ -81,9 +81,12 @@ enum Inst {
     /// `(erf(x · c) + 1) · (x · h)`, GELU's exact form as the op library
     /// emits it (`fuse_gelu`), in one pass over the chunk rather than
     /// four; each op rounds to f32 as on its own.
+    /// With a `bias`, of `x + bias`: the add before it joined too
+    /// (`gelu_bias`), a linear layer's bias ahead of its activation.
     Gelu {
         dst: usize,
         x: usize,
+        bias: Option<usize>,
         c: f32,
         h: f32,
     },
@@ -160,7 +163,8 @@ impl Inst {
     fn uses(&self) -> Vec<usize> {
         match *self {
             Inst::Load { .. } | Inst::Uniform { .. } => vec![],
-            Inst::Move { a, .. } | Inst::Unary { a, .. } | Inst::Gelu { x: a, .. } => vec![a],
+            Inst::Move { a, .. } | Inst::Unary { a, .. } => vec![a],
+            Inst::Gelu { x, bias, .. } => [x].into_iter().chain(bias).collect(),
             Inst::Binary { a, b, .. } | Inst::Compare { a, b, .. } => vec![a, b],
             Inst::Chain { a, b, c, .. } => vec![a, b, c],
             Inst::Dropout { x, u, residual, .. } => [x, u].into_iter().chain(residual).collect(),
@@ -175,8 +179,12 @@ impl Inst {
         let mut i = self.clone();
         match &mut i {
             Inst::Load { dst, .. } | Inst::Uniform { dst, .. } => *dst = f(*dst),
-            Inst::Move { dst, a } | Inst::Unary { dst, a, .. } | Inst::Gelu { dst, x: a, .. } => {
+            Inst::Move { dst, a } | Inst::Unary { dst, a, .. } => {
                 (*dst, *a) = (f(*dst), f(*a));
+            }
+            Inst::Gelu { dst, x, bias, .. } => {
+                (*dst, *x) = (f(*dst), f(*x));
+                *bias = bias.map(&f);
             }
             Inst::Binary { dst, a, b, .. } | Inst::Compare { dst, a, b, .. } => {
                 (*dst, *a, *b) = (f(*dst), f(*a), f(*b));
@@ -364,7 +372,16 @@ fn fuse_gelu(
         }
         if let Some((parts, x, c, h)) = gelu(a, b).or_else(|| gelu(b, a)) {
             gone.extend(parts);
-            joined.insert(k, Inst::Gelu { dst, x, c, h });
+            joined.insert(
+                k,
+                Inst::Gelu {
+                    dst,
+                    x,
+                    bias: None,
+                    c,
+                    h,
+                },
+            );
         }
     }
     insts
@@ -372,6 +389,55 @@ fn fuse_gelu(
         .enumerate()
         .filter(|(k, _)| !gone.contains(k))
         .map(|(k, i)| joined.remove(&k).unwrap_or(i))
+        .collect()
+}
+
+/// Joins an add whose result only a GELU reads, and is not rounded, into
+/// that GELU (`Inst::Gelu::bias`). On values, after `fuse_gelu`.
+fn gelu_bias(
+    insts: Vec<Inst>,
+    stores: &[(usize, ValueId, DType)],
+    epilogues: &[Epilogue],
+) -> Vec<Inst> {
+    let reads = read_counts(&insts, stores, epilogues);
+    let mut adds: FxHashMap<usize, (usize, usize, usize)> = FxHashMap::default();
+    let mut rounded: FxHashSet<usize> = FxHashSet::default();
+    for (k, i) in insts.iter().enumerate() {
+        match *i {
+            Inst::Binary {
+                op: BinaryOp::Add,
+                dst,
+                a,
+                b,
+            } if reads.get(&dst) == Some(&1) => {
+                adds.insert(dst, (k, a, b));
+            }
+            Inst::Round { reg, .. } => {
+                rounded.insert(reg);
+            }
+            _ => {}
+        }
+    }
+    let mut gone: FxHashSet<usize> = FxHashSet::default();
+    let mut insts = insts;
+    for i in insts.iter_mut() {
+        if let Inst::Gelu {
+            x,
+            bias: bias @ None,
+            ..
+        } = i
+        {
+            if let Some(&(k, a, b)) = adds.get(x).filter(|_| !rounded.contains(x)) {
+                (*x, *bias) = (a, Some(b));
+                gone.insert(k);
+            }
+        }
+    }
+    insts
+        .into_iter()
+        .enumerate()
+        .filter(|(k, _)| !gone.contains(k))
+        .map(|(_, i)| i)
         .collect()
 }
 
@@ -1749,6 +1815,7 @@ impl LoopProgram {
             })
             .collect();
         let ordered = fuse_gelu(ordered, |r| splats.get(&r).copied(), &stores, &epilogues);
+        let ordered = gelu_bias(ordered, &stores, &epilogues);
         let ordered = chain_binaries(ordered, &stores, &epilogues);
         let ordered = fuse_dropout(ordered, |r| splats.get(&r).copied(), &stores, &epilogues);
         let ordered = square_sums(ordered, &stores, &mut epilogues);
@@ -2151,8 +2218,11 @@ impl LoopProgram {
         );
         if !scalar_operands {
             match *inst {
-                Inst::Unary { a, .. } | Inst::Move { a, .. } | Inst::Gelu { x: a, .. } => {
-                    materialize(regs, splats, a)
+                Inst::Unary { a, .. } | Inst::Move { a, .. } => materialize(regs, splats, a),
+                Inst::Gelu { x, bias, .. } => {
+                    for r in [x].into_iter().chain(bias) {
+                        materialize(regs, splats, r);
+                    }
                 }
                 Inst::Select { p, a, b, .. } => {
                     for r in [p, a, b] {
@@ -2272,9 +2342,9 @@ impl LoopProgram {
                 let (ops, out) = split!(dst);
                 out.copy_from_slice(ops.get(a));
             }
-            Inst::Gelu { dst, x, c, h } => {
+            Inst::Gelu { dst, x, bias, c, h } => {
                 let (ops, out) = split!(dst);
-                vmath::gelu_run(out, ops.get(x), c, h);
+                vmath::gelu_run(out, ops.get(x), bias.map(|b| ops.get(b)), c, h);
             }
             Inst::Binary { op, dst, a, b } => {
                 let (sa, sb) = (splats[a], splats[b]);
@@ -4041,6 +4111,37 @@ mod tests {
         let graph = g.build(&[j, n1, stored, n2]).unwrap();
         check(&graph, 1e-6);
         assert_eq!(count(&graph), 1, "{:?}", loops_of(&graph));
+        // A bias added before it (broadcast along rows) joins it too,
+        // unless the sum is read elsewhere.
+        for stored in [false, true] {
+            let mut g = GraphBuilder::new();
+            let x = g.param(TensorType::new(DType::F32, &dims));
+            let b = g.param(TensorType::new(DType::F32, &[500]));
+            let to = Prim::BroadcastInDim {
+                dims: dims.to_vec(),
+                mapping: vec![1],
+            };
+            let bb = g.op(to, &[b]).unwrap();
+            let v = bin(&mut g, BinaryOp::Add, x, bb);
+            let c = filled(&mut g, &dims, std::f64::consts::FRAC_1_SQRT_2);
+            let one = filled(&mut g, &dims, 1.0);
+            let half = filled(&mut g, &dims, 0.5);
+            let t1 = bin(&mut g, BinaryOp::Mul, v, c);
+            let e = g.unary(UnaryOp::Erf, t1).unwrap();
+            let t3 = bin(&mut g, BinaryOp::Add, e, one);
+            let hv = bin(&mut g, BinaryOp::Mul, v, half);
+            let y = bin(&mut g, BinaryOp::Mul, hv, t3);
+            let outs = if stored { vec![y, v] } else { vec![y] };
+            let graph = g.build(&outs).unwrap();
+            check(&graph, 1e-6);
+            let insts: Vec<Inst> = loops_of(&graph).into_iter().flat_map(|l| l.insts).collect();
+            let biased = insts
+                .iter()
+                .filter(|i| matches!(i, Inst::Gelu { bias: Some(_), .. }))
+                .count();
+            assert_eq!(biased, usize::from(!stored), "{insts:?}");
+            assert_eq!(count(&graph), 1, "{insts:?}");
+        }
     }
 
     /// The loop programs of a graph's plan.

@@ -164,14 +164,15 @@ pub fn erf_f32(x: f32) -> f32 {
 
 /// `out[j] = erf(x[j])`, as [`erf_f32`], bit for bit.
 pub fn erf_run(out: &mut [f32], x: &[f32]) {
-    run(out, x, Form::Erf);
+    run(out, x, None, Form::Erf);
 }
 
-/// GELU's exact form as the op library writes it, `out[j] = (erf(v · c)
-/// + 1) · (v · h)` for `v = x[j]`, each op rounded to f32 as on its own
+/// GELU's exact form as the op library writes it,
+/// `out[j] = (erf(v · c) + 1) · (v · h)` for `v = x[j]`, or
+/// `v = x[j] + bias[j]` with a bias, each op rounded to f32 as on its own
 /// (as [`erf_f32`] and plain f32 arithmetic give, bit for bit).
-pub fn gelu_run(out: &mut [f32], x: &[f32], c: f32, h: f32) {
-    run(out, x, Form::Gelu { c, h });
+pub fn gelu_run(out: &mut [f32], x: &[f32], bias: Option<&[f32]>, c: f32, h: f32) {
+    run(out, x, bias, Form::Gelu { c, h });
 }
 
 /// What a run computes from each element.
@@ -194,19 +195,27 @@ impl Form {
 /// 16 lanes at a time with AVX-512, else 8 with AVX2, the rest one by
 /// one; every path gives the same bits (the same operations, fused
 /// multiply-adds included).
-fn run(out: &mut [f32], x: &[f32], form: Form) {
-    let n = out.len().min(x.len());
-    let (out, x) = (&mut out[..n], &x[..n]);
+/// (`bias`, when given, is added to `x` first.)
+fn run(out: &mut [f32], x: &[f32], bias: Option<&[f32]>, form: Form) {
+    let n = out
+        .len()
+        .min(x.len())
+        .min(bias.map_or(usize::MAX, <[f32]>::len));
+    let (out, x, bias) = (&mut out[..n], &x[..n], bias.map(|b| &b[..n]));
     #[cfg(target_arch = "x86_64")]
     let done = if super::cpu::avx512() {
         // SAFETY: the CPU has AVX-512 F, BW, DQ and VL (checked by `avx512`).
-        unsafe { x86::run16(out, x, form) }
+        unsafe { x86::run16(out, x, bias, form) }
     } else {
-        x86::run8(out, x, form)
+        x86::run8(out, x, bias, form)
     };
     #[cfg(not(target_arch = "x86_64"))]
     let done = 0;
-    for (o, &v) in out[done..].iter_mut().zip(&x[done..]) {
+    for (j, o) in out.iter_mut().enumerate().skip(done) {
+        let v = match bias {
+            Some(b) => x[j] + b[j],
+            None => x[j],
+        };
         *o = form.one(v);
     }
 }
@@ -252,20 +261,31 @@ mod x86 {
     /// `Form::one` on 16 lanes of `out` and `x` at a time; returns how
     /// many elements it did (a multiple of 16).
     #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl")]
-    pub(super) fn run16(out: &mut [f32], x: &[f32], form: Form) -> usize {
+    pub(super) fn run16(out: &mut [f32], x: &[f32], bias: Option<&[f32]>, form: Form) -> usize {
         // SAFETY: loads of `ERF_TABLE`'s rows (8 f32s each) and of 16
-        // f32s of `x`, stores of 16 of `out`, all inside those slices
-        // (`j + 16 <= n`); the rest is register arithmetic.
+        // f32s of `x` and `bias`, stores of 16 of `out`, all inside those
+        // slices (`j + 16 <= n`, n their shortest length); the rest is
+        // register arithmetic.
         unsafe {
             let table: [__m512; 7] = std::array::from_fn(|k| {
                 _mm512_broadcast_f32x8(_mm256_loadu_ps(ERF_TABLE[k].as_ptr()))
             });
-            let n = out.len().min(x.len());
+            let n = out
+                .len()
+                .min(x.len())
+                .min(bias.map_or(usize::MAX, <[f32]>::len));
+            let load = |j: usize| match bias {
+                Some(b) => _mm512_add_ps(
+                    _mm512_loadu_ps(x.as_ptr().add(j)),
+                    _mm512_loadu_ps(b.as_ptr().add(j)),
+                ),
+                None => _mm512_loadu_ps(x.as_ptr().add(j)),
+            };
             let mut j = 0;
             match form {
                 Form::Erf => {
                     while j + 16 <= n {
-                        let v = _mm512_loadu_ps(x.as_ptr().add(j));
+                        let v = load(j);
                         _mm512_storeu_ps(out.as_mut_ptr().add(j), erf16(v, &table));
                         j += 16;
                     }
@@ -273,7 +293,7 @@ mod x86 {
                 Form::Gelu { c, h } => {
                     let (c, h, one) = (_mm512_set1_ps(c), _mm512_set1_ps(h), _mm512_set1_ps(1.0));
                     while j + 16 <= n {
-                        let v = _mm512_loadu_ps(x.as_ptr().add(j));
+                        let v = load(j);
                         let e = erf16(_mm512_mul_ps(v, c), &table);
                         let g = _mm512_mul_ps(_mm512_add_ps(e, one), _mm512_mul_ps(v, h));
                         _mm512_storeu_ps(out.as_mut_ptr().add(j), g);
@@ -318,18 +338,28 @@ mod x86 {
     }
 
     /// As `run16`, 8 lanes at a time (0 without AVX2 and FMA in the build).
-    pub(super) fn run8(out: &mut [f32], x: &[f32], form: Form) -> usize {
+    pub(super) fn run8(out: &mut [f32], x: &[f32], bias: Option<&[f32]>, form: Form) -> usize {
         #[cfg(all(target_feature = "avx2", target_feature = "fma"))]
         // SAFETY: as in `run16`, with 8 f32s a load or store.
         unsafe {
             let table: [__m256; 7] =
                 std::array::from_fn(|k| _mm256_loadu_ps(ERF_TABLE[k].as_ptr()));
-            let n = out.len().min(x.len());
+            let n = out
+                .len()
+                .min(x.len())
+                .min(bias.map_or(usize::MAX, <[f32]>::len));
+            let load = |j: usize| match bias {
+                Some(b) => _mm256_add_ps(
+                    _mm256_loadu_ps(x.as_ptr().add(j)),
+                    _mm256_loadu_ps(b.as_ptr().add(j)),
+                ),
+                None => _mm256_loadu_ps(x.as_ptr().add(j)),
+            };
             let mut j = 0;
             match form {
                 Form::Erf => {
                     while j + 8 <= n {
-                        let v = _mm256_loadu_ps(x.as_ptr().add(j));
+                        let v = load(j);
                         _mm256_storeu_ps(out.as_mut_ptr().add(j), erf8(v, &table));
                         j += 8;
                     }
@@ -337,7 +367,7 @@ mod x86 {
                 Form::Gelu { c, h } => {
                     let (c, h, one) = (_mm256_set1_ps(c), _mm256_set1_ps(h), _mm256_set1_ps(1.0));
                     while j + 8 <= n {
-                        let v = _mm256_loadu_ps(x.as_ptr().add(j));
+                        let v = load(j);
                         let e = erf8(_mm256_mul_ps(v, c), &table);
                         let g = _mm256_mul_ps(_mm256_add_ps(e, one), _mm256_mul_ps(v, h));
                         _mm256_storeu_ps(out.as_mut_ptr().add(j), g);
@@ -349,7 +379,7 @@ mod x86 {
         }
         #[cfg(not(all(target_feature = "avx2", target_feature = "fma")))]
         {
-            let _ = (out, x, form);
+            let _ = (out, x, bias, form);
             0
         }
     }
@@ -479,41 +509,52 @@ mod tests {
             },
         ];
         for form in forms {
-            let want: Vec<u32> = x.iter().map(|&v| form.one(v).to_bits()).collect();
-            let check = |out: &[f32], upto: usize, path: &str| {
-                for j in 0..upto {
-                    assert_eq!(
-                        out[j].to_bits(),
-                        want[j],
-                        "{path}: input {:e} gave {:e}, the scalar form {:e}",
-                        x[j],
-                        out[j],
-                        f32::from_bits(want[j])
-                    );
-                }
-            };
-            let mut out = vec![0f32; x.len()];
-            run(&mut out, &x, form);
-            check(&out, x.len(), "run");
-            #[cfg(target_arch = "x86_64")]
-            {
+            for bias in [
+                None,
+                Some(x.iter().rev().map(|v| v * 0.5).collect::<Vec<f32>>()),
+            ] {
+                let bias = bias.as_deref();
+                let want: Vec<u32> = x
+                    .iter()
+                    .enumerate()
+                    .map(|(j, &v)| form.one(bias.map_or(v, |b| v + b[j])).to_bits())
+                    .collect();
+                let check = |out: &[f32], upto: usize, path: &str| {
+                    for j in 0..upto {
+                        assert_eq!(
+                            out[j].to_bits(),
+                            want[j],
+                            "{path}: input {:e} gave {:e}, the scalar form {:e}",
+                            x[j],
+                            out[j],
+                            f32::from_bits(want[j])
+                        );
+                    }
+                };
                 let mut out = vec![0f32; x.len()];
-                let done = x86::run8(&mut out, &x, form);
-                assert!(done == 0 || done + 8 > x.len(), "run8 did {done}");
-                check(&out, done, "8 lanes");
-                if crate::platform::host::cpu::avx512() {
+                run(&mut out, &x, bias, form);
+                check(&out, x.len(), "run");
+                #[cfg(target_arch = "x86_64")]
+                {
                     let mut out = vec![0f32; x.len()];
-                    // SAFETY: the CPU has AVX-512 (checked just above).
-                    let done = unsafe { x86::run16(&mut out, &x, form) };
-                    assert!(done + 16 > x.len(), "run16 did {done}");
-                    check(&out, done, "16 lanes");
+                    let done = x86::run8(&mut out, &x, bias, form);
+                    assert!(done == 0 || done + 8 > x.len(), "run8 did {done}");
+                    check(&out, done, "8 lanes");
+                    if crate::platform::host::cpu::avx512() {
+                        let mut out = vec![0f32; x.len()];
+                        // SAFETY: the CPU has AVX-512 (checked just above).
+                        let done = unsafe { x86::run16(&mut out, &x, bias, form) };
+                        assert!(done + 16 > x.len(), "run16 did {done}");
+                        check(&out, done, "16 lanes");
+                    }
                 }
             }
         }
         let mut out = vec![0f32; 3];
         gelu_run(
             &mut out,
-            &[-1.0, 0.0, 2.0],
+            &[-1.5, 0.0, 2.0],
+            Some(&[0.5, 0.0, 0.0]),
             std::f32::consts::FRAC_1_SQRT_2,
             0.5,
         );

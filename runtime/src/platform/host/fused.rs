@@ -279,6 +279,27 @@ fn read_counts(
     reads
 }
 
+/// The registers a `Round` rounds (values of a half-precision dtype).
+fn rounded_regs(insts: &[Inst]) -> FxHashSet<usize> {
+    insts
+        .iter()
+        .filter_map(|i| match *i {
+            Inst::Round { reg, .. } => Some(reg),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `insts` without the instructions at the positions in `gone`.
+fn without(insts: Vec<Inst>, gone: &FxHashSet<usize>) -> Vec<Inst> {
+    insts
+        .into_iter()
+        .enumerate()
+        .filter(|(k, _)| !gone.contains(k))
+        .map(|(_, i)| i)
+        .collect()
+}
+
 /// Joins the op library's exact GELU, (erf(x · c) + 1) · (x · h) with
 /// splats c and h, into one `Inst::Gelu` where its four intermediate
 /// values are f32s read by the pattern alone. On registers before
@@ -292,15 +313,12 @@ fn fuse_gelu(
 ) -> Vec<Inst> {
     let reads = read_counts(&insts, stores, epilogues);
     let mut def: FxHashMap<usize, usize> = FxHashMap::default();
-    let mut rounded: FxHashSet<usize> = FxHashSet::default();
     for (k, i) in insts.iter().enumerate() {
         if let Some(d) = i.def() {
             def.insert(d, k);
         }
-        if let Inst::Round { reg, .. } = *i {
-            rounded.insert(reg);
-        }
     }
+    let rounded = rounded_regs(&insts);
     // An intermediate the pattern may absorb: an f32 read once.
     let inner = |r: usize| reads.get(&r) == Some(&1) && !rounded.contains(&r);
     let defining = |r: usize| def.get(&r).map(|&k| (k, &insts[k]));
@@ -400,22 +418,19 @@ fn gelu_bias(
     epilogues: &[Epilogue],
 ) -> Vec<Inst> {
     let reads = read_counts(&insts, stores, epilogues);
+    let rounded = rounded_regs(&insts);
     let mut adds: FxHashMap<usize, (usize, usize, usize)> = FxHashMap::default();
-    let mut rounded: FxHashSet<usize> = FxHashSet::default();
     for (k, i) in insts.iter().enumerate() {
-        match *i {
-            Inst::Binary {
-                op: BinaryOp::Add,
-                dst,
-                a,
-                b,
-            } if reads.get(&dst) == Some(&1) => {
+        if let Inst::Binary {
+            op: BinaryOp::Add,
+            dst,
+            a,
+            b,
+        } = *i
+        {
+            if reads.get(&dst) == Some(&1) && !rounded.contains(&dst) {
                 adds.insert(dst, (k, a, b));
             }
-            Inst::Round { reg, .. } => {
-                rounded.insert(reg);
-            }
-            _ => {}
         }
     }
     let mut gone: FxHashSet<usize> = FxHashSet::default();
@@ -427,18 +442,13 @@ fn gelu_bias(
             ..
         } = i
         {
-            if let Some(&(k, a, b)) = adds.get(x).filter(|_| !rounded.contains(x)) {
+            if let Some(&(k, a, b)) = adds.get(x) {
                 (*x, *bias) = (a, Some(b));
                 gone.insert(k);
             }
         }
     }
-    insts
-        .into_iter()
-        .enumerate()
-        .filter(|(k, _)| !gone.contains(k))
-        .map(|(_, i)| i)
-        .collect()
+    without(insts, &gone)
 }
 
 /// Joins an add, subtract or multiply whose result is read only by the
@@ -533,25 +543,22 @@ fn fuse_dropout(
     epilogues: &[Epilogue],
 ) -> Vec<Inst> {
     let reads = read_counts(&insts, stores, epilogues);
-    let mut rounded: FxHashSet<usize> = FxHashSet::default();
+    let rounded = rounded_regs(&insts);
     // Each mask's register: (u, keep).
     let mut masks: FxHashMap<usize, (usize, f32)> = FxHashMap::default();
     for i in &insts {
-        match *i {
-            Inst::Round { reg, .. } => {
-                rounded.insert(reg);
+        if let Inst::Compare {
+            op: CompareOp::Lt,
+            dst,
+            a,
+            b,
+        } = *i
+        {
+            if let Some(keep) =
+                splat_of(b).filter(|_| reads.get(&dst) == Some(&1) && splat_of(a).is_none())
+            {
+                masks.insert(dst, (a, keep));
             }
-            Inst::Compare {
-                op: CompareOp::Lt,
-                dst,
-                a,
-                b,
-            } if reads.get(&dst) == Some(&1) && splat_of(a).is_none() => {
-                if let Some(keep) = splat_of(b) {
-                    masks.insert(dst, (a, keep));
-                }
-            }
-            _ => {}
         }
     }
     // The comparisons joined (by their result), dropped at the end.
@@ -643,13 +650,7 @@ fn square_sums(
     epilogues: &mut [Epilogue],
 ) -> Vec<Inst> {
     let reads = read_counts(&insts, stores, epilogues);
-    let rounded: FxHashSet<usize> = insts
-        .iter()
-        .filter_map(|i| match *i {
-            Inst::Round { reg, .. } => Some(reg),
-            _ => None,
-        })
-        .collect();
+    let rounded = rounded_regs(&insts);
     let mut gone: FxHashSet<usize> = FxHashSet::default();
     for (k, inst) in insts.iter().enumerate() {
         let Inst::Binary {
@@ -674,12 +675,7 @@ fn square_sums(
             gone.insert(k);
         }
     }
-    insts
-        .into_iter()
-        .enumerate()
-        .filter(|(k, _)| !gone.contains(k))
-        .map(|(_, i)| i)
-        .collect()
+    without(insts, &gone)
 }
 
 /// For each instruction, the sink it may write its result into instead

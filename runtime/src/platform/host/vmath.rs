@@ -481,11 +481,7 @@ mod tests {
         for k in 0..=10 {
             let edge = k as f32 * 0.5;
             for e in [edge, -edge] {
-                x.extend([
-                    f32::from_bits(e.to_bits() - 1),
-                    e,
-                    f32::from_bits(e.to_bits() + 1),
-                ]);
+                x.extend([e.next_down(), e, e.next_up()]);
             }
         }
         let mut s = 0x1234_5678u32;

@@ -90,6 +90,25 @@ enum Inst {
         c: f32,
         h: f32,
     },
+    /// `x · logistic(x)`, SiLU as the op library emits it, and with a
+    /// `scale` the multiply after it when that is the product's one reader
+    /// (`silu_scale`: a gated MLP's `silu(gate) · up`), in one pass rather
+    /// than two or three (`fuse_silu`); each op rounds to f32 as on its
+    /// own.
+    Silu {
+        dst: usize,
+        x: usize,
+        scale: Option<usize>,
+    },
+    /// SiLU's backward as the op library emits it,
+    /// `(t · s) · (1 + x · (1 - s))` with `s = logistic(x)` and `t` the
+    /// incoming gradient, in one pass rather than six (`fuse_silu`); each
+    /// op rounds to f32 as on its own.
+    SiluGrad {
+        dst: usize,
+        x: usize,
+        t: usize,
+    },
     Compare {
         op: CompareOp,
         dst: usize,
@@ -150,6 +169,8 @@ impl Inst {
             | Inst::Binary { dst, .. }
             | Inst::Chain { dst, .. }
             | Inst::Gelu { dst, .. }
+            | Inst::Silu { dst, .. }
+            | Inst::SiluGrad { dst, .. }
             | Inst::Compare { dst, .. }
             | Inst::Dropout { dst, .. }
             | Inst::Select { dst, .. }
@@ -165,6 +186,8 @@ impl Inst {
             Inst::Load { .. } | Inst::Uniform { .. } => vec![],
             Inst::Move { a, .. } | Inst::Unary { a, .. } => vec![a],
             Inst::Gelu { x, bias, .. } => [x].into_iter().chain(bias).collect(),
+            Inst::Silu { x, scale, .. } => [x].into_iter().chain(scale).collect(),
+            Inst::SiluGrad { x, t, .. } => vec![x, t],
             Inst::Binary { a, b, .. } | Inst::Compare { a, b, .. } => vec![a, b],
             Inst::Chain { a, b, c, .. } => vec![a, b, c],
             Inst::Dropout { x, u, residual, .. } => [x, u].into_iter().chain(residual).collect(),
@@ -185,6 +208,13 @@ impl Inst {
             Inst::Gelu { dst, x, bias, .. } => {
                 (*dst, *x) = (f(*dst), f(*x));
                 *bias = bias.map(&f);
+            }
+            Inst::Silu { dst, x, scale } => {
+                (*dst, *x) = (f(*dst), f(*x));
+                *scale = scale.map(&f);
+            }
+            Inst::SiluGrad { dst, x, t } => {
+                (*dst, *x, *t) = (f(*dst), f(*x), f(*t));
             }
             Inst::Binary { dst, a, b, .. } | Inst::Compare { dst, a, b, .. } => {
                 (*dst, *a, *b) = (f(*dst), f(*a), f(*b));
@@ -446,6 +476,179 @@ fn gelu_bias(
                 (*x, *bias) = (a, Some(b));
                 gone.insert(k);
             }
+        }
+    }
+    without(insts, &gone)
+}
+
+/// Joins SiLU and its backward as the op library emits them into one
+/// instruction each, where their intermediate values are f32s the pattern
+/// alone reads: `x · logistic(x)` into `Inst::Silu`, and `(t · s) · (1 +
+/// x · (1 - s))` with `s = logistic(x)` (s read by those two ops alone)
+/// into `Inst::SiluGrad`. Operands of a multiply or an add on either side
+/// (the same f32 result either way round). On registers before allocation
+/// (each defined once), ahead of `chain_binaries`, which would otherwise
+/// take the multiplies in pairs.
+fn fuse_silu(
+    insts: Vec<Inst>,
+    splat_of: impl Fn(usize) -> Option<f32>,
+    stores: &[(usize, ValueId, DType)],
+    epilogues: &[Epilogue],
+) -> Vec<Inst> {
+    let reads = read_counts(&insts, stores, epilogues);
+    let mut def: FxHashMap<usize, usize> = FxHashMap::default();
+    for (k, i) in insts.iter().enumerate() {
+        if let Some(d) = i.def() {
+            def.insert(d, k);
+        }
+    }
+    let rounded = rounded_regs(&insts);
+    let read = |r: usize, n: usize| reads.get(&r) == Some(&n) && !rounded.contains(&r);
+    let defining = |r: usize| def.get(&r).map(|&k| (k, &insts[k]));
+    let one = |r: usize| splat_of(r) == Some(1.0);
+    // (k, x): instruction k computes logistic(x).
+    let logistic = |s: usize| match defining(s)? {
+        (
+            k,
+            &Inst::Unary {
+                op: UnaryOp::Logistic,
+                a,
+                ..
+            },
+        ) => Some((k, a)),
+        _ => None,
+    };
+    // (k, a, b): instruction k computes `op(a, b)`.
+    let binary = |r: usize, want: BinaryOp| match defining(r)? {
+        (k, &Inst::Binary { op, a, b, .. }) if op == want => Some((k, a, b)),
+        _ => None,
+    };
+    // The instructions `p · q` ends as a SiLU backward replaces, x and t.
+    let grad = |ts: usize, w: usize| -> Option<([usize; 5], usize, usize)> {
+        if !(read(ts, 1) && read(w, 1)) {
+            return None;
+        }
+        let (kts, a, b) = binary(ts, BinaryOp::Mul)?;
+        let (kw, c, d) = binary(w, BinaryOp::Add)?;
+        let m = [(c, d), (d, c)].into_iter().find(|&(o, _)| one(o))?.1;
+        if !read(m, 1) {
+            return None;
+        }
+        let (km, e, f) = binary(m, BinaryOp::Mul)?;
+        // m = x · r with r = 1 - s, s = logistic(x).
+        [(e, f), (f, e)].into_iter().find_map(|(x, r)| {
+            if !read(r, 1) {
+                return None;
+            }
+            let (kr, o, s) = binary(r, BinaryOp::Sub)?;
+            if !one(o) || !read(s, 2) {
+                return None;
+            }
+            let (ks, sx) = logistic(s)?;
+            if sx != x {
+                return None;
+            }
+            // ts = t · s.
+            let t = [(a, b), (b, a)]
+                .into_iter()
+                .find(|&(_, s2)| s2 == s)
+                .map(|(t, _)| t)?;
+            (t != s).then_some(([kts, kw, km, kr, ks], x, t))
+        })
+    };
+    let mut gone: FxHashSet<usize> = FxHashSet::default();
+    let mut joined: FxHashMap<usize, Inst> = FxHashMap::default();
+    for (k, i) in insts.iter().enumerate() {
+        let Inst::Binary {
+            op: BinaryOp::Mul,
+            dst,
+            a,
+            b,
+        } = *i
+        else {
+            continue;
+        };
+        if rounded.contains(&dst) {
+            continue;
+        }
+        if let Some((parts, x, t)) = grad(a, b).or_else(|| grad(b, a)) {
+            if parts.iter().all(|p| !gone.contains(p)) {
+                gone.extend(parts);
+                joined.insert(k, Inst::SiluGrad { dst, x, t });
+            }
+            continue;
+        }
+        // x · logistic(x), the logistic read here alone.
+        let silu = [(a, b), (b, a)].into_iter().find_map(|(x, s)| {
+            let (ks, sx) = logistic(s)?;
+            (sx == x && read(s, 1) && !gone.contains(&ks)).then_some((ks, x))
+        });
+        if let Some((ks, x)) = silu {
+            gone.insert(ks);
+            joined.insert(
+                k,
+                Inst::Silu {
+                    dst,
+                    x,
+                    scale: None,
+                },
+            );
+        }
+    }
+    insts
+        .into_iter()
+        .enumerate()
+        .filter(|(k, _)| !gone.contains(k))
+        .map(|(k, i)| joined.remove(&k).unwrap_or(i))
+        .collect()
+}
+
+/// Joins a multiply whose operand is a SiLU read by it alone, and not
+/// rounded, into that SiLU (`Inst::Silu::scale`), at the multiply's
+/// place. On values, after `fuse_silu`.
+fn silu_scale(
+    insts: Vec<Inst>,
+    stores: &[(usize, ValueId, DType)],
+    epilogues: &[Epilogue],
+) -> Vec<Inst> {
+    let reads = read_counts(&insts, stores, epilogues);
+    let rounded = rounded_regs(&insts);
+    let mut silus: FxHashMap<usize, (usize, usize)> = FxHashMap::default();
+    for (k, i) in insts.iter().enumerate() {
+        if let Inst::Silu {
+            dst,
+            x,
+            scale: None,
+        } = *i
+        {
+            if reads.get(&dst) == Some(&1) && !rounded.contains(&dst) {
+                silus.insert(dst, (k, x));
+            }
+        }
+    }
+    let mut gone: FxHashSet<usize> = FxHashSet::default();
+    let mut insts = insts;
+    for i in insts.iter_mut() {
+        let Inst::Binary {
+            op: BinaryOp::Mul,
+            dst,
+            a,
+            b,
+        } = *i
+        else {
+            continue;
+        };
+        let found = [(a, b), (b, a)].into_iter().find_map(|(y, u)| {
+            let &(k, x) = silus.get(&y)?;
+            (!gone.contains(&k)).then_some((k, x, u))
+        });
+        if let Some((k, x, u)) = found {
+            *i = Inst::Silu {
+                dst,
+                x,
+                scale: Some(u),
+            };
+            gone.insert(k);
         }
     }
     without(insts, &gone)
@@ -1813,6 +2016,8 @@ impl LoopProgram {
             .collect();
         let ordered = fuse_gelu(ordered, |r| splats.get(&r).copied(), &stores, &epilogues);
         let ordered = gelu_bias(ordered, &stores, &epilogues);
+        let ordered = fuse_silu(ordered, |r| splats.get(&r).copied(), &stores, &epilogues);
+        let ordered = silu_scale(ordered, &stores, &epilogues);
         let ordered = chain_binaries(ordered, &stores, &epilogues);
         let ordered = fuse_dropout(ordered, |r| splats.get(&r).copied(), &stores, &epilogues);
         let ordered = square_sums(ordered, &stores, &mut epilogues);
@@ -2221,6 +2426,16 @@ impl LoopProgram {
                         materialize(regs, splats, r);
                     }
                 }
+                Inst::Silu { x, scale, .. } => {
+                    for r in [x].into_iter().chain(scale) {
+                        materialize(regs, splats, r);
+                    }
+                }
+                Inst::SiluGrad { x, t, .. } => {
+                    for r in [x, t] {
+                        materialize(regs, splats, r);
+                    }
+                }
                 Inst::Select { p, a, b, .. } => {
                     for r in [p, a, b] {
                         materialize(regs, splats, r);
@@ -2338,6 +2553,14 @@ impl LoopProgram {
             Inst::Move { dst, a } => {
                 let (ops, out) = split!(dst);
                 out.copy_from_slice(ops.get(a));
+            }
+            Inst::Silu { dst, x, scale } => {
+                let (ops, out) = split!(dst);
+                vmath::silu_run(out, ops.get(x), scale.map(|u| ops.get(u)));
+            }
+            Inst::SiluGrad { dst, x, t } => {
+                let (ops, out) = split!(dst);
+                vmath::silu_grad_run(out, ops.get(x), ops.get(t));
             }
             Inst::Gelu { dst, x, bias, c, h } => {
                 let (ops, out) = split!(dst);
@@ -4147,6 +4370,147 @@ mod tests {
                 .count();
             assert_eq!(biased, usize::from(!stored), "{insts:?}");
             assert_eq!(count(&graph), 1, "{insts:?}");
+        }
+    }
+
+    /// SiLU, a gated MLP's `silu(gate) · up` and SiLU's backward, as the
+    /// op library emits them, run as one instruction each and keep the
+    /// bits of the separate passes (NaN, infinities, -0 and large values
+    /// among the inputs); a piece read elsewhere stays apart.
+    #[test]
+    fn silu_and_its_backward_run_as_one_instruction_each() {
+        use crate::ir::GraphBuilder;
+        use vmath::logistic_f32;
+        let silus = |g: &Graph| -> Vec<Inst> {
+            loops_of(g)
+                .into_iter()
+                .flat_map(|l| l.insts)
+                .filter(|i| matches!(i, Inst::Silu { .. } | Inst::SiluGrad { .. }))
+                .collect()
+        };
+        // Inputs with the special values mixed in, and their f32s.
+        let special = |ty: &TensorType, seed: u64| {
+            let mut t = input(ty, seed);
+            let odd = [
+                f32::NAN,
+                f32::INFINITY,
+                f32::NEG_INFINITY,
+                -0.0,
+                0.0,
+                90.0,
+                -90.0,
+                1e-40,
+                -17.5,
+            ];
+            for (j, v) in odd.iter().enumerate() {
+                let at = (j * 7 + seed as usize) * 4;
+                t.bytes_mut()[at..at + 4].copy_from_slice(&v.to_le_bytes());
+            }
+            t
+        };
+        let f32s = |t: &HostTensor| -> Vec<f32> { bytemuck::cast_slice(t.bytes()).to_vec() };
+        // The same bits, any NaN for a NaN.
+        let same = |a: &[f32], b: &[f32]| {
+            a.len() == b.len()
+                && a.iter()
+                    .zip(b)
+                    .all(|(p, q)| p.to_bits() == q.to_bits() || p.is_nan() && q.is_nan())
+        };
+        let dims = [5u64, 300];
+        let t = TensorType::new(DType::F32, &dims);
+
+        // silu alone, from the op library.
+        let g = op("silu", std::slice::from_ref(&t), Attrs::new());
+        check(&g, 1e-6);
+        let x = special(&t, 0);
+        let want: Vec<f32> = f32s(&x).iter().map(|&v| v * logistic_f32(v)).collect();
+        assert!(
+            same(&f32s(&run_fused(&g, std::slice::from_ref(&x))[0]), &want),
+            "SiLU differs"
+        );
+        assert!(
+            matches!(silus(&g)[..], [Inst::Silu { scale: None, .. }]),
+            "{:?}",
+            loops_of(&g)
+        );
+
+        // silu(x) · u, and the same with the SiLU stored too.
+        for stored in [false, true] {
+            let mut g = GraphBuilder::new();
+            let (x, u) = (g.param(t.clone()), g.param(t.clone()));
+            let sx = g.unary(UnaryOp::Logistic, x).unwrap();
+            let y = g.binary(BinaryOp::Mul, sx, x).unwrap();
+            let z = g.binary(BinaryOp::Mul, u, y).unwrap();
+            let graph = g.build(&if stored { vec![z, y] } else { vec![z] }).unwrap();
+            check(&graph, 1e-6);
+            let ins = [special(&t, 3), special(&t, 4)];
+            let (xs, us) = (f32s(&ins[0]), f32s(&ins[1]));
+            let want: Vec<f32> = xs
+                .iter()
+                .zip(&us)
+                .map(|(&v, &w)| (v * logistic_f32(v)) * w)
+                .collect();
+            let got = run_fused(&graph, &ins);
+            assert!(same(&f32s(&got[0]), &want), "gated SiLU differs");
+            let found = silus(&graph);
+            if stored {
+                assert!(
+                    matches!(found[..], [Inst::Silu { scale: None, .. }]),
+                    "{found:?}"
+                );
+            } else {
+                assert!(
+                    matches!(found[..], [Inst::Silu { scale: Some(_), .. }]),
+                    "{found:?}"
+                );
+            }
+        }
+
+        // silu_backward(grad, x) from the op library.
+        let g = op("silu_backward", &[t.clone(), t.clone()], Attrs::new());
+        check(&g, 1e-6);
+        let ins = [special(&t, 5), special(&t, 6)];
+        let (gs, xs) = (f32s(&ins[0]), f32s(&ins[1]));
+        let want: Vec<f32> = gs
+            .iter()
+            .zip(&xs)
+            .map(|(&d, &v)| {
+                let s = logistic_f32(v);
+                (d * s) * (1.0 + v * (1.0 - s))
+            })
+            .collect();
+        assert!(
+            same(&f32s(&run_fused(&g, &ins)[0]), &want),
+            "SiLU backward differs"
+        );
+        assert!(
+            matches!(silus(&g)[..], [Inst::SiluGrad { .. }]),
+            "{:?}",
+            loops_of(&g)
+        );
+
+        // Operands swapped: joined; the logistic stored too: apart, and
+        // right.
+        for stored in [false, true] {
+            let mut g = GraphBuilder::new();
+            let (d, x) = (g.param(t.clone()), g.param(t.clone()));
+            let s = g.unary(UnaryOp::Logistic, x).unwrap();
+            let one = filled(&mut g, &dims, 1.0);
+            let r = g.binary(BinaryOp::Sub, one, s).unwrap();
+            let m = g.binary(BinaryOp::Mul, r, x).unwrap();
+            let w = g.binary(BinaryOp::Add, m, one).unwrap();
+            let ds = g.binary(BinaryOp::Mul, s, d).unwrap();
+            let out = g.binary(BinaryOp::Mul, w, ds).unwrap();
+            let graph = g
+                .build(&if stored { vec![out, s] } else { vec![out] })
+                .unwrap();
+            check(&graph, 1e-6);
+            let found = silus(&graph);
+            if stored {
+                assert!(found.is_empty(), "{found:?}");
+            } else {
+                assert!(matches!(found[..], [Inst::SiluGrad { .. }]), "{found:?}");
+            }
         }
     }
 

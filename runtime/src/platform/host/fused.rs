@@ -2104,6 +2104,7 @@ impl LoopProgram {
             let scalars = self.scalars(values, io)?;
             let sinks = sinks_of(&mut outs, &self.stores, &FxHashMap::default());
             let red_sinks = red_sinks_of(&mut red_outs, &self.epilogues);
+            let copied = self.copy_as_strided(&layout, &src_data, &sinks)?;
             let strides: Few<&[u64]> = layout.strides.iter().map(|s| &s[..]).collect();
             let pass = Pass {
                 program: self,
@@ -2117,9 +2118,93 @@ impl LoopProgram {
                 local_sources: &[],
                 local_sinks: &[],
             };
-            run_split(&split(n, self.split_unit()), |_, a, b| pass.range(a, b))?;
+            if !copied {
+                run_split(&split(n, self.split_unit()), |_, a, b| pass.range(a, b))?;
+            }
         }
         self.finish(values, io, outs, red_outs)
+    }
+
+    /// Whether the pass only loads one stored value and stores it as an
+    /// f32 result (see `copy_as_strided`).
+    fn is_copy(&self) -> bool {
+        self.epilogues.is_empty()
+            && self.constants == 0
+            && matches!(self.sources[..], [Source::Strided { .. }])
+            && matches!(self.stores[..], [(_, _, DType::F32)])
+            && matches!(
+                self.insts[..],
+                [Inst::Load { dst, src: 0 }, Inst::Store { reg, sink: 0 }] if dst == reg
+            )
+    }
+
+    /// A pass that only moves one value into an f32 result of another
+    /// layout (a transposed view made contiguous: attention's heads going
+    /// in and out, rotary halves) runs as one strided copy, whole runs of
+    /// the innermost dimension at a time: through the loop, a chunk of
+    /// short rows (32 elements under a head transpose) cost more in row
+    /// bookkeeping than in copying. Returns whether it did; not when the
+    /// result's memory overlaps the source's.
+    fn copy_as_strided(
+        &self,
+        layout: &SourceLayout<'_>,
+        src: &[SourceData<'_>],
+        sinks: &[Sink],
+    ) -> Result<bool> {
+        let (true, [data], [sink], [strides], [offset]) = (
+            self.is_copy(),
+            src,
+            sinks,
+            &layout.strides[..],
+            &layout.offsets[..],
+        ) else {
+            return Ok(false);
+        };
+        let from: &[f32] = match data {
+            SourceData::Host(v) => v,
+            // SAFETY: the tensor's `len` f32 elements lie inside its
+            // buffer's segment (checked when the tensor was described),
+            // which stays allocated while the executing task holds it, and
+            // stream order keeps writers away meanwhile (as in `read`).
+            SourceData::Device { ptr, len, .. } if ptr.align_offset(4) == 0 => unsafe {
+                std::slice::from_raw_parts(*ptr, *len)
+            },
+            _ => return Ok(false),
+        };
+        let n: u64 = self.shape.iter().product();
+        let into = sink.ptr as *const u8;
+        let (lo, hi) = (
+            from.as_ptr() as *const u8,
+            from.as_ptr_range().end as *const u8,
+        );
+        if sink.ptr.is_null()
+            || sink.len as u64 != n
+            || (into < hi && into.wrapping_add(sink.len * 4) > lo)
+        {
+            return Ok(false);
+        }
+        // SAFETY: a sink is `len` f32 elements of memory this pass alone
+        // writes (see `exec`'s `split!`), disjoint from the source (checked
+        // above).
+        let out = unsafe { std::slice::from_raw_parts_mut(sink.ptr, sink.len * 4) };
+        let dims: Vec<usize> = self.shape.iter().map(|&d| d as usize).collect();
+        // Strides are two's complement u64s (a reversed view steps back).
+        let from_strides: Vec<isize> = strides.iter().map(|&s| s as i64 as isize).collect();
+        let mut to_strides = vec![0isize; dims.len()];
+        let mut step = 1isize;
+        for (t, &d) in to_strides.iter_mut().zip(&dims).rev() {
+            *t = step;
+            step *= d as isize;
+        }
+        kernels::StridedCopy::new(
+            &dims,
+            &from_strides,
+            &to_strides,
+            *offset as i64 as isize,
+            0,
+        )
+        .run_bytes(4, bytemuck::cast_slice(from), out)?;
+        Ok(true)
     }
 
     /// What threads split a pass into: whole reductions; a pass without
@@ -4512,6 +4597,53 @@ mod tests {
                 assert!(matches!(found[..], [Inst::SiluGrad { .. }]), "{found:?}");
             }
         }
+    }
+
+    /// A transposed view made contiguous (attention's heads) is one
+    /// strided copy, of every dtype a loop reads as f32, and gives the
+    /// reference's bits; the same view converted to bf16, or added to, is
+    /// a loop pass as before.
+    #[test]
+    fn a_transpose_made_contiguous_is_one_strided_copy() {
+        use crate::ir::GraphBuilder;
+        for (from, to, copy) in [
+            (DType::F32, DType::F32, true),
+            (DType::BF16, DType::F32, true),
+            (DType::F16, DType::F32, true),
+            (DType::F32, DType::BF16, false),
+        ] {
+            let mut g = GraphBuilder::new();
+            let x = g.param(TensorType::new(from, &[2, 6, 4, 32]));
+            let t = g
+                .op(
+                    Prim::Transpose {
+                        perm: vec![0, 2, 1, 3],
+                    },
+                    &[x],
+                )
+                .unwrap();
+            let c = g.op(Prim::Convert { to }, &[t]).unwrap();
+            let graph = g.build(&[c]).unwrap();
+            check(&graph, 0.0);
+            let loops = loops_of(&graph);
+            assert_eq!(loops.len(), 1, "{loops:?}");
+            assert_eq!(loops[0].is_copy(), copy, "{from:?} -> {to:?}: {loops:?}");
+        }
+        let mut g = GraphBuilder::new();
+        let x = g.param(TensorType::new(DType::F32, &[3, 5, 2, 32]));
+        let t = g
+            .op(
+                Prim::Transpose {
+                    perm: vec![0, 2, 1, 3],
+                },
+                &[x],
+            )
+            .unwrap();
+        let one = filled(&mut g, &[3, 2, 5, 32], 1.0);
+        let y = g.binary(BinaryOp::Add, t, one).unwrap();
+        let graph = g.build(&[y]).unwrap();
+        check(&graph, 0.0);
+        assert!(loops_of(&graph).iter().all(|l| !l.is_copy()));
     }
 
     /// The loop programs of a graph's plan.

@@ -15,6 +15,7 @@ mod reduce;
 pub(crate) mod rng;
 mod sort;
 mod structural;
+pub(crate) use structural::StridedCopy;
 #[cfg(test)]
 mod tests;
 

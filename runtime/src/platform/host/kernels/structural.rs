@@ -18,7 +18,7 @@ const TRANSPOSE_TILE: usize = 32;
 /// A strided copy in element units: for every multi-index `i` below
 /// `dims`, `dst[dst_offset + i·dst_strides] = src[src_offset + i·src_strides]`.
 #[derive(Clone, Debug)]
-pub(super) struct StridedCopy {
+pub(crate) struct StridedCopy {
     /// Merged dimensions, none of size 1; `empty` when one was 0.
     dims: Vec<usize>,
     src_strides: Vec<isize>,
@@ -29,7 +29,7 @@ pub(super) struct StridedCopy {
 }
 
 impl StridedCopy {
-    pub(super) fn new(
+    pub(crate) fn new(
         dims: &[usize],
         src_strides: &[isize],
         dst_strides: &[isize],
@@ -86,7 +86,7 @@ impl StridedCopy {
     /// Run over little-endian element bytes of `elem_size` bytes each. The
     /// whole walk is checked against both buffers first, so the copy
     /// itself cannot go out of bounds.
-    pub(super) fn run_bytes(&self, elem_size: usize, src: &[u8], dst: &mut [u8]) -> Result<()> {
+    pub(crate) fn run_bytes(&self, elem_size: usize, src: &[u8], dst: &mut [u8]) -> Result<()> {
         if self.empty {
             return Ok(());
         }

@@ -320,6 +320,31 @@ fn rounded_regs(insts: &[Inst]) -> FxHashSet<usize> {
         .collect()
 }
 
+/// Where each register is defined: its instruction's position (on
+/// registers before allocation, each defined once).
+fn definitions(insts: &[Inst]) -> FxHashMap<usize, usize> {
+    insts
+        .iter()
+        .enumerate()
+        .filter_map(|(k, i)| Some((i.def()?, k)))
+        .collect()
+}
+
+/// `insts` without the positions in `gone`, and with the instructions in
+/// `joined` at their positions.
+fn joined_in(
+    insts: Vec<Inst>,
+    gone: &FxHashSet<usize>,
+    mut joined: FxHashMap<usize, Inst>,
+) -> Vec<Inst> {
+    insts
+        .into_iter()
+        .enumerate()
+        .filter(|(k, _)| !gone.contains(k))
+        .map(|(k, i)| joined.remove(&k).unwrap_or(i))
+        .collect()
+}
+
 /// `insts` without the instructions at the positions in `gone`.
 fn without(insts: Vec<Inst>, gone: &FxHashSet<usize>) -> Vec<Inst> {
     insts
@@ -342,12 +367,7 @@ fn fuse_gelu(
     epilogues: &[Epilogue],
 ) -> Vec<Inst> {
     let reads = read_counts(&insts, stores, epilogues);
-    let mut def: FxHashMap<usize, usize> = FxHashMap::default();
-    for (k, i) in insts.iter().enumerate() {
-        if let Some(d) = i.def() {
-            def.insert(d, k);
-        }
-    }
+    let def = definitions(&insts);
     let rounded = rounded_regs(&insts);
     // An intermediate the pattern may absorb: an f32 read once.
     let inner = |r: usize| reads.get(&r) == Some(&1) && !rounded.contains(&r);
@@ -432,12 +452,7 @@ fn fuse_gelu(
             );
         }
     }
-    insts
-        .into_iter()
-        .enumerate()
-        .filter(|(k, _)| !gone.contains(k))
-        .map(|(k, i)| joined.remove(&k).unwrap_or(i))
-        .collect()
+    joined_in(insts, &gone, joined)
 }
 
 /// Joins an add whose result only a GELU reads, and is not rounded, into
@@ -496,12 +511,7 @@ fn fuse_silu(
     epilogues: &[Epilogue],
 ) -> Vec<Inst> {
     let reads = read_counts(&insts, stores, epilogues);
-    let mut def: FxHashMap<usize, usize> = FxHashMap::default();
-    for (k, i) in insts.iter().enumerate() {
-        if let Some(d) = i.def() {
-            def.insert(d, k);
-        }
-    }
+    let def = definitions(&insts);
     let rounded = rounded_regs(&insts);
     let read = |r: usize, n: usize| reads.get(&r) == Some(&n) && !rounded.contains(&r);
     let defining = |r: usize| def.get(&r).map(|&k| (k, &insts[k]));
@@ -595,12 +605,7 @@ fn fuse_silu(
             );
         }
     }
-    insts
-        .into_iter()
-        .enumerate()
-        .filter(|(k, _)| !gone.contains(k))
-        .map(|(k, i)| joined.remove(&k).unwrap_or(i))
-        .collect()
+    joined_in(insts, &gone, joined)
 }
 
 /// Joins a multiply whose operand is a SiLU read by it alone, and not

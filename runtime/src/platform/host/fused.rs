@@ -320,6 +320,30 @@ fn rounded_regs(insts: &[Inst]) -> FxHashSet<usize> {
         .collect()
 }
 
+/// The instructions `pick` takes whose result is an f32 (not rounded)
+/// read by one instruction alone: result register -> (position, what
+/// `pick` gave). On registers before allocation.
+fn read_once<T>(
+    insts: &[Inst],
+    stores: &[(usize, ValueId, DType)],
+    epilogues: &[Epilogue],
+    pick: impl Fn(&Inst) -> Option<T>,
+) -> FxHashMap<usize, (usize, T)> {
+    let reads = read_counts(insts, stores, epilogues);
+    let rounded = rounded_regs(insts);
+    insts
+        .iter()
+        .enumerate()
+        .filter_map(|(k, i)| {
+            let dst = i.def()?;
+            if reads.get(&dst) != Some(&1) || rounded.contains(&dst) {
+                return None;
+            }
+            Some((dst, (k, pick(i)?)))
+        })
+        .collect()
+}
+
 /// Where each register is defined: its instruction's position (on
 /// registers before allocation, each defined once).
 fn definitions(insts: &[Inst]) -> FxHashMap<usize, usize> {
@@ -462,22 +486,15 @@ fn gelu_bias(
     stores: &[(usize, ValueId, DType)],
     epilogues: &[Epilogue],
 ) -> Vec<Inst> {
-    let reads = read_counts(&insts, stores, epilogues);
-    let rounded = rounded_regs(&insts);
-    let mut adds: FxHashMap<usize, (usize, usize, usize)> = FxHashMap::default();
-    for (k, i) in insts.iter().enumerate() {
-        if let Inst::Binary {
+    let adds = read_once(&insts, stores, epilogues, |i| match *i {
+        Inst::Binary {
             op: BinaryOp::Add,
-            dst,
             a,
             b,
-        } = *i
-        {
-            if reads.get(&dst) == Some(&1) && !rounded.contains(&dst) {
-                adds.insert(dst, (k, a, b));
-            }
-        }
-    }
+            ..
+        } => Some((a, b)),
+        _ => None,
+    });
     let mut gone: FxHashSet<usize> = FxHashSet::default();
     let mut insts = insts;
     for i in insts.iter_mut() {
@@ -487,7 +504,7 @@ fn gelu_bias(
             ..
         } = i
         {
-            if let Some(&(k, a, b)) = adds.get(x) {
+            if let Some(&(k, (a, b))) = adds.get(x) {
                 (*x, *bias) = (a, Some(b));
                 gone.insert(k);
             }
@@ -616,21 +633,10 @@ fn silu_scale(
     stores: &[(usize, ValueId, DType)],
     epilogues: &[Epilogue],
 ) -> Vec<Inst> {
-    let reads = read_counts(&insts, stores, epilogues);
-    let rounded = rounded_regs(&insts);
-    let mut silus: FxHashMap<usize, (usize, usize)> = FxHashMap::default();
-    for (k, i) in insts.iter().enumerate() {
-        if let Inst::Silu {
-            dst,
-            x,
-            scale: None,
-        } = *i
-        {
-            if reads.get(&dst) == Some(&1) && !rounded.contains(&dst) {
-                silus.insert(dst, (k, x));
-            }
-        }
-    }
+    let silus = read_once(&insts, stores, epilogues, |i| match *i {
+        Inst::Silu { x, scale: None, .. } => Some(x),
+        _ => None,
+    });
     let mut gone: FxHashSet<usize> = FxHashSet::default();
     let mut insts = insts;
     for i in insts.iter_mut() {
@@ -2109,21 +2115,20 @@ impl LoopProgram {
             let scalars = self.scalars(values, io)?;
             let sinks = sinks_of(&mut outs, &self.stores, &FxHashMap::default());
             let red_sinks = red_sinks_of(&mut red_outs, &self.epilogues);
-            let copied = self.copy_as_strided(&layout, &src_data, &sinks)?;
-            let strides: Few<&[u64]> = layout.strides.iter().map(|s| &s[..]).collect();
-            let pass = Pass {
-                program: self,
-                scalars: &scalars,
-                src: &src_data,
-                strides: &strides,
-                offsets: &layout.offsets,
-                sinks: &sinks,
-                red_sinks: &red_sinks,
-                last: self.last(),
-                local_sources: &[],
-                local_sinks: &[],
-            };
-            if !copied {
+            if !self.copy_as_strided(&layout, &src_data, &sinks)? {
+                let strides: Few<&[u64]> = layout.strides.iter().map(|s| &s[..]).collect();
+                let pass = Pass {
+                    program: self,
+                    scalars: &scalars,
+                    src: &src_data,
+                    strides: &strides,
+                    offsets: &layout.offsets,
+                    sinks: &sinks,
+                    red_sinks: &red_sinks,
+                    last: self.last(),
+                    local_sources: &[],
+                    local_sinks: &[],
+                };
                 run_split(&split(n, self.split_unit()), |_, a, b| pass.range(a, b))?;
             }
         }
@@ -2195,12 +2200,10 @@ impl LoopProgram {
         let dims: Vec<usize> = self.shape.iter().map(|&d| d as usize).collect();
         // Strides are two's complement u64s (a reversed view steps back).
         let from_strides: Vec<isize> = strides.iter().map(|&s| s as i64 as isize).collect();
-        let mut to_strides = vec![0isize; dims.len()];
-        let mut step = 1isize;
-        for (t, &d) in to_strides.iter_mut().zip(&dims).rev() {
-            *t = step;
-            step *= d as isize;
-        }
+        let to_strides: Vec<isize> = contiguous(&self.shape)
+            .into_iter()
+            .map(|s| s as isize)
+            .collect();
         kernels::StridedCopy::new(
             &dims,
             &from_strides,

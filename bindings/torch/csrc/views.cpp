@@ -180,7 +180,19 @@ at::Tensor& fill_tensor(at::Tensor& self, const at::Tensor& value) {
   return self;
 }
 
-at::Tensor& zero_(at::Tensor& self) { return fill_scalar(self, 0); }
+// Zeros from the runtime's `full`: a constant of the recorded graph, where
+// fill_ uploads its value from the host as a parameter. Under
+// DEFER_AND_FUSE the graph then knows the value: the sum of zero tensors
+// updated in disjoint slices (slice_backward's, for a tensor sliced in
+// parts) becomes one concatenation (runtime/src/fusion/simplify.rs).
+at::Tensor& zero_(at::Tensor& self) {
+  if (self.numel() == 0) {
+    return self;
+  }
+  call_into("full", std::vector<at::Tensor>{}, {self},
+            Attrs().ints("size", self.sizes()).f("value", 0.0).dtype("dtype", self.scalar_type()));
+  return self;
+}
 
 void record_stream(at::Tensor& self, c10::Stream s) {
   check(tpurt_buffer_record_stream(buffer_of(self), stream_handle(s)), "record_stream");

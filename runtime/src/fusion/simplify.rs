@@ -1,14 +1,17 @@
 //! Graph simplification before planning: rewrites that remove work. A
 //! transpose read only by `dot_general` is folded into the dot's dimension
 //! numbers (a matmul with `k.transpose(-2, -1)` then reads `k` in place
-//! instead of copying it); written-out attention becomes one attention
-//! primitive (`super::attention`, which changes results by rounding
-//! only); nodes nobody uses are dropped.
+//! instead of copying it); the sum of two zero tensors each updated in one
+//! part of a dimension, the parts tiling it, becomes the concatenation of
+//! the updates (`concat_tiled_updates`: autograd's gradient of a tensor
+//! sliced in two, rotary embeddings' `rotate_half` among them); written-out
+//! attention becomes one attention primitive (`super::attention`, which
+//! changes results by rounding only); nodes nobody uses are dropped.
 
 use std::collections::HashMap;
 
 use crate::error::Result;
-use crate::ir::{Graph, GraphBuilder, Prim, ValueId};
+use crate::ir::{BinaryOp, DType, Graph, GraphBuilder, Prim, ValueId};
 
 /// The batch and contracting dimensions of a dot_general operand that is
 /// `transpose(x, perm)`, restated as dimensions of `x`, so the product can
@@ -36,7 +39,7 @@ pub fn dot_operand_through_transpose(
 /// written-out attention fused (`super::fuse_attention`), without the
 /// nodes that leaves unread; the graph unchanged when nothing applies.
 pub fn simplify(graph: &Graph) -> Result<Graph> {
-    let folded = fold_transposes(graph)?;
+    let folded = concat_tiled_updates(&fold_transposes(graph)?)?;
     match super::fuse_attention(&folded)? {
         Some(fused) => rebuild(&fused, &HashMap::new()),
         None => Ok(folded),
@@ -124,6 +127,111 @@ fn fold_transposes(graph: &Graph) -> Result<Graph> {
     rebuild(graph, &rewritten)
 }
 
+/// Whether `v` is zero everywhere: a constant whose bytes are all zero
+/// (+0 in every dtype), through converts, broadcasts and reshapes.
+fn is_zeros(graph: &Graph, producer: &[Option<usize>], v: ValueId) -> bool {
+    let Some(p) = producer[v.0 as usize] else {
+        return false;
+    };
+    let node = &graph.nodes()[p];
+    match &node.prim {
+        Prim::Constant { bytes, .. } => bytes.iter().all(|&b| b == 0),
+        Prim::Convert { .. } | Prim::BroadcastInDim { .. } | Prim::Reshape { .. } => {
+            is_zeros(graph, producer, node.inputs[0])
+        }
+        _ => false,
+    }
+}
+
+/// The value of `v` when it is a scalar integer constant.
+fn int_constant(graph: &Graph, producer: &[Option<usize>], v: ValueId) -> Option<i64> {
+    let node = &graph.nodes()[producer[v.0 as usize]?];
+    let Prim::Constant { dtype, dims, bytes } = &node.prim else {
+        return None;
+    };
+    if !dims.is_empty() {
+        return None;
+    }
+    let b = bytes.as_slice();
+    Some(match dtype {
+        DType::I64 => i64::from_le_bytes(b.try_into().ok()?),
+        DType::I32 => i32::from_le_bytes(b.try_into().ok()?) as i64,
+        DType::I8 => *b.first()? as i8 as i64,
+        DType::U8 => *b.first()? as i64,
+        _ => return None,
+    })
+}
+
+/// A `dynamic_update_slice` of a zero tensor with constant indices: its
+/// update, the one dimension the update does not fill, and where along it
+/// the update starts (clamped as the primitive clamps it).
+fn zero_update(
+    graph: &Graph,
+    producer: &[Option<usize>],
+    v: ValueId,
+) -> Option<(ValueId, usize, u64)> {
+    let node = &graph.nodes()[producer[v.0 as usize]?];
+    if !matches!(node.prim, Prim::DynamicUpdateSlice) || !is_zeros(graph, producer, node.inputs[0])
+    {
+        return None;
+    }
+    let full = &graph.value_type(node.inputs[0]).dims;
+    let update = node.inputs[1];
+    let part = &graph.value_type(update).dims;
+    let mut cut = None;
+    for (d, (&n, &u)) in full.iter().zip(part).enumerate() {
+        let at = int_constant(graph, producer, node.inputs[2 + d])?.clamp(0, (n - u) as i64) as u64;
+        if u != n {
+            if cut.is_some() {
+                return None;
+            }
+            cut = Some((d, at));
+        }
+    }
+    let (d, at) = cut?;
+    Some((update, d, at))
+}
+
+/// `add(dynamic_update_slice(zeros, a, ..), dynamic_update_slice(zeros, b,
+/// ..))` where a and b fill complementary parts of one dimension becomes
+/// `concatenate(a, b)` in the order of their parts: no zero tensor is
+/// written and no second pass adds them. This is slice_backward's sum for
+/// a tensor sliced in two (rotary embeddings' `rotate_half`). The values
+/// are the sum's but for the sign of a zero: 0 + -0 is +0, where the
+/// concatenation keeps -0.
+fn concat_tiled_updates(graph: &Graph) -> Result<Graph> {
+    let producer = graph.producers();
+    let mut rewritten: HashMap<usize, (Prim, Vec<ValueId>)> = HashMap::new();
+    for (i, n) in graph.nodes().iter().enumerate() {
+        let (Prim::Binary(BinaryOp::Add), [x, y]) = (&n.prim, &n.inputs[..]) else {
+            continue;
+        };
+        let (Some((a, da, at_a)), Some((b, db, at_b))) = (
+            zero_update(graph, &producer, *x),
+            zero_update(graph, &producer, *y),
+        ) else {
+            continue;
+        };
+        let (len_a, len_b) = (graph.value_type(a).dims[da], graph.value_type(b).dims[db]);
+        let whole = graph.value_type(n.outputs[0]).dims[da];
+        let ordered = if at_a == 0 && at_b == len_a {
+            vec![a, b]
+        } else if at_b == 0 && at_a == len_b {
+            vec![b, a]
+        } else {
+            continue;
+        };
+        if da != db || len_a + len_b != whole {
+            continue;
+        }
+        rewritten.insert(i, (Prim::Concatenate { dimension: da }, ordered));
+    }
+    if rewritten.is_empty() {
+        return Ok(graph.clone());
+    }
+    rebuild(graph, &rewritten)
+}
+
 /// The graph with the nodes in `rewritten` given new prims and inputs,
 /// without the nodes whose results nobody reads any more.
 fn rebuild(graph: &Graph, rewritten: &HashMap<usize, (Prim, Vec<ValueId>)>) -> Result<Graph> {
@@ -171,6 +279,104 @@ mod tests {
     use crate::ir::{DType, TensorType};
     use crate::ops::{self, Attr, Attrs};
     use crate::platform::host::kernels::{eval_graph, HostTensor};
+
+    /// The pieces of `add(dus(zeros, a, at_a), dus(zeros, b, at_b))` over
+    /// [2, 3, 8], the updates cut along the last dimension: the zeros from
+    /// `zero` (a scalar constant) and the last index of each update from
+    /// `at` (constants, or a parameter where None).
+    fn tiled_sum(widths: (u64, u64), at: (Option<i64>, Option<i64>), zero: f64) -> Graph {
+        let mut g = GraphBuilder::new();
+        let a = g.param(TensorType::new(DType::F32, &[2, 3, widths.0]));
+        let b = g.param(TensorType::new(DType::F32, &[2, 3, widths.1]));
+        let index = g.param(TensorType::scalar(DType::I64));
+        let z = g.scalar(DType::F32, zero).unwrap();
+        let z = g
+            .op(
+                Prim::BroadcastInDim {
+                    dims: vec![2, 3, 8],
+                    mapping: vec![],
+                },
+                &[z],
+            )
+            .unwrap();
+        let update = |g: &mut GraphBuilder, u: ValueId, last: Option<i64>| {
+            let zero_index = g.scalar(DType::I64, 0.0).unwrap();
+            let last = match last {
+                Some(v) => g.scalar(DType::I64, v as f64).unwrap(),
+                None => index,
+            };
+            g.op(
+                Prim::DynamicUpdateSlice,
+                &[z, u, zero_index, zero_index, last],
+            )
+            .unwrap()
+        };
+        let ua = update(&mut g, a, at.0);
+        let ub = update(&mut g, b, at.1);
+        let y = g.binary(BinaryOp::Add, ua, ub).unwrap();
+        g.build(&[y]).unwrap()
+    }
+
+    fn has(graph: &Graph, name: &str) -> bool {
+        graph.nodes().iter().any(|n| n.prim.name() == name)
+    }
+
+    /// slice_backward's sum for a tensor sliced in two becomes one
+    /// concatenation of the two gradients, in the order of their parts,
+    /// with an index past the end clamped as the primitive clamps it.
+    #[test]
+    fn zero_tensors_updated_in_complementary_parts_and_summed_are_concatenated() {
+        for (widths, at) in [
+            ((5, 3), (Some(0), Some(5))),
+            ((5, 3), (Some(3), Some(0))),
+            ((5, 3), (Some(0), Some(99))), // clamped to 5
+            ((1, 7), (Some(0), Some(1))),
+        ] {
+            let graph = tiled_sum(widths, at, 0.0);
+            let simple = simplify(&graph).unwrap();
+            assert!(has(&simple, "concatenate"), "{widths:?} {at:?}:\n{simple}");
+            assert!(!has(&simple, "dynamic_update_slice"), "{simple}");
+            assert_eq!(simple.output_types(), graph.output_types());
+            let inputs: Vec<HostTensor> = graph
+                .param_types()
+                .iter()
+                .enumerate()
+                .map(|(k, t)| {
+                    let vals: Vec<f64> = (0..t.numel())
+                        .map(|i| ((i as f64 + 1.0) * (k as f64 + 0.7)).sin())
+                        .collect();
+                    HostTensor::from_f64(t.dtype, &t.dims, &vals).unwrap()
+                })
+                .collect();
+            let want = eval_graph(&graph, &inputs).unwrap();
+            let got = eval_graph(&simple, &inputs).unwrap();
+            assert_eq!(
+                want[0].to_f64_vec(),
+                got[0].to_f64_vec(),
+                "{widths:?} {at:?}"
+            );
+        }
+    }
+
+    /// Parts that overlap or leave a gap, a base that is not zero, or an
+    /// index known only at run time: the sum stays.
+    #[test]
+    fn updates_that_do_not_tile_zeros_stay_a_sum() {
+        for (widths, at, zero) in [
+            ((5, 3), (Some(0), Some(4)), 0.0),  // overlap
+            ((4, 3), (Some(0), Some(4)), 0.0),  // a gap at 7
+            ((5, 3), (Some(0), Some(5)), 1.0),  // ones, not zeros
+            ((5, 3), (Some(0), Some(5)), -0.0), // -0: x + -0 keeps x's sign
+            ((5, 3), (Some(0), None), 0.0),     // run-time index
+        ] {
+            let graph = tiled_sum(widths, at, zero);
+            let simple = simplify(&graph).unwrap();
+            assert!(
+                !has(&simple, "concatenate"),
+                "{widths:?} {at:?} {zero}:\n{simple}"
+            );
+        }
+    }
 
     #[test]
     fn a_transposed_matmul_operand_is_read_in_place() {

@@ -415,3 +415,36 @@ def test_advanced_indexing_writes(mode, no_fallback):
         a.index_copy_(1, torch.tensor([2]), torch.full((3, 1, 5), 9.0))
         outs.append(a.cpu())
     assert torch.equal(outs[1], outs[0])
+
+
+@pytest.mark.parametrize(
+    "dtype",
+    [torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int64, torch.int32,
+     torch.int8, torch.uint8, torch.bool],
+    ids=str,
+)
+def test_zero_writes_only_its_view(mode, no_fallback, dtype):
+    # zero_ records the runtime's `full` (a constant) into the tensor it is
+    # given: a transposed view, a strided slice and a whole tensor, every
+    # dtype, and the elements outside the view keep their values.
+    base = (torch.arange(1, 49).reshape(4, 12) % 7 + 1).to(dtype)
+    t = base.to("tpu")
+    t.t()[2:9:3].zero_()
+    t[1, ::5].zero_()
+    z = torch.zeros_like(t)
+    want = base.clone()
+    want.t()[2:9:3].zero_()
+    want[1, ::5].zero_()
+    assert torch.equal(t.cpu(), want)
+    assert z.dtype == dtype and not z.cpu().any()
+
+
+def test_gradient_of_a_tensor_sliced_in_two(mode, no_fallback):
+    # rotate_half's backward: zeros updated in each half (slice_backward),
+    # then summed; under DEFER_AND_FUSE one concatenation of the halves'
+    # gradients. Every element's gradient arrives once.
+    x = torch.arange(-6.0, 6.0).reshape(2, 6).to("tpu").requires_grad_()
+    w = torch.arange(1.0, 13.0).reshape(2, 6)
+    rot = torch.cat((-x[:, 3:], x[:, :3]), dim=1)
+    (rot * w.to("tpu")).sum().backward()
+    assert torch.equal(x.grad.cpu(), torch.cat((w[:, 3:], -w[:, :3]), dim=1))

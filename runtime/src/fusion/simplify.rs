@@ -6,7 +6,9 @@
 //! the updates (`concat_tiled_updates`: autograd's gradient of a tensor
 //! sliced in two, rotary embeddings' `rotate_half` among them); written-out
 //! attention becomes one attention primitive (`super::attention`, which
-//! changes results by rounding only); nodes nobody uses are dropped.
+//! changes results by rounding only); a chain of loads that a kernel other
+//! than a loop reads is copied in one pass (`copy_load_chains`); nodes
+//! nobody uses are dropped.
 
 use std::collections::HashMap;
 
@@ -40,10 +42,70 @@ pub fn dot_operand_through_transpose(
 /// nodes that leaves unread; the graph unchanged when nothing applies.
 pub fn simplify(graph: &Graph) -> Result<Graph> {
     let folded = concat_tiled_updates(&fold_transposes(graph)?)?;
-    match super::fuse_attention(&folded)? {
-        Some(fused) => rebuild(&fused, &HashMap::new()),
-        None => Ok(folded),
+    let fused = match super::fuse_attention(&folded)? {
+        Some(fused) => rebuild(&fused, &HashMap::new())?,
+        None => folded,
+    };
+    copy_load_chains(&fused)
+}
+
+/// Loads between `v` and the stored value under it that move data (all
+/// but reshapes, which alias).
+fn moving_loads(graph: &Graph, producer: &[Option<usize>], mut v: ValueId) -> usize {
+    let mut n = 0;
+    while let Some(p) = producer[v.0 as usize].filter(|&p| super::is_load(graph, &graph.nodes()[p]))
+    {
+        let node = &graph.nodes()[p];
+        let Some(&u) = node.inputs.first() else {
+            break;
+        };
+        n += usize::from(!matches!(node.prim, Prim::Reshape { .. }));
+        v = u;
     }
+    n
+}
+
+/// An operand of a kernel that is not a loop (a concatenation, attention,
+/// a gather), made by two or more loads that move data (a slice then a
+/// transpose: rotary embeddings' halves of a head) is read through a
+/// `convert` to its own dtype: one pass reads the value under the loads
+/// through their index map (a strided copy), where each load ran as a
+/// kernel of its own and stored its whole result. Products are left
+/// alone (they fold transposes into their dimension numbers).
+fn copy_load_chains(graph: &Graph) -> Result<Graph> {
+    let producer = graph.producers();
+    let nodes = graph.nodes();
+    let copied = |n: &crate::ir::Node, v: ValueId| {
+        !n.prim.is_elementwise()
+            && !super::is_load(graph, n)
+            && !matches!(n.prim, Prim::DotGeneral { .. })
+            && super::loop_dtype(graph.value_type(v).dtype)
+            && moving_loads(graph, &producer, v) >= 2
+    };
+    if !nodes.iter().any(|n| n.inputs.iter().any(|&v| copied(n, v))) {
+        return Ok(graph.clone());
+    }
+    let mut b = GraphBuilder::new();
+    let mut map: HashMap<ValueId, ValueId> = HashMap::new();
+    for p in graph.params() {
+        map.insert(*p, b.param(graph.value_type(*p).clone()));
+    }
+    for n in nodes {
+        let mut ins = Vec::with_capacity(n.inputs.len());
+        for &v in &n.inputs {
+            ins.push(if copied(n, v) {
+                let to = graph.value_type(v).dtype;
+                b.op(Prim::Convert { to }, &[map[&v]])?
+            } else {
+                map[&v]
+            });
+        }
+        for (o, v) in n.outputs.iter().zip(b.node(n.prim.clone(), &ins)?) {
+            map.insert(*o, v);
+        }
+    }
+    let outputs: Vec<ValueId> = graph.outputs().iter().map(|o| map[o]).collect();
+    b.build(&outputs)
 }
 
 /// Transposes read only by a dot_general folded into its dimension numbers.
@@ -376,6 +438,70 @@ mod tests {
                 "{widths:?} {at:?} {zero}:\n{simple}"
             );
         }
+    }
+
+    /// A slice then a transpose read by a concatenation (rotary
+    /// embeddings' halves): one copy through both, where each ran as a
+    /// kernel; one transpose alone, or a product's operand, stays as it is.
+    #[test]
+    fn a_chain_of_loads_a_concatenation_reads_is_copied_in_one_pass() {
+        let half = |g: &mut GraphBuilder, x: ValueId, transposes: bool| {
+            let s = g
+                .op(
+                    Prim::Slice {
+                        start: vec![0, 0, 0, 4],
+                        limit: vec![2, 6, 3, 8],
+                        stride: vec![1, 1, 1, 1],
+                    },
+                    &[x],
+                )
+                .unwrap();
+            if transposes {
+                g.op(
+                    Prim::Transpose {
+                        perm: vec![0, 2, 1, 3],
+                    },
+                    &[s],
+                )
+                .unwrap()
+            } else {
+                s
+            }
+        };
+        let mut g = GraphBuilder::new();
+        let x = g.param(TensorType::new(DType::F32, &[2, 6, 3, 8]));
+        let y = g.param(TensorType::new(DType::F32, &[2, 3, 6, 4]));
+        let h = half(&mut g, x, true);
+        let c = g.op(Prim::Concatenate { dimension: 3 }, &[h, y]).unwrap();
+        let graph = g.build(&[c]).unwrap();
+        let simple = simplify(&graph).unwrap();
+        assert!(has(&simple, "convert"), "{simple}");
+        let plan = crate::fusion::plan(&simple);
+        let names: Vec<String> = plan
+            .kernels
+            .iter()
+            .map(|k| simple.nodes()[k.nodes[0]].prim.name())
+            .collect();
+        assert_eq!(names, ["convert", "concatenate"], "{simple}");
+        let inputs: Vec<HostTensor> = graph
+            .param_types()
+            .iter()
+            .map(|t| {
+                let vals: Vec<f64> = (0..t.numel()).map(|i| i as f64 * 0.25 - 7.0).collect();
+                HostTensor::from_f64(t.dtype, &t.dims, &vals).unwrap()
+            })
+            .collect();
+        let want = eval_graph(&graph, &inputs).unwrap();
+        let got = eval_graph(&simple, &inputs).unwrap();
+        assert_eq!(want[0].to_f64_vec(), got[0].to_f64_vec());
+        // One moving load (the slice alone): no copy added.
+        let mut g = GraphBuilder::new();
+        let x = g.param(TensorType::new(DType::F32, &[2, 6, 3, 8]));
+        let y = g.param(TensorType::new(DType::F32, &[2, 6, 3, 4]));
+        let h = half(&mut g, x, false);
+        let c = g.op(Prim::Concatenate { dimension: 3 }, &[h, y]).unwrap();
+        let graph = g.build(&[c]).unwrap();
+        assert_eq!(simplify(&graph).unwrap(), graph);
     }
 
     #[test]

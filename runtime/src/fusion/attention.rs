@@ -239,13 +239,7 @@ impl Walk<'_> {
 
     /// The value of a scalar constant.
     fn constant(&self, v: ValueId) -> Option<f64> {
-        let n = &self.graph.nodes()[self.producer[v.0 as usize]?];
-        match &n.prim {
-            Prim::Constant { dtype, dims, bytes } if dims.is_empty() => {
-                Some(crate::ir::literal::decode(*dtype, bytes, 0))
-            }
-            _ => None,
-        }
+        super::scalar_constant(self.graph, &self.producer, v)
     }
 }
 

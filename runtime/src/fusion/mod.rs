@@ -623,6 +623,16 @@ fn phase_stores(graph: &Graph, producer: &[Option<usize>], kernel: &mut Kernel) 
     }
 }
 
+/// The value of `v` when a scalar constant makes it.
+fn scalar_constant(graph: &Graph, producer: &[Option<usize>], v: ValueId) -> Option<f64> {
+    match &graph.nodes()[producer[v.0 as usize]?].prim {
+        Prim::Constant { dtype, dims, bytes } if dims.is_empty() => {
+            Some(crate::ir::literal::decode(*dtype, bytes, 0))
+        }
+        _ => None,
+    }
+}
+
 /// The value `v` reads through a chain of loads.
 pub fn under_loads(graph: &Graph, producer: &[Option<usize>], mut v: ValueId) -> ValueId {
     while let Some(p) = producer[v.0 as usize].filter(|&p| is_load(graph, &graph.nodes()[p])) {

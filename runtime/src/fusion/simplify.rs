@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 
 use crate::error::Result;
-use crate::ir::{BinaryOp, DType, Graph, GraphBuilder, Prim, ValueId};
+use crate::ir::{BinaryOp, Graph, GraphBuilder, Prim, ValueId};
 
 /// The batch and contracting dimensions of a dot_general operand that is
 /// `transpose(x, perm)`, restated as dimensions of `x`, so the product can
@@ -37,9 +37,11 @@ pub fn dot_operand_through_transpose(
     Some((nb, nc))
 }
 
-/// The graph with transposes folded into dot_general operands and
-/// written-out attention fused (`super::fuse_attention`), without the
-/// nodes that leaves unread; the graph unchanged when nothing applies.
+/// The graph with transposes folded into dot_general operands, sums of
+/// zero tensors updated in complementary parts concatenated, written-out
+/// attention fused (`super::fuse_attention`) and chains of loads a
+/// non-loop kernel reads copied in one pass, without the nodes that leaves
+/// unread; the graph unchanged when nothing applies.
 pub fn simplify(graph: &Graph) -> Result<Graph> {
     let folded = concat_tiled_updates(&fold_transposes(graph)?)?;
     let fused = match super::fuse_attention(&folded)? {
@@ -75,14 +77,22 @@ fn moving_loads(graph: &Graph, producer: &[Option<usize>], mut v: ValueId) -> us
 fn copy_load_chains(graph: &Graph) -> Result<Graph> {
     let producer = graph.producers();
     let nodes = graph.nodes();
-    let copied = |n: &crate::ir::Node, v: ValueId| {
-        !n.prim.is_elementwise()
-            && !super::is_load(graph, n)
-            && !matches!(n.prim, Prim::DotGeneral { .. })
-            && super::loop_dtype(graph.value_type(v).dtype)
-            && moving_loads(graph, &producer, v) >= 2
-    };
-    if !nodes.iter().any(|n| n.inputs.iter().any(|&v| copied(n, v))) {
+    // (node, operand position) of each operand read through a copy.
+    let copied: std::collections::HashSet<(usize, usize)> = nodes
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| {
+            !n.prim.is_elementwise()
+                && !super::is_load(graph, n)
+                && !matches!(n.prim, Prim::DotGeneral { .. })
+        })
+        .flat_map(|(i, n)| n.inputs.iter().enumerate().map(move |(k, &v)| (i, k, v)))
+        .filter(|&(_, _, v)| {
+            super::loop_dtype(graph.value_type(v).dtype) && moving_loads(graph, &producer, v) >= 2
+        })
+        .map(|(i, k, _)| (i, k))
+        .collect();
+    if copied.is_empty() {
         return Ok(graph.clone());
     }
     let mut b = GraphBuilder::new();
@@ -90,10 +100,10 @@ fn copy_load_chains(graph: &Graph) -> Result<Graph> {
     for p in graph.params() {
         map.insert(*p, b.param(graph.value_type(*p).clone()));
     }
-    for n in nodes {
+    for (i, n) in nodes.iter().enumerate() {
         let mut ins = Vec::with_capacity(n.inputs.len());
-        for &v in &n.inputs {
-            ins.push(if copied(n, v) {
+        for (k, &v) in n.inputs.iter().enumerate() {
+            ins.push(if copied.contains(&(i, k)) {
                 let to = graph.value_type(v).dtype;
                 b.op(Prim::Convert { to }, &[map[&v]])?
             } else {
@@ -207,21 +217,12 @@ fn is_zeros(graph: &Graph, producer: &[Option<usize>], v: ValueId) -> bool {
 
 /// The value of `v` when it is a scalar integer constant.
 fn int_constant(graph: &Graph, producer: &[Option<usize>], v: ValueId) -> Option<i64> {
-    let node = &graph.nodes()[producer[v.0 as usize]?];
-    let Prim::Constant { dtype, dims, bytes } = &node.prim else {
-        return None;
-    };
-    if !dims.is_empty() {
-        return None;
-    }
-    let b = bytes.as_slice();
-    Some(match dtype {
-        DType::I64 => i64::from_le_bytes(b.try_into().ok()?),
-        DType::I32 => i32::from_le_bytes(b.try_into().ok()?) as i64,
-        DType::I8 => *b.first()? as i8 as i64,
-        DType::U8 => *b.first()? as i64,
-        _ => return None,
-    })
+    let value = super::scalar_constant(graph, producer, v)?;
+    graph
+        .value_type(v)
+        .dtype
+        .is_integer()
+        .then_some(value as i64)
 }
 
 /// A `dynamic_update_slice` of a zero tensor with constant indices: its
@@ -379,6 +380,20 @@ mod tests {
         g.build(&[y]).unwrap()
     }
 
+    /// Inputs for `graph`'s parameters: element i of parameter k is
+    /// `value(k, i)`.
+    fn inputs_of(graph: &Graph, value: impl Fn(usize, usize) -> f64) -> Vec<HostTensor> {
+        graph
+            .param_types()
+            .iter()
+            .enumerate()
+            .map(|(k, t)| {
+                let vals: Vec<f64> = (0..t.numel() as usize).map(|i| value(k, i)).collect();
+                HostTensor::from_f64(t.dtype, &t.dims, &vals).unwrap()
+            })
+            .collect()
+    }
+
     fn has(graph: &Graph, name: &str) -> bool {
         graph.nodes().iter().any(|n| n.prim.name() == name)
     }
@@ -399,17 +414,7 @@ mod tests {
             assert!(has(&simple, "concatenate"), "{widths:?} {at:?}:\n{simple}");
             assert!(!has(&simple, "dynamic_update_slice"), "{simple}");
             assert_eq!(simple.output_types(), graph.output_types());
-            let inputs: Vec<HostTensor> = graph
-                .param_types()
-                .iter()
-                .enumerate()
-                .map(|(k, t)| {
-                    let vals: Vec<f64> = (0..t.numel())
-                        .map(|i| ((i as f64 + 1.0) * (k as f64 + 0.7)).sin())
-                        .collect();
-                    HostTensor::from_f64(t.dtype, &t.dims, &vals).unwrap()
-                })
-                .collect();
+            let inputs = inputs_of(&graph, |k, i| ((i as f64 + 1.0) * (k as f64 + 0.7)).sin());
             let want = eval_graph(&graph, &inputs).unwrap();
             let got = eval_graph(&simple, &inputs).unwrap();
             assert_eq!(
@@ -442,11 +447,21 @@ mod tests {
 
     /// A slice then a transpose read by a concatenation (rotary
     /// embeddings' halves): one copy through both, where each ran as a
-    /// kernel; one transpose alone, or a product's operand, stays as it is.
+    /// kernel; a slice alone stays as it is.
     #[test]
     fn a_chain_of_loads_a_concatenation_reads_is_copied_in_one_pass() {
-        let half = |g: &mut GraphBuilder, x: ValueId, transposes: bool| {
-            let s = g
+        // Half of x's last dimension (heads and positions swapped when
+        // `transposes`) concatenated with a parameter of the same shape.
+        let concatenated = |transposes: bool| {
+            let mut g = GraphBuilder::new();
+            let x = g.param(TensorType::new(DType::F32, &[2, 6, 3, 8]));
+            let other: &[u64] = if transposes {
+                &[2, 3, 6, 4]
+            } else {
+                &[2, 6, 3, 4]
+            };
+            let y = g.param(TensorType::new(DType::F32, other));
+            let mut h = g
                 .op(
                     Prim::Slice {
                         start: vec![0, 0, 0, 4],
@@ -457,23 +472,19 @@ mod tests {
                 )
                 .unwrap();
             if transposes {
-                g.op(
-                    Prim::Transpose {
-                        perm: vec![0, 2, 1, 3],
-                    },
-                    &[s],
-                )
-                .unwrap()
-            } else {
-                s
+                h = g
+                    .op(
+                        Prim::Transpose {
+                            perm: vec![0, 2, 1, 3],
+                        },
+                        &[h],
+                    )
+                    .unwrap();
             }
+            let c = g.op(Prim::Concatenate { dimension: 3 }, &[h, y]).unwrap();
+            g.build(&[c]).unwrap()
         };
-        let mut g = GraphBuilder::new();
-        let x = g.param(TensorType::new(DType::F32, &[2, 6, 3, 8]));
-        let y = g.param(TensorType::new(DType::F32, &[2, 3, 6, 4]));
-        let h = half(&mut g, x, true);
-        let c = g.op(Prim::Concatenate { dimension: 3 }, &[h, y]).unwrap();
-        let graph = g.build(&[c]).unwrap();
+        let graph = concatenated(true);
         let simple = simplify(&graph).unwrap();
         assert!(has(&simple, "convert"), "{simple}");
         let plan = crate::fusion::plan(&simple);
@@ -483,24 +494,12 @@ mod tests {
             .map(|k| simple.nodes()[k.nodes[0]].prim.name())
             .collect();
         assert_eq!(names, ["convert", "concatenate"], "{simple}");
-        let inputs: Vec<HostTensor> = graph
-            .param_types()
-            .iter()
-            .map(|t| {
-                let vals: Vec<f64> = (0..t.numel()).map(|i| i as f64 * 0.25 - 7.0).collect();
-                HostTensor::from_f64(t.dtype, &t.dims, &vals).unwrap()
-            })
-            .collect();
+        let inputs = inputs_of(&graph, |_, i| i as f64 * 0.25 - 7.0);
         let want = eval_graph(&graph, &inputs).unwrap();
         let got = eval_graph(&simple, &inputs).unwrap();
         assert_eq!(want[0].to_f64_vec(), got[0].to_f64_vec());
         // One moving load (the slice alone): no copy added.
-        let mut g = GraphBuilder::new();
-        let x = g.param(TensorType::new(DType::F32, &[2, 6, 3, 8]));
-        let y = g.param(TensorType::new(DType::F32, &[2, 6, 3, 4]));
-        let h = half(&mut g, x, false);
-        let c = g.op(Prim::Concatenate { dimension: 3 }, &[h, y]).unwrap();
-        let graph = g.build(&[c]).unwrap();
+        let graph = concatenated(false);
         assert_eq!(simplify(&graph).unwrap(), graph);
     }
 

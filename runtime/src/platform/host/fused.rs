@@ -4614,6 +4614,16 @@ mod tests {
     #[test]
     fn a_transpose_made_contiguous_is_one_strided_copy() {
         use crate::ir::GraphBuilder;
+        // Heads and positions swapped, as attention's inputs are.
+        let heads = |g: &mut GraphBuilder, x| {
+            g.op(
+                Prim::Transpose {
+                    perm: vec![0, 2, 1, 3],
+                },
+                &[x],
+            )
+            .unwrap()
+        };
         for (from, to, copy) in [
             (DType::F32, DType::F32, true),
             (DType::BF16, DType::F32, true),
@@ -4622,14 +4632,7 @@ mod tests {
         ] {
             let mut g = GraphBuilder::new();
             let x = g.param(TensorType::new(from, &[2, 6, 4, 32]));
-            let t = g
-                .op(
-                    Prim::Transpose {
-                        perm: vec![0, 2, 1, 3],
-                    },
-                    &[x],
-                )
-                .unwrap();
+            let t = heads(&mut g, x);
             let c = g.op(Prim::Convert { to }, &[t]).unwrap();
             let graph = g.build(&[c]).unwrap();
             check(&graph, 0.0);
@@ -4639,14 +4642,7 @@ mod tests {
         }
         let mut g = GraphBuilder::new();
         let x = g.param(TensorType::new(DType::F32, &[3, 5, 2, 32]));
-        let t = g
-            .op(
-                Prim::Transpose {
-                    perm: vec![0, 2, 1, 3],
-                },
-                &[x],
-            )
-            .unwrap();
+        let t = heads(&mut g, x);
         let one = filled(&mut g, &[3, 2, 5, 32], 1.0);
         let y = g.binary(BinaryOp::Add, t, one).unwrap();
         let graph = g.build(&[y]).unwrap();

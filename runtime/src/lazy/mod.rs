@@ -31,7 +31,7 @@
 //!   records the rest. The boundaries follow from the op sequence alone,
 //!   so a repeated step makes the same graphs (compile cache hits).
 
-use std::collections::HashMap;
+use crate::fxhash::{FxHashMap, FxHashSet};
 use std::sync::Arc;
 
 use crate::compile::Compiler;
@@ -56,11 +56,11 @@ pub(crate) struct LazyQueue {
     ops: Vec<Deferred>,
     pub compiler: Option<Arc<Compiler>>,
     /// Recordings compiled before, by shape.
-    pub memo: HashMap<Vec<u64>, MemoEntry>,
+    pub memo: FxHashMap<Vec<u64>, MemoEntry>,
     /// The views written so far, by buffer, for the conflict check.
-    written: HashMap<usize, Vec<DeviceTensor>>,
+    written: FxHashMap<usize, Vec<DeviceTensor>>,
     /// Every buffer the recorded ops read or write.
-    touched: std::collections::HashSet<usize>,
+    touched: FxHashSet<usize>,
 }
 
 /// Ops a recording holds before it is flushed: `TPURT_DEFER_MAX_OPS`
@@ -214,7 +214,7 @@ fn where_in<'a>(t: &'a DeviceTensor, w: &DeviceTensor) -> impl Iterator<Item = u
 
 /// The index of `t`'s view among `views`, added (with no state) if new.
 fn view_index<'a>(
-    view_of: &mut HashMap<ViewKey, usize>,
+    view_of: &mut FxHashMap<ViewKey, usize>,
     views: &mut Vec<(Option<ViewState>, &'a DeviceTensor)>,
     t: &'a DeviceTensor,
 ) -> usize {
@@ -282,7 +282,7 @@ const MEMO_ENTRIES: usize = 256;
 pub(crate) fn prepare(
     ops: &[Deferred],
     compiler: &Compiler,
-    memo: &mut HashMap<Vec<u64>, MemoEntry>,
+    memo: &mut FxHashMap<Vec<u64>, MemoEntry>,
 ) -> Result<Option<Flush>> {
     if ops.is_empty() {
         return Ok(None);
@@ -292,7 +292,7 @@ pub(crate) fn prepare(
     // queued earlier that still holds a buffer (the host running ahead of
     // the device) would otherwise make the stored set, and so the program
     // and its compile, depend on timing.
-    let mut ours: HashMap<usize, usize> = HashMap::new();
+    let mut ours: FxHashMap<usize, usize> = FxHashMap::default();
     for d in ops {
         for t in d.inputs.iter().chain(&d.outputs) {
             *ours.entry(t.buffer.id()).or_default() += 1;
@@ -305,7 +305,7 @@ pub(crate) fn prepare(
     const LIVE: u64 = 4 << 60;
     const DERIVED: u64 = 5 << 60;
     const PLACE: u64 = 7 << 60;
-    let mut view_of: HashMap<ViewKey, usize> = HashMap::new();
+    let mut view_of: FxHashMap<ViewKey, usize> = FxHashMap::default();
     let mut views: Vec<(Option<ViewState>, &DeviceTensor)> = Vec::new();
     let mut params: Vec<(usize, usize)> = Vec::new();
     let mut key: Vec<u64> = vec![ops.len() as u64];
@@ -313,10 +313,10 @@ pub(crate) fn prepare(
     // inputs read from them, (op, input) -> (written view, primitives); and
     // the outputs written into them, (op, output) -> (written view, where).
     // (References: a clone would count as a holder of the buffer.)
-    let mut written: HashMap<usize, Vec<&DeviceTensor>> = HashMap::new();
-    type Derived = HashMap<(usize, usize), (ViewKey, Vec<crate::ir::Prim>)>;
-    let mut derived: Derived = HashMap::new();
-    let mut placed: HashMap<(usize, usize), (ViewKey, view::Placement)> = HashMap::new();
+    let mut written: FxHashMap<usize, Vec<&DeviceTensor>> = FxHashMap::default();
+    type Derived = FxHashMap<(usize, usize), (ViewKey, Vec<crate::ir::Prim>)>;
+    let mut derived: Derived = FxHashMap::default();
+    let mut placed: FxHashMap<(usize, usize), (ViewKey, view::Placement)> = FxHashMap::default();
     let mut view_index = |t, views: &mut _| view_index(&mut view_of, views, t);
     for (o, d) in ops.iter().enumerate() {
         key.push(Arc::as_ptr(&d.graph) as usize as u64);
@@ -431,12 +431,12 @@ pub(crate) fn prepare(
         .iter()
         .map(|&(o, i)| b.param(ops[o].inputs[i].ty()))
         .collect();
-    let mut value: HashMap<ViewKey, ValueId> = HashMap::new();
+    let mut value: FxHashMap<ViewKey, ValueId> = FxHashMap::default();
     for (&(o, i), v) in params.iter().zip(&param_values) {
         value.insert(view_key(&ops[o].inputs[i]), *v);
     }
     let mut results: Vec<Vec<ValueId>> = Vec::with_capacity(ops.len());
-    let mut placed_values: HashMap<(usize, usize), ValueId> = HashMap::new();
+    let mut placed_values: FxHashMap<(usize, usize), ValueId> = FxHashMap::default();
     for (o, d) in ops.iter().enumerate() {
         let ins: Vec<ValueId> = d
             .inputs
@@ -481,7 +481,7 @@ pub(crate) fn prepare(
         .collect();
     // A stored tensor that is also a parameter's (an in-place update) is
     // stored over it: a platform may write it there (`ir::Alias`).
-    let param_of: HashMap<ViewKey, usize> = params
+    let param_of: FxHashMap<ViewKey, usize> = params
         .iter()
         .enumerate()
         .map(|(p, &(o, i))| (view_key(&ops[o].inputs[i]), p))
@@ -553,7 +553,7 @@ fn apply(b: &mut GraphBuilder, prims: &[crate::ir::Prim], mut v: ValueId) -> Res
 /// Copy `g`'s nodes into `b` with its parameters bound to `args`; returns
 /// the values of its outputs.
 fn inline(b: &mut GraphBuilder, g: &Graph, args: &[ValueId]) -> Result<Vec<ValueId>> {
-    let mut map: HashMap<ValueId, ValueId> = g
+    let mut map: FxHashMap<ValueId, ValueId> = g
         .params()
         .iter()
         .copied()

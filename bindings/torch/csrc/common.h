@@ -148,6 +148,22 @@ int device_of(const std::vector<at::Tensor>& inputs, const char* op);
 // A 0-dim tensor on `device` holding `s` (double, int64 or bool, as torch
 // wraps Python numbers), marked as a wrapped number.
 at::Tensor scalar_on(const at::Scalar& s, int device);
+// A 0-dim CPU tensor's value on `device`, marked a wrapped number when
+// `wrapped`, for ops to read and never write.
+at::Tensor device_scalar(const at::Tensor& cpu, int device, bool wrapped);
+// While one lives on a thread (the outermost counts), scalar_on and
+// device_scalar upload each value once: a foreach op's scalar serves
+// every tensor of its list.
+class ScalarUploadScope {
+ public:
+  ScalarUploadScope();
+  ~ScalarUploadScope();
+  ScalarUploadScope(const ScalarUploadScope&) = delete;
+  ScalarUploadScope& operator=(const ScalarUploadScope&) = delete;
+
+ private:
+  bool owner_ = false;
+};
 // Copy `src` (any device) into `dst` (any device), with cast and broadcast.
 void copy_into(const at::Tensor& dst, const at::Tensor& src, bool non_blocking);
 

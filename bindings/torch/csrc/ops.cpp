@@ -1783,6 +1783,7 @@ template <typename R, typename... A, R (*Fn)(A...)>
 struct Deferred<Fn> {
   static R call(A... args) {
     DeferInStrict defer;
+    ScalarUploadScope scalars;  // the list's scalar uploaded once
     return Fn(std::forward<A>(args)...);
   }
 };

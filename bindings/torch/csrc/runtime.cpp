@@ -392,9 +392,7 @@ Ptrs on_device(const Ptrs& inputs, int device, const char* op, std::vector<at::T
     } else {
       TORCH_CHECK(x.dim() == 0, "tpu: ", op, ": expected all tensors on tpu:", device, ", but input ",
                   i, " is on ", x.device(), " (only 0-dim CPU tensors may join tpu tensors)");
-      at::Tensor m = empty({}, x.scalar_type(), device);
-      copy_into(m, x, false);
-      moved.push_back(std::move(m));
+      moved.push_back(device_scalar(x, device, x.unsafeGetTensorImpl()->is_wrapped_number()));
       out.push_back(&moved.back());
     }
   }
@@ -515,20 +513,103 @@ void call_into(const char* op, const std::vector<at::Tensor>& inputs, const std:
   call_into_ptrs(op, ptrs_of(inputs), outputs, attrs);
 }
 
-at::Tensor scalar_on(const at::Scalar& s, int device) {
-  at::Tensor cpu;
-  if (s.isBoolean()) {
-    cpu = at::scalar_tensor(s, at::kBool);
-  } else if (s.isIntegral(false)) {
-    cpu = at::scalar_tensor(s, at::kLong);
-  } else {
-    TORCH_CHECK(!s.isComplex(), "tpu: complex scalars are not supported");
-    cpu = at::scalar_tensor(s, at::kDouble);
+namespace {
+
+// A scalar operand (x * 0.5, an optimizer's beta or step size) is an input
+// tensor on the device, uploaded for the op: about 6 us of the caller's
+// time and a task on the stream each. Inside one foreach op, where one
+// value serves every tensor of the list (AdamW's foreach ops: 273 of the
+// 323 uploads of a training step of the README's tiny Llama), each value
+// is uploaded once, equal values of a scalar list too (AdamW's step sizes
+// are one value per list), so the op's program depends on which of its
+// scalars are equal: a pattern an optimizer repeats every step. Kept
+// past the op, that would hold for every scalar of a deferred recording,
+// whose shape (one parameter for two equal values, or two) would then
+// change as values met by chance, each time a new program to compile.
+struct ScalarKey {
+  int device;
+  at::ScalarType dtype;
+  bool wrapped;
+  uint64_t bits;
+  bool operator==(const ScalarKey& o) const {
+    return device == o.device && dtype == o.dtype && wrapped == o.wrapped && bits == o.bits;
   }
+};
+struct ScalarScope {
+  std::vector<std::pair<ScalarKey, at::Tensor>> uploaded;
+};
+thread_local ScalarScope* t_scalar_scope = nullptr;
+
+// The upload of `key`'s value in this thread's scope, if there is one.
+std::optional<at::Tensor> uploaded(const ScalarKey& key) {
+  if (t_scalar_scope != nullptr) {
+    for (const auto& [k, t] : t_scalar_scope->uploaded) {
+      if (k == key) return t;
+    }
+  }
+  return std::nullopt;
+}
+
+// `cpu` on `device`, kept in this thread's scope under `key`.
+at::Tensor upload_scalar(const at::Tensor& cpu, int device, bool wrapped, const std::optional<ScalarKey>& key) {
   at::Tensor t = empty({}, cpu.scalar_type(), device);
   copy_into(t, cpu, false);
-  t.unsafeGetTensorImpl()->set_wrapped_number(true);
+  if (wrapped) {
+    t.unsafeGetTensorImpl()->set_wrapped_number(true);
+  }
+  if (key && t_scalar_scope != nullptr) {
+    t_scalar_scope->uploaded.emplace_back(*key, t);
+  }
   return t;
+}
+
+}  // namespace
+
+ScalarUploadScope::ScalarUploadScope() {
+  if (t_scalar_scope == nullptr) {
+    t_scalar_scope = new ScalarScope();
+    owner_ = true;
+  }
+}
+
+ScalarUploadScope::~ScalarUploadScope() {
+  if (owner_) {
+    delete t_scalar_scope;
+    t_scalar_scope = nullptr;
+  }
+}
+
+at::Tensor device_scalar(const at::Tensor& cpu, int device, bool wrapped) {
+  TORCH_CHECK(cpu.dim() == 0 && cpu.device().is_cpu(), "tpu: device_scalar takes a 0-dim CPU tensor");
+  std::optional<ScalarKey> key;
+  if (size_t size = cpu.element_size(); t_scalar_scope != nullptr && size <= sizeof(uint64_t)) {
+    uint64_t bits = 0;
+    std::memcpy(&bits, cpu.const_data_ptr(), size);
+    key = ScalarKey{device, cpu.scalar_type(), wrapped, bits};
+    if (auto hit = uploaded(*key)) return *hit;
+  }
+  return upload_scalar(cpu, device, wrapped, key);
+}
+
+at::Tensor scalar_on(const at::Scalar& s, int device) {
+  TORCH_CHECK(!s.isComplex(), "tpu: complex scalars are not supported");
+  at::ScalarType dtype = s.isBoolean() ? at::kBool : s.isIntegral(false) ? at::kLong : at::kDouble;
+  std::optional<ScalarKey> key;
+  if (t_scalar_scope != nullptr) {
+    uint64_t bits = 0;
+    if (dtype == at::kBool) {
+      bits = s.toBool() ? 1 : 0;
+    } else if (dtype == at::kLong) {
+      int64_t v = s.toLong();
+      std::memcpy(&bits, &v, sizeof v);
+    } else {
+      double v = s.toDouble();
+      std::memcpy(&bits, &v, sizeof v);
+    }
+    key = ScalarKey{device, dtype, true, bits};
+    if (auto hit = uploaded(*key)) return *hit;
+  }
+  return upload_scalar(at::scalar_tensor(s, dtype), device, true, key);
 }
 
 }  // namespace tpurt_torch

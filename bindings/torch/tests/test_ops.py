@@ -116,6 +116,50 @@ def test_in_place_arithmetic_writes_its_target(mode, no_fallback):
         close(a, a0 + b0)
 
 
+def _uploads(prof):
+    return sum(1 for e in prof.events() if e.kind == "task" and e.name == "copy_host_to_device")
+
+
+def test_a_foreach_op_uploads_each_scalar_once(no_fallback):
+    """A foreach op's scalar serves every tensor of its list: one upload, not
+    one per tensor (equal values of a scalar list share one too); a plain
+    op after it uploads its own."""
+    xs = [torch.randn(n, device="tpu") for n in (3, 5, 7)]
+    ref = [x.cpu() for x in xs]
+    torch.tpu.synchronize()
+    with torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_NEVER):
+        with torch.tpu.profiler.profile() as prof:
+            torch._foreach_mul_(xs, 0.75)
+            torch.tpu.synchronize()
+        assert _uploads(prof) == 1
+        with torch.tpu.profiler.profile() as prof:
+            torch._foreach_div_(xs, [2.0, -0.5, 2.0])
+            torch.tpu.synchronize()
+        assert _uploads(prof) == 2
+        with torch.tpu.profiler.profile() as prof:
+            y = xs[0] * 0.75
+            z = xs[1] * 0.75
+            torch.tpu.synchronize()
+        assert _uploads(prof) == 2
+    torch._foreach_mul_(ref, 0.75)
+    torch._foreach_div_(ref, [2.0, -0.5, 2.0])
+    for x, r in zip(xs, ref):
+        close(x, r)
+    close(y, ref[0] * 0.75)
+    close(z, ref[1] * 0.75)
+
+
+def test_foreach_scalars_keep_their_values(mode, no_fallback):
+    """Within one foreach op, -0.0 and 0.0 stay apart, and each tensor of a
+    scalar list gets its own value: -0.0 + s * 1 / 1 keeps the sign of s
+    when s is a zero."""
+    fs = [torch.tensor([-0.0, 1.0], device="tpu") for _ in range(4)]
+    ones = [torch.ones(2, device="tpu") for _ in range(4)]
+    torch._foreach_addcdiv_(fs, ones, ones, [-0.0, 0.0, -0.0, 0.5])
+    got = [(torch.signbit(f.cpu()[0]).item(), f.cpu()[1].item()) for f in fs]
+    assert got == [(True, 1.0), (False, 1.0), (True, 1.0), (False, 1.5)], got
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.bool])
 def test_casts(dtype, mode, no_fallback):
     close(X.to("tpu").to(dtype), X.to(dtype))

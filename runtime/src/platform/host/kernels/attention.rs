@@ -194,6 +194,10 @@ fn exp_row(row: &mut [f32], n: usize) -> (f32, f32) {
         row.fill(0.0);
         return (f32::NEG_INFINITY, 1.0);
     }
+    // The keys past `n` up to whole vectors read as -inf (exp gives 0, the
+    // max and the sum stay): under `causal` a row's n is any of 1..=keys,
+    // and the remainder one by one took most of the softmax's time.
+    let n = padded(row, n);
     let max = max_lanes(&row[..n]);
     // A row of -inf (or +inf) scores: subtracting would give NaN for
     // -inf; torch's math path gives NaN for +inf, and so does this.
@@ -208,6 +212,15 @@ fn exp_row(row: &mut [f32], n: usize) -> (f32, f32) {
 }
 
 const LANES: usize = 16;
+
+/// `n` rounded up to whole vectors of LANES within the row, the elements
+/// added set to -inf.
+#[inline(always)]
+fn padded(row: &mut [f32], n: usize) -> usize {
+    let to = n.next_multiple_of(LANES).min(row.len());
+    row[n..to].fill(f32::NEG_INFINITY);
+    to
+}
 
 /// The largest element, NaN ignored (as `f32::max` does): four runs of
 /// 16 lanes, so four vector maxima are in flight (one would wait on the
@@ -424,6 +437,8 @@ pub fn attention_backward(
                                 row.fill(0.0);
                                 continue;
                             }
+                            // As in `exp_row`: -inf past n, whole vectors.
+                            let n = padded(row, n);
                             for x in &mut row[..n] {
                                 *x = vmath::exp_f32(*x - l);
                             }

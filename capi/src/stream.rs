@@ -135,6 +135,26 @@ pub extern "C" fn tpurt_stream_flush(
     })
 }
 
+/// Launch the ops `stream` holds for defer-and-fuse now, as the op-count
+/// limit would, at a step boundary the frontend knows of (an optimizer
+/// step's start): unlike `tpurt_stream_flush` this does not observe the
+/// stream, so the limit on the next recordings keeps ramping up instead of
+/// starting small. `*launched` = how many ops there were; `launched` may
+/// be NULL.
+#[no_mangle]
+pub extern "C" fn tpurt_stream_mark_step(
+    stream: tpurt_stream,
+    launched: *mut usize,
+) -> *mut tpurt_status {
+    guard(|| {
+        let n = stream_of(stream)?.0.mark_step()?;
+        if !launched.is_null() {
+            *out_ptr(launched, "launched")? = n;
+        }
+        Ok(())
+    })
+}
+
 #[no_mangle]
 pub extern "C" fn tpurt_stream_synchronize(stream: tpurt_stream) -> *mut tpurt_status {
     guard(|| stream_of(stream)?.0.synchronize())

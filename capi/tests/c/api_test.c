@@ -517,6 +517,13 @@ static void test_ops_modes_graphs_and_cache(void) {
   OK(tpurt_stream_flush(def, &launched));
   CHECK(launched == 0);
   OK(tpurt_stream_flush(def, NULL));
+  /* A marked step launches them as well (the op limit's way). */
+  OK(tpurt_op_launch(rt, add_id, ins, 2, &to, 1, &alpha, 1, none));
+  OK(tpurt_stream_mark_step(def, &launched));
+  CHECK(launched == 1);
+  OK(tpurt_stream_mark_step(def, &launched));
+  CHECK(launched == 0);
+  OK(tpurt_stream_mark_step(def, NULL));
   OK(tpurt_eager_mode_pop(&mode));
   OK(tpurt_stream_synchronize(def));
   float xs[6];
@@ -525,6 +532,7 @@ static void test_ops_modes_graphs_and_cache(void) {
   for (int i = 0; i < 6; i++) CHECK(out[i] == 3 * xs[i]);
   OK(tpurt_stream_destroy(def));
   ERR(tpurt_stream_flush(def, &launched), TPURT_CODE_INVALID_HANDLE, "destroyed already");
+  ERR(tpurt_stream_mark_step(def, &launched), TPURT_CODE_INVALID_HANDLE, "destroyed already");
 
   /* A whole graph in canonical form: z = x * y. */
   const char *graph =

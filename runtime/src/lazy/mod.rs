@@ -724,6 +724,58 @@ mod tests {
         assert_eq!(download(&r, &s, &y), vec![51.0, 102.0, 153.0, 204.0]);
     }
 
+    /// `Stream::mark_step` launches the recording as the op limit does:
+    /// the limit goes on ramping up, where a flush starts it over.
+    #[test]
+    fn a_marked_step_launches_the_recording_and_keeps_the_ramp() {
+        use crate::platform::host::{HostConfig, HostPlatform};
+        use crate::platform::testing::Tweaked;
+        if std::env::var_os("TPURT_DEFER_MAX_OPS").is_some() {
+            return; // the setting overrides the platform's limit
+        }
+        let platform = std::sync::Arc::new(Tweaked {
+            defer_max_ops: Some(16),
+            ..Tweaked::over(HostPlatform::new(HostConfig::default()))
+        });
+        let r = Runtime::with_platform_and_cache(platform, CacheConfig::memory_only(8)).unwrap();
+        let s = r.default_stream(0).unwrap();
+        let x = upload(&r, &s, &[4], &[1.0, 2.0, 3.0, 4.0]);
+        let (y, counts) = in_mode(EagerMode::DeferAndFuse, || {
+            let mut y = x.clone();
+            let mut counts = vec![];
+            let add = |y: &mut DeviceTensor| {
+                *y = op(&r, &s, "add", &[&*y, &x], Attrs::new());
+                s.deferred_ops()
+            };
+            counts.push(add(&mut y)); // 1 of the first limit, 2
+            assert_eq!(s.mark_step().unwrap(), 1);
+            assert_eq!(s.mark_step().unwrap(), 0);
+            // The limit is 4 now (a flush would have left it at 2).
+            for _ in 0..5 {
+                counts.push(add(&mut y));
+            }
+            (y, counts)
+        });
+        assert_eq!(counts, vec![1, 1, 2, 3, 0, 1]);
+        assert_eq!(download(&r, &s, &y), vec![7.0, 14.0, 21.0, 28.0]);
+        // Against a flush: the ramp starts over at 2.
+        let counts = in_mode(EagerMode::DeferAndFuse, || {
+            let mut y = x.clone();
+            let mut counts = vec![];
+            for _ in 0..2 {
+                y = op(&r, &s, "add", &[&y, &x], Attrs::new());
+                counts.push(s.deferred_ops());
+            }
+            s.flush().unwrap();
+            for _ in 0..3 {
+                y = op(&r, &s, "add", &[&y, &x], Attrs::new());
+                counts.push(s.deferred_ops());
+            }
+            counts
+        });
+        assert_eq!(counts, vec![1, 0, 1, 0, 1]);
+    }
+
     /// A recording that updates a tensor in place stores it over the
     /// parameter it read (`ir::Alias`); a new tensor is stored over none.
     #[test]

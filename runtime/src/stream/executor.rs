@@ -355,6 +355,25 @@ impl Executor {
         }
     }
 
+    /// Launch `stream`'s deferred ops as the op limit does: not an
+    /// observation of the stream (the frontend goes on recording), so the
+    /// limit keeps ramping up instead of starting over; returns how many
+    /// ops there were. A frontend marks a step's boundary so: the ops on
+    /// either side are then never cut apart by the limit.
+    pub fn mark_step(&self, stream: &StreamQueue) -> Result<usize> {
+        if !stream.has_lazy.load(Ordering::SeqCst) {
+            return Ok(0);
+        }
+        let mut q = stream.lazy.lock().unwrap_or_else(|e| e.into_inner());
+        let n = q.len();
+        if n > 0 {
+            self.flush_locked(stream, &mut q)?;
+            let ramp = stream.ramp.load(Ordering::Relaxed);
+            stream.ramp.store(ramp.saturating_add(1), Ordering::Relaxed);
+        }
+        Ok(n)
+    }
+
     /// Record `op` on `stream` for a later flush (DEFER_AND_FUSE).
     pub fn defer(
         &self,

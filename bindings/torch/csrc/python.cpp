@@ -216,6 +216,14 @@ PYBIND11_MODULE(_C, m) {
     check(tpurt_stream_flush(stream_handle(current_stream(d)), &launched), "launch deferred ops");
     return launched;
   });
+  // Launch it as the op limit would, at a step boundary (see
+  // tpurt_stream_mark_step); returns how many ops that was.
+  m.def("mark_step", [](int d) {
+    check_device(d);
+    size_t launched = 0;
+    check(tpurt_stream_mark_step(stream_handle(current_stream(d)), &launched), "mark a step");
+    return launched;
+  });
   m.def("device_properties", &device_properties);
   m.def("slice_info", &slice_info);
 

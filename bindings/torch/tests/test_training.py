@@ -111,6 +111,28 @@ def test_optimizer_steps_launch_their_updates_at_once_in_strict_mode(no_fallback
             torch.testing.assert_close(b.cpu(), a)
 
 
+def test_an_optimizer_step_is_a_recording_of_its_own():
+    """Under defer-and-fuse, optimizer.step() first launches what was
+    recorded before it (torch.tpu.mark_step), so the update is one
+    program, never cut from the backward's ops by the op-count limit; and
+    the step's ops are still recorded, not launched, when it returns."""
+    p = torch.nn.Parameter(torch.ones(4, device="tpu"))
+    p.grad = torch.full((4,), 0.5, device="tpu")
+    opt = torch.optim.SGD([p], lr=0.5)
+    torch.tpu.synchronize()
+    with torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_AND_FUSE), torch.tpu.profiler.profile() as prof:
+        y = p.detach() * 3
+        opt.step()
+        assert torch.tpu._launch_deferred() > 0
+        assert torch.tpu.mark_step() == 0  # nothing left
+        torch.tpu.synchronize()
+    # (Scalar uploads aside: the copies of 3 and of -lr.)
+    launches = [e.name for e in prof.events() if e.kind == "task" and e.name != "copy_host_to_device"]
+    assert len(launches) == 2 and launches[0] == "mul", launches
+    torch.testing.assert_close(y.cpu(), torch.full((4,), 3.0))
+    torch.testing.assert_close(p.detach().cpu(), torch.full((4,), 0.75))
+
+
 # torch.optim's fused=True updates: native (no_fallback), each against the
 # same optimizer fused on CPU, with the options that change the formulas.
 FUSED = {

@@ -65,7 +65,8 @@ def _launch_after_optimizer_steps() -> None:
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     def launch(optimizer, args, kwargs) -> None:
-        if _C.eager_mode() == int(tpu.EagerMode.DEFER_NEVER):
+        # No runtime yet, no tpu tensor: a CPU model's step starts none.
+        if _C.is_initialized() and _C.eager_mode() == int(tpu.EagerMode.DEFER_NEVER):
             for d in range(_C.device_count()):
                 _C.launch_deferred(d)
 
@@ -73,6 +74,26 @@ def _launch_after_optimizer_steps() -> None:
 
 
 _launch_after_optimizer_steps()
+
+
+def _mark_steps_before_optimizer_steps() -> None:
+    # Under defer-and-fuse, an optimizer step starts a recording of its
+    # own (torch.tpu.mark_step), so the op-count limit never cuts it from
+    # the backward's ops in the middle: AdamW's foreach ops then run as
+    # one loop per parameter, where a cut after its weight decay stored
+    # every parameter once more and read it back (on the README's Llama
+    # step the cut fell there).
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+    def mark(optimizer, args, kwargs) -> None:
+        if _C.is_initialized() and _C.eager_mode() == int(tpu.EagerMode.DEFER_AND_FUSE):
+            for d in range(_C.device_count()):
+                _C.mark_step(d)
+
+    register_optimizer_step_pre_hook(mark)
+
+
+_mark_steps_before_optimizer_steps()
 
 
 def _register_compiler() -> None:

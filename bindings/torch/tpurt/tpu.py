@@ -135,6 +135,19 @@ def _launch_deferred(device: _DeviceLike = None) -> int:
     return _C.launch_deferred(_index(device))
 
 
+def mark_step(device: _DeviceLike = None) -> int:
+    """Under defer-and-fuse, end the recording of the device's current
+    stream here (every device's when `device` is None) and launch it,
+    without waiting: the ops before and after a step boundary go to
+    different programs, never cut elsewhere by the op-count limit. Unlike
+    `synchronize` or a read, it does not make the next recordings start
+    small. An optimizer's `step()` marks one before it runs, so its update
+    of every parameter is one program. Returns how many ops were launched."""
+    if device is None:
+        return sum(_C.mark_step(d) for d in range(device_count()))
+    return _C.mark_step(_index(device))
+
+
 def get_amp_supported_dtype() -> list[torch.dtype]:
     return [torch.bfloat16, torch.float16]
 

@@ -55,45 +55,40 @@ atexit.register(_let_autograd_threads_finish)
 from . import tpu  # noqa: E402  (after registration, as torch.tpu)
 
 
-def _launch_after_optimizer_steps() -> None:
-    # In strict mode the binding records torch's foreach loops for one
-    # fused launch (csrc/ops.cpp, DeferInStrict), which would otherwise
-    # start when the stream is next used; an optimizer step is many such
-    # loops. After every step, launch what it left recorded, so the update
-    # runs while the host goes on, as a strict launch does. (In
-    # defer-and-fuse mode the recording goes on, by design.)
-    from torch.optim.optimizer import register_optimizer_step_post_hook
+def _hook_optimizer_steps() -> None:
+    """Optimizer steps as boundaries of the device's work, in each mode
+    that records:
 
-    def launch(optimizer, args, kwargs) -> None:
-        # No runtime yet, no tpu tensor: a CPU model's step starts none.
-        if _C.is_initialized() and _C.eager_mode() == int(tpu.EagerMode.DEFER_NEVER):
+    - Strict mode: the binding records torch's foreach loops for one fused
+      launch (csrc/ops.cpp, DeferInStrict), which would otherwise start
+      when the stream is next used; an optimizer step is many such loops.
+      After every step, launch what it left recorded, so the update runs
+      while the host goes on, as a strict launch does.
+    - Defer-and-fuse: before every step, mark one (torch.tpu.mark_step), so
+      the step is a recording of its own, never cut from the backward's
+      ops by the op-count limit: AdamW's foreach ops then run as one loop
+      per parameter, where a cut after its weight decay (on the README's
+      Llama step it fell there) stored every parameter once more and read
+      it back. After the step the recording goes on, by design.
+
+    No runtime yet means no tpu tensor: a CPU model's steps start none."""
+    from torch.optim.optimizer import (
+        register_optimizer_step_post_hook,
+        register_optimizer_step_pre_hook,
+    )
+
+    def each_device(mode: "tpu.EagerMode", call) -> None:
+        if _C.is_initialized() and _C.eager_mode() == int(mode):
             for d in range(_C.device_count()):
-                _C.launch_deferred(d)
+                call(d)
 
-    register_optimizer_step_post_hook(launch)
-
-
-_launch_after_optimizer_steps()
-
-
-def _mark_steps_before_optimizer_steps() -> None:
-    # Under defer-and-fuse, an optimizer step starts a recording of its
-    # own (torch.tpu.mark_step), so the op-count limit never cuts it from
-    # the backward's ops in the middle: AdamW's foreach ops then run as
-    # one loop per parameter, where a cut after its weight decay stored
-    # every parameter once more and read it back (on the README's Llama
-    # step the cut fell there).
-    from torch.optim.optimizer import register_optimizer_step_pre_hook
-
-    def mark(optimizer, args, kwargs) -> None:
-        if _C.is_initialized() and _C.eager_mode() == int(tpu.EagerMode.DEFER_AND_FUSE):
-            for d in range(_C.device_count()):
-                _C.mark_step(d)
-
-    register_optimizer_step_pre_hook(mark)
+    register_optimizer_step_pre_hook(
+        lambda optimizer, args, kwargs: each_device(tpu.EagerMode.DEFER_AND_FUSE, _C.mark_step))
+    register_optimizer_step_post_hook(
+        lambda optimizer, args, kwargs: each_device(tpu.EagerMode.DEFER_NEVER, _C.launch_deferred))
 
 
-_mark_steps_before_optimizer_steps()
+_hook_optimizer_steps()
 
 
 def _register_compiler() -> None:

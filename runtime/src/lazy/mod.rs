@@ -658,14 +658,31 @@ mod tests {
         out
     }
 
+    /// A host runtime whose platform flushes a recording at 16 ops, its
+    /// default stream and [1, 2, 3, 4] uploaded on it; None where
+    /// TPURT_DEFER_MAX_OPS overrides the platform's limit.
+    fn sixteen_op_runtime() -> Option<(Runtime, crate::stream::Stream, DeviceTensor)> {
+        use crate::platform::host::{HostConfig, HostPlatform};
+        use crate::platform::testing::Tweaked;
+        if std::env::var_os("TPURT_DEFER_MAX_OPS").is_some() {
+            return None;
+        }
+        let platform = std::sync::Arc::new(Tweaked {
+            defer_max_ops: Some(16),
+            ..Tweaked::over(HostPlatform::new(HostConfig::default()))
+        });
+        let r = Runtime::with_platform_and_cache(platform, CacheConfig::memory_only(8)).unwrap();
+        let s = r.default_stream(0).unwrap();
+        let x = upload(&r, &s, &[4], &[1.0, 2.0, 3.0, 4.0]);
+        Some((r, s, x))
+    }
+
     /// A recording is flushed when it holds the platform's limit of ops
     /// (`Platform::defer_max_ops`), unless TPURT_DEFER_MAX_OPS is set;
     /// after the stream is observed the limit ramps up from an eighth of
     /// it, doubling at each flush it causes.
     #[test]
     fn a_recording_flushes_at_its_platforms_op_limit() {
-        use crate::platform::host::{HostConfig, HostPlatform};
-        use crate::platform::testing::Tweaked;
         assert_eq!(super::op_limit_setting(Some(" 250 ".into())), Some(250));
         for bad in [
             None,
@@ -684,16 +701,9 @@ mod tests {
         assert_eq!(limits(3), [1, 2, 3, 3, 3, 3]);
         assert_eq!(limits(1), [1; 6]);
         assert_eq!(super::flush_limit(600, u32::MAX), 600);
-        if std::env::var_os("TPURT_DEFER_MAX_OPS").is_some() {
-            return; // the setting overrides the platform's limit
-        }
-        let platform = std::sync::Arc::new(Tweaked {
-            defer_max_ops: Some(16),
-            ..Tweaked::over(HostPlatform::new(HostConfig::default()))
-        });
-        let r = Runtime::with_platform_and_cache(platform, CacheConfig::memory_only(8)).unwrap();
-        let s = r.default_stream(0).unwrap();
-        let x = upload(&r, &s, &[4], &[1.0, 2.0, 3.0, 4.0]);
+        let Some((r, s, x)) = sixteen_op_runtime() else {
+            return; // TPURT_DEFER_MAX_OPS overrides the platform's limit
+        };
         // Adds x to y `n` times, returning the op count recorded after
         // each op.
         let adds = |y: &mut DeviceTensor, n: usize| -> Vec<usize> {
@@ -728,18 +738,9 @@ mod tests {
     /// the limit goes on ramping up, where a flush starts it over.
     #[test]
     fn a_marked_step_launches_the_recording_and_keeps_the_ramp() {
-        use crate::platform::host::{HostConfig, HostPlatform};
-        use crate::platform::testing::Tweaked;
-        if std::env::var_os("TPURT_DEFER_MAX_OPS").is_some() {
-            return; // the setting overrides the platform's limit
-        }
-        let platform = std::sync::Arc::new(Tweaked {
-            defer_max_ops: Some(16),
-            ..Tweaked::over(HostPlatform::new(HostConfig::default()))
-        });
-        let r = Runtime::with_platform_and_cache(platform, CacheConfig::memory_only(8)).unwrap();
-        let s = r.default_stream(0).unwrap();
-        let x = upload(&r, &s, &[4], &[1.0, 2.0, 3.0, 4.0]);
+        let Some((r, s, x)) = sixteen_op_runtime() else {
+            return; // TPURT_DEFER_MAX_OPS overrides the platform's limit
+        };
         let (y, counts) = in_mode(EagerMode::DeferAndFuse, || {
             let mut y = x.clone();
             let mut counts = vec![];

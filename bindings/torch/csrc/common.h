@@ -160,9 +160,6 @@ class ScalarUploadScope {
   ~ScalarUploadScope();
   ScalarUploadScope(const ScalarUploadScope&) = delete;
   ScalarUploadScope& operator=(const ScalarUploadScope&) = delete;
-
- private:
-  bool owner_ = false;
 };
 // Copy `src` (any device) into `dst` (any device), with cast and broadcast.
 void copy_into(const at::Tensor& dst, const at::Tensor& src, bool non_blocking);

@@ -535,54 +535,49 @@ struct ScalarKey {
     return device == o.device && dtype == o.dtype && wrapped == o.wrapped && bits == o.bits;
   }
 };
+// This thread's scope: open while `depth` > 0, emptied when it closes.
 struct ScalarScope {
+  int depth = 0;
   std::vector<std::pair<ScalarKey, at::Tensor>> uploaded;
 };
-thread_local ScalarScope* t_scalar_scope = nullptr;
+thread_local ScalarScope t_scalar_scope;
 
-// The upload of `key`'s value in this thread's scope, if there is one.
+// The upload of `key`'s value in this thread's scope.
 std::optional<at::Tensor> uploaded(const ScalarKey& key) {
-  if (t_scalar_scope != nullptr) {
-    for (const auto& [k, t] : t_scalar_scope->uploaded) {
-      if (k == key) return t;
-    }
+  for (const auto& [k, t] : t_scalar_scope.uploaded) {
+    if (k == key) return t;
   }
   return std::nullopt;
 }
 
-// `cpu` on `device`, kept in this thread's scope under `key`.
+// `cpu` on `device`, kept in this thread's scope under `key` (given only
+// while the scope is open).
 at::Tensor upload_scalar(const at::Tensor& cpu, int device, bool wrapped, const std::optional<ScalarKey>& key) {
   at::Tensor t = empty({}, cpu.scalar_type(), device);
   copy_into(t, cpu, false);
   if (wrapped) {
     t.unsafeGetTensorImpl()->set_wrapped_number(true);
   }
-  if (key && t_scalar_scope != nullptr) {
-    t_scalar_scope->uploaded.emplace_back(*key, t);
+  if (key) {
+    t_scalar_scope.uploaded.emplace_back(*key, t);
   }
   return t;
 }
 
 }  // namespace
 
-ScalarUploadScope::ScalarUploadScope() {
-  if (t_scalar_scope == nullptr) {
-    t_scalar_scope = new ScalarScope();
-    owner_ = true;
-  }
-}
+ScalarUploadScope::ScalarUploadScope() { ++t_scalar_scope.depth; }
 
 ScalarUploadScope::~ScalarUploadScope() {
-  if (owner_) {
-    delete t_scalar_scope;
-    t_scalar_scope = nullptr;
+  if (--t_scalar_scope.depth == 0) {
+    t_scalar_scope.uploaded.clear();
   }
 }
 
 at::Tensor device_scalar(const at::Tensor& cpu, int device, bool wrapped) {
   TORCH_CHECK(cpu.dim() == 0 && cpu.device().is_cpu(), "tpu: device_scalar takes a 0-dim CPU tensor");
   std::optional<ScalarKey> key;
-  if (size_t size = cpu.element_size(); t_scalar_scope != nullptr && size <= sizeof(uint64_t)) {
+  if (size_t size = cpu.element_size(); t_scalar_scope.depth > 0 && size <= sizeof(uint64_t)) {
     uint64_t bits = 0;
     std::memcpy(&bits, cpu.const_data_ptr(), size);
     key = ScalarKey{device, cpu.scalar_type(), wrapped, bits};
@@ -595,7 +590,7 @@ at::Tensor scalar_on(const at::Scalar& s, int device) {
   TORCH_CHECK(!s.isComplex(), "tpu: complex scalars are not supported");
   at::ScalarType dtype = s.isBoolean() ? at::kBool : s.isIntegral(false) ? at::kLong : at::kDouble;
   std::optional<ScalarKey> key;
-  if (t_scalar_scope != nullptr) {
+  if (t_scalar_scope.depth > 0) {
     uint64_t bits = 0;
     if (dtype == at::kBool) {
       bits = s.toBool() ? 1 : 0;

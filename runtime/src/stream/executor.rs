@@ -367,11 +367,18 @@ impl Executor {
         let mut q = stream.lazy.lock().unwrap_or_else(|e| e.into_inner());
         let n = q.len();
         if n > 0 {
-            self.flush_locked(stream, &mut q)?;
-            let ramp = stream.ramp.load(Ordering::Relaxed);
-            stream.ramp.store(ramp.saturating_add(1), Ordering::Relaxed);
+            self.flush_ramping(stream, &mut q)?;
         }
         Ok(n)
+    }
+
+    /// Launch the recording as the op-count limit does: the limit's ramp
+    /// goes one step up (a flush for any other reason resets it).
+    fn flush_ramping(&self, stream: &StreamQueue, q: &mut LazyQueue) -> Result<()> {
+        self.flush_locked(stream, q)?;
+        let ramp = stream.ramp.load(Ordering::Relaxed);
+        stream.ramp.store(ramp.saturating_add(1), Ordering::Relaxed);
+        Ok(())
     }
 
     /// Record `op` on `stream` for a later flush (DEFER_AND_FUSE).
@@ -391,10 +398,8 @@ impl Executor {
         q.push(op);
         stream.has_lazy.store(true, Ordering::SeqCst);
         let max = lazy::max_ops(compiler.platform().defer_max_ops());
-        let ramp = stream.ramp.load(Ordering::Relaxed);
-        if q.len() >= lazy::flush_limit(max, ramp) {
-            self.flush_locked(stream, &mut q)?;
-            stream.ramp.store(ramp.saturating_add(1), Ordering::Relaxed);
+        if q.len() >= lazy::flush_limit(max, stream.ramp.load(Ordering::Relaxed)) {
+            self.flush_ramping(stream, &mut q)?;
         }
         Ok(())
     }

@@ -237,11 +237,13 @@ pub fn plan(graph: &Graph) -> Plan {
             // that group, whose pass has the value only in registers.
             let loaded_from = |k: usize| roots.iter().any(|&(r, loaded)| loaded && r == k);
             let open = |k: usize| matches!(&kernels[k].kind, KernelKind::Loop { shape, reduce_dims: 0 } if *shape == out.dims);
-            // What the node reads at full size (through loads), which a
-            // pass it joins beside its producers should already be reading.
+            // What the node reads at full size (through loads, so in any
+            // shape of as many elements: a product's [1024, 688] result
+            // read as [8, 128, 688]), which a pass it joins beside its
+            // producers should already be reading.
             let full: Vec<ValueId> = under
                 .into_iter()
-                .filter(|v| graph.value_type(*v).dims == out.dims)
+                .filter(|v| graph.value_type(*v).numel() == out.numel())
                 .collect();
             // The newest producer's group when it is open; else the newest
             // open group that runs after every producer and already reads
@@ -366,6 +368,10 @@ pub fn plan(graph: &Graph) -> Plan {
         });
     }
 
+    // 1b. Views that run as kernels of their own, each just before the
+    //    first kernel reading it.
+    sink_load_kernels(graph, &consumers, &mut kernels, &mut kernel_of);
+
     // 2. Loads read through by loop groups. Reverse graph order, so each
     //    consumer's decision is known: a load folds when every consumer is
     //    a loop node or a folded load (chains of loads compose). Merges
@@ -396,6 +402,9 @@ pub fn plan(graph: &Graph) -> Plan {
         &mut kernels,
         &mut kernel_of,
     );
+
+    // 3b. Merges up: see `merge_into_producers`.
+    merge_into_producers(graph, &producer, &mut kernels, &mut kernel_of);
 
     // 4. Row phases: see `chain_row_phases`.
     chain_row_phases(graph, &producer, &mut kernels, &mut kernel_of);
@@ -455,6 +464,61 @@ pub fn plan(graph: &Graph) -> Plan {
     Plan {
         kernels,
         folded_loads: folded,
+    }
+}
+
+/// Move each load that runs as a kernel of its own (a view that a
+/// product or another non-loop kernel reads) to just before the first
+/// kernel that reads it, where graph order put it just after its operand.
+/// A view kernel only reads its operand, so it may run anywhere between;
+/// where it sat, it stood between a loop group and a later group over the
+/// same values, and `merge_into_consumers` could not join them (a gated
+/// MLP's backward: the gradient of `up`, read by the next product through
+/// a reshape, and the gradient of the gate's SiLU computed after it).
+fn sink_load_kernels(
+    graph: &Graph,
+    consumers: &[Vec<usize>],
+    kernels: &mut Vec<Kernel>,
+    kernel_of: &mut [usize],
+) {
+    let nodes = graph.nodes();
+    let lone_load = |k: &Kernel| {
+        k.kind == KernelKind::Single && matches!(k.nodes[..], [i] if is_load(graph, &nodes[i]))
+    };
+    // Sort keys: (the kernel a view runs before, its place in a chain of
+    // views: the one read first runs last); others keep their place.
+    let mut key: Vec<(usize, usize)> = (0..kernels.len()).map(|k| (k, usize::MAX)).collect();
+    // Reverse order: a view reading a view comes later in graph order.
+    for k in (0..kernels.len()).rev() {
+        if !lone_load(&kernels[k]) {
+            continue;
+        }
+        let first = consumers[kernels[k].nodes[0]]
+            .iter()
+            .map(|&c| key[kernel_of[c]])
+            .min();
+        if let Some((at, rank)) = first {
+            if at > k {
+                key[k] = (at, rank - 1);
+            }
+        }
+    }
+    let mut order: Vec<usize> = (0..kernels.len()).collect();
+    order.sort_by_key(|&k| key[k]);
+    if order.iter().enumerate().all(|(to, &from)| to == from) {
+        return;
+    }
+    let mut new_index = vec![0; kernels.len()];
+    for (to, &from) in order.iter().enumerate() {
+        new_index[from] = to;
+    }
+    let mut old: Vec<Option<Kernel>> = std::mem::take(kernels).into_iter().map(Some).collect();
+    *kernels = order
+        .iter()
+        .map(|&k| old[k].take().expect("a permutation"))
+        .collect();
+    for k in kernel_of.iter_mut() {
+        *k = new_index[*k];
     }
 }
 
@@ -718,6 +782,60 @@ fn merge_into_consumers(
             kernels[k].nodes.extend(moved);
             kernels[k].nodes.sort_unstable();
         }
+    }
+}
+
+/// Merge a loop group into an earlier open loop group over the same shape
+/// whose values it reads directly, when everything it reads is ready by
+/// then: the earlier pass computes it too, instead of storing those values
+/// for it. This is the case `merge_into_consumers` leaves: a kernel
+/// between the two reads the earlier group's values (a gated MLP's
+/// backward: the products that read the gradient of `up` run before the
+/// SiLU's gradient, which reads the gradient of its output computed in
+/// the same pass as `up`'s).
+fn merge_into_producers(
+    graph: &Graph,
+    producer: &[Option<usize>],
+    kernels: &mut [Kernel],
+    kernel_of: &mut [usize],
+) {
+    let nodes = graph.nodes();
+    for k in 0..kernels.len() {
+        let KernelKind::Loop { shape, reduce_dims } = kernels[k].kind.clone() else {
+            continue;
+        };
+        if kernels[k].nodes.is_empty() {
+            continue;
+        }
+        // The kernels that make what `k` reads, and whether through a load.
+        let mut made_in: Vec<(usize, bool)> = Vec::new();
+        for &i in &kernels[k].nodes {
+            for &v in &nodes[i].inputs {
+                let u = under_loads(graph, producer, v);
+                if let Some(p) = producer[u.0 as usize].filter(|&p| !is_load(graph, &nodes[p])) {
+                    if kernel_of[p] != k {
+                        made_in.push((kernel_of[p], u != v));
+                    }
+                }
+            }
+        }
+        let Some(j) = made_in.iter().map(|&(j, _)| j).max() else {
+            continue;
+        };
+        let fits = j < k
+            && matches!(&kernels[j].kind, KernelKind::Loop { shape: s, reduce_dims: 0 } if *s == shape)
+            && !kernels[j].nodes.is_empty()
+            && !made_in.iter().any(|&(m, loaded)| m == j && loaded);
+        if !fits {
+            continue;
+        }
+        let moved = std::mem::take(&mut kernels[k].nodes);
+        for &i in &moved {
+            kernel_of[i] = j;
+        }
+        kernels[j].nodes.extend(moved);
+        kernels[j].nodes.sort_unstable();
+        kernels[j].kind = KernelKind::Loop { shape, reduce_dims };
     }
 }
 

@@ -191,21 +191,38 @@ fn a_node_reading_a_pass_value_through_a_load_starts_a_new_pass() {
     let graph = g.build(&[y]).unwrap();
     let p = plan(&graph);
     assert_eq!(p.loop_count(), 2, "{p:#?}");
-    let vals: Vec<f64> = (1..=8).map(|i| i as f64).collect();
-    let input =
-        crate::platform::host::kernels::HostTensor::from_f64(DType::F32, &[8, 1], &vals).unwrap();
-    let want =
-        crate::platform::host::kernels::eval_graph(&graph, std::slice::from_ref(&input)).unwrap();
+    check_plan_equals_reference(&graph, &[(1..=8).map(|i| i as f32).collect()], 0.0);
+}
+
+/// The graph run by the host's loop engine as planned gives what
+/// node-by-node evaluation gives (f32 parameters, in order), within
+/// `tol * (1 + |want|)` (0: bit for bit; the engine's exp, erf and tanh
+/// are within 4 ulps, which a later difference may magnify).
+fn check_plan_equals_reference(graph: &Graph, params: &[Vec<f32>], tol: f64) {
+    use crate::platform::host::kernels::{eval_graph, HostTensor};
+    let inputs: Vec<HostTensor> = graph
+        .param_types()
+        .iter()
+        .zip(params)
+        .map(|(t, v)| {
+            let v: Vec<f64> = v.iter().map(|&x| x as f64).collect();
+            HostTensor::from_f64(t.dtype, &t.dims, &v).unwrap()
+        })
+        .collect();
+    let want = eval_graph(graph, &inputs).unwrap();
+    let p = plan(graph);
     let programs: Vec<_> = p
         .kernels
         .iter()
-        .map(|k| crate::platform::host::fused::Program::compile(&graph, k))
+        .map(|k| crate::platform::host::fused::Program::compile(graph, k))
         .collect();
     let mut values = vec![None; graph.num_values()];
-    values[graph.params()[0].0 as usize] = Some(input);
-    let dead = p.dead_after(&graph);
+    for (v, t) in graph.params().iter().zip(inputs) {
+        values[v.0 as usize] = Some(t);
+    }
+    let dead = p.dead_after(graph);
     crate::platform::host::fused::run_plan(
-        &graph,
+        graph,
         &p,
         &programs,
         &mut values,
@@ -213,26 +230,39 @@ fn a_node_reading_a_pass_value_through_a_load_starts_a_new_pass() {
         &dead,
     )
     .unwrap();
-    let got = values[graph.outputs()[0].0 as usize].clone().unwrap();
-    assert_eq!(got.to_f64_vec(), want[0].to_f64_vec());
+    for (o, w) in graph.outputs().iter().zip(want) {
+        let got = values[o.0 as usize].clone().unwrap().to_f64_vec();
+        for (g, w) in got.iter().zip(w.to_f64_vec()) {
+            assert!(
+                (g - w).abs() <= tol * (1.0 + w.abs()),
+                "{g} against {w}: {p:#?}"
+            );
+        }
+    }
 }
 
 #[test]
-fn a_pass_merges_into_its_consumer_unless_a_kernel_between_reads_it() {
+fn a_pass_merges_with_its_consumer_around_a_kernel_that_reads_it() {
     // exp(x) and neg(y) start passes of their own (they share no operand);
-    // exp(x) + neg(y) joins neg's pass and pulls exp's pass in, unless a
-    // kernel between them (here a reverse) reads exp(x).
-    for read_between in [false, true] {
+    // exp(x) + neg(y) joins neg's pass and pulls exp's pass in. When a
+    // kernel between them (here a reverse) reads exp(x), neg's pass moves
+    // up into exp's instead (it reads nothing the reverse makes), which
+    // then stores exp(x) for the reverse; unless the sum also reads the
+    // reverse's result: then the two passes stay apart.
+    for (read_between, sum_reads_it) in [(false, false), (true, false), (true, true)] {
         let mut g = GraphBuilder::new();
         let x = g.param(TensorType::new(DType::F32, &[8]));
         let y = g.param(TensorType::new(DType::F32, &[8]));
         let a = g.unary(UnaryOp::Exp, x).unwrap();
         let mut outs = vec![];
-        if read_between {
-            outs.push(reverse(&mut g, a));
-        }
+        let r = read_between.then(|| reverse(&mut g, a));
         let b = g.unary(UnaryOp::Neg, y).unwrap();
-        let c = g.binary(BinaryOp::Add, a, b).unwrap();
+        let mut c = g.binary(BinaryOp::Add, a, b).unwrap();
+        match (r, sum_reads_it) {
+            (Some(r), true) => c = g.binary(BinaryOp::Mul, c, r).unwrap(),
+            (Some(r), false) => outs.push(r),
+            (None, _) => {}
+        }
         outs.push(c);
         let graph = g.build(&outs).unwrap();
         let p = plan(&graph);
@@ -247,13 +277,30 @@ fn a_pass_merges_into_its_consumer_unless_a_kernel_between_reads_it() {
                 .position(|k| k.nodes.contains(&node))
                 .unwrap()
         };
-        if read_between {
-            assert_ne!(kernel_of(a), kernel_of(c), "{p:#?}");
-            assert!(p.kernels[kernel_of(a)].stores.contains(&a), "{p:#?}");
-        } else {
-            assert_eq!(p.kernels.len(), 1, "{p:#?}");
-            assert_eq!(p.kernels[0].stores, vec![c], "{p:#?}");
+        match (read_between, sum_reads_it) {
+            (false, _) => {
+                assert_eq!(p.kernels.len(), 1, "{p:#?}");
+                assert_eq!(p.kernels[0].stores, vec![c], "{p:#?}");
+            }
+            (true, false) => {
+                assert_eq!(p.loop_count(), 1, "{p:#?}");
+                assert_eq!(kernel_of(a), kernel_of(c), "{p:#?}");
+                assert_eq!(p.kernels[kernel_of(a)].stores, vec![a, c], "{p:#?}");
+            }
+            (true, true) => {
+                assert_ne!(kernel_of(a), kernel_of(c), "{p:#?}");
+                assert!(p.kernels[kernel_of(a)].stores.contains(&a), "{p:#?}");
+            }
         }
+        // Whatever the plan, the results are the graph's.
+        let inputs: Vec<Vec<f32>> = (0..2)
+            .map(|k| {
+                (0..8)
+                    .map(|i| (i as f32 - 3.5) * (k as f32 + 0.5))
+                    .collect()
+            })
+            .collect();
+        check_plan_equals_reference(&graph, &inputs, 1e-5);
     }
 }
 
@@ -413,4 +460,94 @@ fn a_pass_reading_a_full_value_transposed_is_not_a_phase() {
     let b = down_rows(&mut g, s, &[16, 16]);
     let y = g.binary(BinaryOp::Div, t, b).unwrap();
     assert_no_row_kernel(&plan(&g.build(&[y]).unwrap()));
+}
+
+/// A gated MLP's backward: two products of the incoming gradient, a
+/// matmul's result read through a reshape, with the two saved
+/// activations. Both read the gradient, so they share one pass; they
+/// were two when only a value of the loop's own dims counted as read.
+#[test]
+fn siblings_reading_a_reshaped_product_share_one_pass() {
+    let mut g = GraphBuilder::new();
+    let a = g.param(TensorType::new(DType::F32, &[12, 5]));
+    let w = g.param(TensorType::new(DType::F32, &[5, 8]));
+    let silu = g.param(TensorType::new(DType::F32, &[3, 4, 8]));
+    let up = g.param(TensorType::new(DType::F32, &[3, 4, 8]));
+    let d = g
+        .op(
+            Prim::DotGeneral {
+                lhs_batch: vec![],
+                rhs_batch: vec![],
+                lhs_contract: vec![1],
+                rhs_contract: vec![0],
+            },
+            &[a, w],
+        )
+        .unwrap();
+    let read = |g: &mut GraphBuilder, other: ValueId| {
+        let r = g
+            .op(
+                Prim::Reshape {
+                    dims: vec![3, 4, 8],
+                },
+                &[d],
+            )
+            .unwrap();
+        g.binary(BinaryOp::Mul, r, other).unwrap()
+    };
+    let d_up = read(&mut g, silu);
+    let d_silu = read(&mut g, up);
+    let t = g.unary(UnaryOp::Tanh, d_silu).unwrap();
+    let graph = g.build(&[d_up, t]).unwrap();
+    let p = plan(&graph);
+    assert_eq!(p.loop_count(), 1, "{p:#?}");
+    let mut stores = p.kernels.last().unwrap().stores.clone();
+    stores.sort();
+    assert_eq!(stores, vec![d_up, t], "{p:#?}");
+}
+
+/// A view that a product reads runs just before the product, not where
+/// graph order put it: exp(x), read by a later product through a reshape,
+/// then joins the pass that adds it to another product's result (which
+/// that pass cannot move up past), instead of being stored and read back.
+#[test]
+fn a_view_kernel_waits_for_its_reader_and_leaves_passes_to_merge() {
+    let mut g = GraphBuilder::new();
+    let x = g.param(TensorType::new(DType::F32, &[4, 8]));
+    let w = g.param(TensorType::new(DType::F32, &[8, 8]));
+    let dot = |g: &mut GraphBuilder, a: ValueId, b: ValueId| {
+        g.op(
+            Prim::DotGeneral {
+                lhs_batch: vec![],
+                rhs_batch: vec![],
+                lhs_contract: vec![1],
+                rhs_contract: vec![0],
+            },
+            &[a, b],
+        )
+        .unwrap()
+    };
+    let a = g.unary(UnaryOp::Exp, x).unwrap();
+    let viewed = g.op(Prim::Reshape { dims: vec![4, 8] }, &[a]).unwrap();
+    let m = dot(&mut g, x, w);
+    let c = g.binary(BinaryOp::Add, a, m).unwrap();
+    let late = dot(&mut g, viewed, w);
+    let graph = g.build(&[c, late]).unwrap();
+    let p = plan(&graph);
+    assert_eq!(p.loop_count(), 1, "{p:#?}");
+    let names: Vec<String> = p
+        .kernels
+        .iter()
+        .map(|k| graph.nodes()[k.nodes[0]].prim.name())
+        .collect();
+    assert_eq!(
+        names,
+        ["dot_general", "exp", "reshape", "dot_general"],
+        "{p:#?}"
+    );
+    let inputs: Vec<Vec<f32>> = [32, 64]
+        .iter()
+        .map(|&n| (0..n).map(|i| (i as f32 * 0.37).sin()).collect())
+        .collect();
+    check_plan_equals_reference(&graph, &inputs, 1e-5);
 }

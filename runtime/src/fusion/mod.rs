@@ -167,7 +167,38 @@ pub fn is_load(graph: &Graph, node: &Node) -> bool {
             .inputs
             .first()
             .is_some_and(|v| widens_exactly(graph.value_type(*v).dtype)),
+        Prim::Concatenate { dimension } => views_joined(graph, node, *dimension),
         _ => false,
+    }
+}
+
+/// Whether a concatenation is one a loop reads piece by piece: along the
+/// last dimension, of a dtype loops hold, its operands all views (through
+/// loads) of one stored value, or all scalar constants (rotary
+/// embeddings' `rotate_half` as `simplify` leaves it: a head's halves
+/// swapped, and a sign for each half). Then, as for any load, the value
+/// under the first operand is the one the concatenation reads.
+fn views_joined(graph: &Graph, node: &Node, dimension: usize) -> bool {
+    let out = graph.value_type(node.outputs[0]);
+    if dimension + 1 != out.rank() || !loop_dtype(out.dtype) {
+        return false;
+    }
+    // The stored value under an operand, or None under a constant.
+    let under = |mut v: ValueId| -> Option<ValueId> {
+        while let Some(p) = graph.producer_of(v) {
+            let n = &graph.nodes()[p];
+            if !is_load(graph, n) {
+                break;
+            }
+            v = *n.inputs.first()?;
+        }
+        Some(v)
+    };
+    let unders: Vec<Option<ValueId>> = node.inputs.iter().map(|&v| under(v)).collect();
+    match unders.first() {
+        Some(None) => unders.iter().all(Option::is_none),
+        Some(first) => unders.iter().all(|u| u == first),
+        None => false,
     }
 }
 

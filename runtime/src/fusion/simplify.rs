@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 
 use crate::error::Result;
-use crate::ir::{BinaryOp, Graph, GraphBuilder, Prim, ValueId};
+use crate::ir::{BinaryOp, DType, Graph, GraphBuilder, Prim, UnaryOp, ValueId};
 
 /// The batch and contracting dimensions of a dot_general operand that is
 /// `transpose(x, perm)`, restated as dimensions of `x`, so the product can
@@ -44,6 +44,7 @@ pub fn dot_operand_through_transpose(
 /// unread; the graph unchanged when nothing applies.
 pub fn simplify(graph: &Graph) -> Result<Graph> {
     let folded = concat_tiled_updates(&fold_transposes(graph)?)?;
+    let folded = join_halves(&folded)?;
     let fused = match super::fuse_attention(&folded)? {
         Some(fused) => rebuild(&fused, &HashMap::new())?,
         None => folded,
@@ -77,14 +78,30 @@ fn moving_loads(graph: &Graph, producer: &[Option<usize>], mut v: ValueId) -> us
 fn copy_load_chains(graph: &Graph) -> Result<Graph> {
     let producer = graph.producers();
     let nodes = graph.nodes();
+    let mut readers: Vec<Vec<usize>> = vec![Vec::new(); graph.num_values()];
+    for (i, n) in nodes.iter().enumerate() {
+        for v in &n.inputs {
+            readers[v.0 as usize].push(i);
+        }
+    }
+    // A concatenation loops read through is a kernel of its own all the
+    // same when anything else reads it.
+    let runs = |n: &crate::ir::Node| {
+        !super::is_load(graph, n)
+            || (matches!(n.prim, Prim::Concatenate { .. })
+                && n.outputs.iter().any(|o| {
+                    graph.outputs().contains(o)
+                        || readers[o.0 as usize]
+                            .iter()
+                            .any(|&c| !nodes[c].prim.is_elementwise())
+                }))
+    };
     // (node, operand position) of each operand read through a copy.
     let copied: std::collections::HashSet<(usize, usize)> = nodes
         .iter()
         .enumerate()
         .filter(|(_, n)| {
-            !n.prim.is_elementwise()
-                && !super::is_load(graph, n)
-                && !matches!(n.prim, Prim::DotGeneral { .. })
+            !n.prim.is_elementwise() && runs(n) && !matches!(n.prim, Prim::DotGeneral { .. })
         })
         .flat_map(|(i, n)| n.inputs.iter().enumerate().map(move |(k, &v)| (i, k, v)))
         .filter(|&(_, _, v)| {
@@ -293,6 +310,251 @@ fn concat_tiled_updates(graph: &Graph) -> Result<Graph> {
         return Ok(graph.clone());
     }
     rebuild(graph, &rewritten)
+}
+
+/// Concatenations along the last dimension of values computed the same
+/// way from views of one stored value, some negated: rotary embeddings'
+/// `rotate_half(x)`, `cat(-x2, x1)`, and its gradient, `cat(g2, -g1)` with
+/// `g = grad * sin` sliced in two. Each becomes the same computation over
+/// one concatenation of the views, times a concatenation of signs (-1 for
+/// the negated parts): both are concatenations a loop reads piece by
+/// piece (`super::is_load`), so the rotation costs no kernel of its own,
+/// where the negation, each half's copy and the concatenation were
+/// kernels. On the way, a conversion to a value's own dtype that only a
+/// concatenation reads is dropped, and slices that are all an elementwise
+/// node's readers move to its operands (slicing then computing gives the
+/// same values). Exact: multiplying by 1 or -1 changes no bit but a NaN's
+/// sign.
+fn join_halves(graph: &Graph) -> Result<Graph> {
+    let mut g = graph.clone();
+    // Each round takes one step (a dropped conversion, slices moved, a
+    // concatenation joined); the rotary pattern needs two.
+    for _ in 0..4 {
+        let next = join_halves_once(&g)?;
+        if next == g {
+            break;
+        }
+        g = next;
+    }
+    Ok(g)
+}
+
+fn join_halves_once(graph: &Graph) -> Result<Graph> {
+    let nodes = graph.nodes();
+    let producer = graph.producers();
+    let mut readers: Vec<Vec<usize>> = vec![Vec::new(); graph.num_values()];
+    for (i, n) in nodes.iter().enumerate() {
+        for v in &n.inputs {
+            readers[v.0 as usize].push(i);
+        }
+    }
+    let returned: std::collections::HashSet<ValueId> = graph.outputs().iter().copied().collect();
+    let only_read_by = |v: ValueId, f: &dyn Fn(&Prim) -> bool| {
+        !returned.contains(&v)
+            && !readers[v.0 as usize].is_empty()
+            && readers[v.0 as usize].iter().all(|&c| f(&nodes[c].prim))
+    };
+    let made_by = |v: ValueId| producer[v.0 as usize].map(|p| &nodes[p]);
+    let mut b = GraphBuilder::new();
+    let mut map: HashMap<ValueId, ValueId> = HashMap::new();
+    for p in graph.params() {
+        map.insert(*p, b.param(graph.value_type(*p).clone()));
+    }
+    let mut changed = false;
+    for n in nodes {
+        let out = n.outputs[0];
+        let ty = graph.value_type(out);
+        let new = match &n.prim {
+            Prim::Convert { to }
+                if graph.value_type(n.inputs[0]).dtype == *to
+                    && only_read_by(out, &|p| matches!(p, Prim::Concatenate { .. })) =>
+            {
+                Some(map[&n.inputs[0]])
+            }
+            Prim::Slice { .. } => match made_by(n.inputs[0]) {
+                Some(e)
+                    if e.prim.is_elementwise()
+                        && e.outputs.len() == 1
+                        && only_read_by(e.outputs[0], &|p| matches!(p, Prim::Slice { .. }))
+                        && e.inputs.iter().all(|u| {
+                            graph.value_type(*u).dims == graph.value_type(e.outputs[0]).dims
+                        }) =>
+                {
+                    let mut ins = Vec::with_capacity(e.inputs.len());
+                    for u in &e.inputs {
+                        ins.push(b.op(n.prim.clone(), &[map[u]])?);
+                    }
+                    Some(b.op(e.prim.clone(), &ins)?)
+                }
+                _ => None,
+            },
+            Prim::Concatenate { dimension }
+                if *dimension + 1 == ty.rank()
+                    && matches!(ty.dtype, DType::F32 | DType::BF16 | DType::F16) =>
+            {
+                // Each part without its negation, and whether it had one.
+                let stripped: Vec<(ValueId, bool)> = n
+                    .inputs
+                    .iter()
+                    .map(|&v| match made_by(v) {
+                        Some(m)
+                            if m.prim == Prim::Unary(UnaryOp::Neg)
+                                && only_read_by(v, &|p| matches!(p, Prim::Concatenate { .. })) =>
+                        {
+                            (m.inputs[0], true)
+                        }
+                        _ => (v, false),
+                    })
+                    .collect();
+                let parts: Vec<ValueId> = stripped.iter().map(|p| p.0).collect();
+                let negated = stripped.iter().any(|p| p.1);
+                let plain = views_of_one(graph, &producer, &parts);
+                if plain && !negated {
+                    None
+                } else if joinable(graph, &producer, &readers, &returned, &parts, 0) {
+                    let joined = emit_joined(&mut b, &map, graph, &producer, &parts, *dimension)?;
+                    Some(if negated {
+                        let mut signs = Vec::with_capacity(stripped.len());
+                        for (v, neg) in &stripped {
+                            let one = b.scalar(ty.dtype, if *neg { -1.0 } else { 1.0 })?;
+                            signs.push(b.op(
+                                Prim::BroadcastInDim {
+                                    dims: graph.value_type(*v).dims.clone(),
+                                    mapping: vec![],
+                                },
+                                &[one],
+                            )?);
+                        }
+                        let sign = b.op(
+                            Prim::Concatenate {
+                                dimension: *dimension,
+                            },
+                            &signs,
+                        )?;
+                        b.binary(BinaryOp::Mul, joined, sign)?
+                    } else {
+                        joined
+                    })
+                } else {
+                    None
+                }
+            }
+            _ => None,
+        };
+        match new {
+            Some(v) if n.outputs.len() == 1 => {
+                map.insert(out, v);
+                changed = true;
+            }
+            _ => {
+                let ins: Vec<ValueId> = n.inputs.iter().map(|v| map[v]).collect();
+                for (o, v) in n.outputs.iter().zip(b.node(n.prim.clone(), &ins)?) {
+                    map.insert(*o, v);
+                }
+            }
+        }
+    }
+    if !changed {
+        return Ok(graph.clone());
+    }
+    let outputs: Vec<ValueId> = graph.outputs().iter().map(|o| map[o]).collect();
+    rebuild(&b.build(&outputs)?, &HashMap::new())
+}
+
+/// Whether `parts` are views (through loads) of one stored value, or all
+/// scalar constants: concatenated along the last dimension, what a loop
+/// reads piece by piece.
+fn views_of_one(graph: &Graph, producer: &[Option<usize>], parts: &[ValueId]) -> bool {
+    let under = |mut v: ValueId| -> Option<ValueId> {
+        while let Some(p) =
+            producer[v.0 as usize].filter(|&p| super::is_load(graph, &graph.nodes()[p]))
+        {
+            v = *graph.nodes()[p].inputs.first()?;
+        }
+        Some(v)
+    };
+    let unders: Vec<Option<ValueId>> = parts.iter().map(|&v| under(v)).collect();
+    let loads = parts
+        .iter()
+        .all(|&v| producer[v.0 as usize].is_some_and(|p| super::is_load(graph, &graph.nodes()[p])));
+    match unders.first() {
+        Some(None) => unders.iter().all(Option::is_none),
+        Some(first) => loads && unders.iter().all(|u| u == first),
+        None => false,
+    }
+}
+
+/// Whether `parts` concatenated are views of one value (`views_of_one`),
+/// or each the same elementwise node, read only where it is concatenated,
+/// over operands that are joinable in turn, so the node can run once over
+/// their concatenations.
+fn joinable(
+    graph: &Graph,
+    producer: &[Option<usize>],
+    readers: &[Vec<usize>],
+    returned: &std::collections::HashSet<ValueId>,
+    parts: &[ValueId],
+    depth: usize,
+) -> bool {
+    if views_of_one(graph, producer, parts) {
+        return true;
+    }
+    if depth >= 4 {
+        return false;
+    }
+    let nodes = graph.nodes();
+    let made: Option<Vec<&crate::ir::Node>> = parts
+        .iter()
+        .map(|&v| {
+            producer[v.0 as usize].map(|p| &nodes[p]).filter(|n| {
+                n.outputs.len() == 1 && readers[v.0 as usize].len() == 1 && !returned.contains(&v)
+            })
+        })
+        .collect();
+    let Some(made) = made else {
+        return false;
+    };
+    let first = made[0];
+    first.prim.is_elementwise()
+        && made
+            .iter()
+            .all(|m| m.prim == first.prim && m.inputs.len() == first.inputs.len())
+        && made.iter().zip(parts).all(|(m, &v)| {
+            m.inputs
+                .iter()
+                .all(|u| graph.value_type(*u).dims == graph.value_type(v).dims)
+        })
+        && (0..first.inputs.len()).all(|j| {
+            let operands: Vec<ValueId> = made.iter().map(|m| m.inputs[j]).collect();
+            joinable(graph, producer, readers, returned, &operands, depth + 1)
+        })
+}
+
+/// The concatenation of `parts` (`joinable`) along `dimension`, built in
+/// `b` with each shared elementwise node run once over concatenations.
+fn emit_joined(
+    b: &mut GraphBuilder,
+    map: &HashMap<ValueId, ValueId>,
+    graph: &Graph,
+    producer: &[Option<usize>],
+    parts: &[ValueId],
+    dimension: usize,
+) -> Result<ValueId> {
+    if views_of_one(graph, producer, parts) {
+        let ins: Vec<ValueId> = parts.iter().map(|v| map[v]).collect();
+        return b.op(Prim::Concatenate { dimension }, &ins);
+    }
+    let nodes = graph.nodes();
+    let made: Vec<&crate::ir::Node> = parts
+        .iter()
+        .filter_map(|&v| producer[v.0 as usize].map(|p| &nodes[p]))
+        .collect();
+    let mut ins = Vec::with_capacity(made[0].inputs.len());
+    for j in 0..made[0].inputs.len() {
+        let operands: Vec<ValueId> = made.iter().map(|m| m.inputs[j]).collect();
+        ins.push(emit_joined(b, map, graph, producer, &operands, dimension)?);
+    }
+    b.op(made[0].prim.clone(), &ins)
 }
 
 /// The graph with the nodes in `rewritten` given new prims and inputs,

@@ -199,17 +199,36 @@ fn a_node_reading_a_pass_value_through_a_load_starts_a_new_pass() {
 /// `tol * (1 + |want|)` (0: bit for bit; the engine's exp, erf and tanh
 /// are within 4 ulps, which a later difference may magnify).
 fn check_plan_equals_reference(graph: &Graph, params: &[Vec<f32>], tol: f64) {
-    use crate::platform::host::kernels::{eval_graph, HostTensor};
-    let inputs: Vec<HostTensor> = graph
+    let want =
+        crate::platform::host::kernels::eval_graph(graph, &host_inputs(graph, params)).unwrap();
+    for (w, got) in want.iter().zip(run_planned(graph, params)) {
+        for (g, w) in got.to_f64_vec().iter().zip(w.to_f64_vec()) {
+            assert!((g - w).abs() <= tol * (1.0 + w.abs()), "{g} against {w}");
+        }
+    }
+}
+
+fn host_inputs(
+    graph: &Graph,
+    params: &[Vec<f32>],
+) -> Vec<crate::platform::host::kernels::HostTensor> {
+    graph
         .param_types()
         .iter()
         .zip(params)
         .map(|(t, v)| {
             let v: Vec<f64> = v.iter().map(|&x| x as f64).collect();
-            HostTensor::from_f64(t.dtype, &t.dims, &v).unwrap()
+            crate::platform::host::kernels::HostTensor::from_f64(t.dtype, &t.dims, &v).unwrap()
         })
-        .collect();
-    let want = eval_graph(graph, &inputs).unwrap();
+        .collect()
+}
+
+/// The graph's results as the host's loop engine computes them, planned
+/// (f32 parameters, in order).
+fn run_planned(
+    graph: &Graph,
+    params: &[Vec<f32>],
+) -> Vec<crate::platform::host::kernels::HostTensor> {
     let p = plan(graph);
     let programs: Vec<_> = p
         .kernels
@@ -217,7 +236,7 @@ fn check_plan_equals_reference(graph: &Graph, params: &[Vec<f32>], tol: f64) {
         .map(|k| crate::platform::host::fused::Program::compile(graph, k))
         .collect();
     let mut values = vec![None; graph.num_values()];
-    for (v, t) in graph.params().iter().zip(inputs) {
+    for (v, t) in graph.params().iter().zip(host_inputs(graph, params)) {
         values[v.0 as usize] = Some(t);
     }
     let dead = p.dead_after(graph);
@@ -230,15 +249,11 @@ fn check_plan_equals_reference(graph: &Graph, params: &[Vec<f32>], tol: f64) {
         &dead,
     )
     .unwrap();
-    for (o, w) in graph.outputs().iter().zip(want) {
-        let got = values[o.0 as usize].clone().unwrap().to_f64_vec();
-        for (g, w) in got.iter().zip(w.to_f64_vec()) {
-            assert!(
-                (g - w).abs() <= tol * (1.0 + w.abs()),
-                "{g} against {w}: {p:#?}"
-            );
-        }
-    }
+    graph
+        .outputs()
+        .iter()
+        .map(|o| values[o.0 as usize].clone().unwrap())
+        .collect()
 }
 
 #[test]
@@ -550,4 +565,101 @@ fn a_view_kernel_waits_for_its_reader_and_leaves_passes_to_merge() {
         .map(|&n| (0..n).map(|i| (i as f32 * 0.37).sin()).collect())
         .collect();
     check_plan_equals_reference(&graph, &inputs, 1e-5);
+}
+
+/// Rotary embeddings over [2, 4, 3, 8] (batch, heads, positions, head
+/// dimension), as the op library and autograd record them: forward
+/// `x * cos + cat(-x2, x1) * sin`, backward `cat(t2, -t1) + g * cos` with
+/// `t = g * sin` (each half's gradient converted to its own dtype). After
+/// `simplify`, each is one loop that reads its halves swapped piece by
+/// piece, where the negations, the halves' copies and the concatenations
+/// ran as kernels of their own; the results are the same bits.
+#[test]
+fn rotary_embeddings_forward_and_backward_are_one_pass_each() {
+    let t = TensorType::new(DType::F32, &[2, 4, 3, 8]);
+    let mut g = GraphBuilder::new();
+    let x = g.param(t.clone());
+    let grad = g.param(t.clone());
+    let cos = g.param(TensorType::new(DType::F32, &[1, 1, 3, 8]));
+    let sin = g.param(TensorType::new(DType::F32, &[1, 1, 3, 8]));
+    let wide = |g: &mut GraphBuilder, v: ValueId| {
+        g.op(
+            Prim::BroadcastInDim {
+                dims: vec![2, 4, 3, 8],
+                mapping: vec![0, 1, 2, 3],
+            },
+            &[v],
+        )
+        .unwrap()
+    };
+    let half = |g: &mut GraphBuilder, v: ValueId, second: bool| {
+        let at = if second { 4 } else { 0 };
+        g.op(
+            Prim::Slice {
+                start: vec![0, 0, 0, at],
+                limit: vec![2, 4, 3, at + 4],
+                stride: vec![1, 1, 1, 1],
+            },
+            &[v],
+        )
+        .unwrap()
+    };
+    let concat = |g: &mut GraphBuilder, a: ValueId, b: ValueId| {
+        g.op(Prim::Concatenate { dimension: 3 }, &[a, b]).unwrap()
+    };
+    let (c, s) = (wide(&mut g, cos), wide(&mut g, sin));
+    // Forward.
+    let x1 = half(&mut g, x, false);
+    let x2 = half(&mut g, x, true);
+    let minus_x2 = g.unary(UnaryOp::Neg, x2).unwrap();
+    let rotated = concat(&mut g, minus_x2, x1);
+    let xc = g.binary(BinaryOp::Mul, x, c).unwrap();
+    let rs = g.binary(BinaryOp::Mul, rotated, s).unwrap();
+    let y = g.binary(BinaryOp::Add, xc, rs).unwrap();
+    // Backward.
+    let gs = g.binary(BinaryOp::Mul, grad, s).unwrap();
+    let t1 = half(&mut g, gs, false);
+    let t2 = half(&mut g, gs, true);
+    let minus_t1 = g.unary(UnaryOp::Neg, t1).unwrap();
+    let own =
+        |g: &mut GraphBuilder, v: ValueId| g.op(Prim::Convert { to: DType::F32 }, &[v]).unwrap();
+    let (t2, minus_t1) = (own(&mut g, t2), own(&mut g, minus_t1));
+    let back = concat(&mut g, t2, minus_t1);
+    let gc = g.binary(BinaryOp::Mul, grad, c).unwrap();
+    let dx = g.binary(BinaryOp::Add, back, gc).unwrap();
+    let graph = g.build(&[y, dx]).unwrap();
+
+    let simple = crate::fusion::simplify(&graph).unwrap();
+    assert!(
+        !simple
+            .nodes()
+            .iter()
+            .any(|n| n.prim == Prim::Unary(UnaryOp::Neg)),
+        "{simple}"
+    );
+    let p = plan(&simple);
+    assert_eq!(p.kernels.len(), 2, "{simple}\n{p:#?}");
+    assert_eq!(p.loop_count(), 2, "{simple}\n{p:#?}");
+    for k in &p.kernels {
+        let program = crate::platform::host::fused::Program::compile(&simple, k);
+        assert!(
+            program.is_some_and(|p| p.reads_pieces_in_place()),
+            "{simple}"
+        );
+    }
+    let inputs: Vec<Vec<f32>> = [192, 192, 24, 24]
+        .iter()
+        .enumerate()
+        .map(|(k, &n)| {
+            (0..n)
+                .map(|i| ((i * 7 + k * 3) as f32 * 0.13).sin() * 3.0)
+                .collect()
+        })
+        .collect();
+    let want =
+        crate::platform::host::kernels::eval_graph(&graph, &host_inputs(&graph, &inputs)).unwrap();
+    let got = run_planned(&simple, &inputs);
+    for (w, g) in want.iter().zip(&got) {
+        assert_eq!(w.to_f64_vec(), g.to_f64_vec());
+    }
 }

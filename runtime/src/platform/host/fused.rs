@@ -43,6 +43,11 @@ enum Source {
     },
     /// A scalar constant.
     Splat(f32),
+    /// A concatenation along the loop's last dimension (see
+    /// `fusion::is_load`): columns `lo..hi` read source `src`, a
+    /// `Strided` or `Splat` source over the loop's shape but for its last
+    /// dimension, `hi - lo` columns wide, at column `c - lo`.
+    Pieces(Vec<(u64, u64, usize)>),
 }
 
 #[derive(Clone, Debug)]
@@ -1495,6 +1500,8 @@ impl Pass<'_> {
                     Source::Strided { .. } => {
                         self.src[src].read(self.offsets[src] as usize, 0, out)
                     }
+                    // Never loaded once (`constant` in `compile`).
+                    Source::Pieces(_) => out.fill(f32::NAN),
                 }
                 // Filled, and read as a scalar where an op can.
                 splats[dst] = Some(out[0]);
@@ -1713,6 +1720,8 @@ fn splat_through(graph: &Graph, producer: &[Option<usize>], v: ValueId) -> Optio
             Prim::Constant { dtype, bytes, .. } => {
                 return Some(crate::ir::literal::decode(*dtype, bytes, 0) as f32)
             }
+            // Pieces of their own (`pieces_through`), even when constant.
+            Prim::Concatenate { .. } => return None,
             _ => cur = *graph.nodes()[p].inputs.first()?,
         }
     }
@@ -1781,6 +1790,64 @@ fn strides_through(
         strides = view_strides(&d0, &s0, &dims)?;
     }
     (dims == shape).then_some((cur, strides, offset))
+}
+
+/// How a loop of `shape` reads `v` when it is a concatenation along the
+/// last dimension that loops read through (`fusion::is_load`): each
+/// operand's columns and its source over those columns. None when an
+/// operand is no strided view or scalar.
+fn pieces_through(
+    graph: &Graph,
+    producer: &[Option<usize>],
+    v: ValueId,
+    shape: &[u64],
+) -> Option<Vec<(u64, u64, Source)>> {
+    let node = &graph.nodes()[producer[v.0 as usize]?];
+    let Prim::Concatenate { dimension } = node.prim else {
+        return None;
+    };
+    let last = shape.len().checked_sub(1)?;
+    if dimension != last || graph.value_type(v).dims != shape || !is_load(graph, node) {
+        return None;
+    }
+    let mut lo = 0;
+    let mut parts = Vec::with_capacity(node.inputs.len());
+    for &u in &node.inputs {
+        let width = graph.value_type(u).dims[last];
+        let mut part_shape = shape.to_vec();
+        part_shape[last] = width;
+        let source = match splat_through(graph, producer, u) {
+            Some(x) => Source::Splat(x),
+            None => {
+                let (value, strides, offset) = strides_through(graph, producer, u, &part_shape)?;
+                Source::Strided {
+                    value,
+                    strides,
+                    offset,
+                }
+            }
+        };
+        parts.push((lo, lo + width, source));
+        lo += width;
+    }
+    Some(parts)
+}
+
+/// The loads under `v` that loops read through, operands first.
+fn loads_under(graph: &Graph, producer: &[Option<usize>], v: ValueId) -> Vec<usize> {
+    let mut found = Vec::new();
+    let mut stack = vec![v];
+    while let Some(u) = stack.pop() {
+        if let Some(p) = producer[u.0 as usize].filter(|&p| is_load(graph, &graph.nodes()[p])) {
+            if !found.contains(&p) {
+                found.push(p);
+                stack.extend(&graph.nodes()[p].inputs);
+            }
+        }
+    }
+    // Nodes only read earlier values.
+    found.sort_unstable();
+    found
 }
 
 /// The strides that read a tensor of `dims` laid out with `strides` as a
@@ -1860,6 +1927,7 @@ impl LoopProgram {
                     let src = if let Some(&s) = source_of.get(&v) {
                         s
                     } else {
+                        let pieces = || pieces_through(graph, &producer, v, shape);
                         let source = match splat_through(graph, &producer, v) {
                             Some(x) => Source::Splat(x),
                             None => match strides_through(graph, &producer, v, shape) {
@@ -1868,27 +1936,29 @@ impl LoopProgram {
                                     strides,
                                     offset,
                                 },
-                                None => {
-                                    // Evaluate the folded chain up front.
-                                    let mut chain = vec![];
-                                    let mut cur = v;
-                                    while let Some(p) = producer[cur.0 as usize]
-                                        .filter(|p| is_load(graph, &nodes[*p]))
-                                    {
-                                        chain.push(p);
-                                        match nodes[p].inputs.first() {
-                                            Some(u) => cur = *u,
-                                            None => break,
+                                None => match pieces() {
+                                    Some(parts) => {
+                                        let mut at = Vec::with_capacity(parts.len());
+                                        for (lo, hi, part) in parts {
+                                            sources.push(part);
+                                            at.push((lo, hi, sources.len() - 1));
+                                        }
+                                        Source::Pieces(at)
+                                    }
+                                    None => {
+                                        // Evaluate the folded loads up front.
+                                        for p in loads_under(graph, &producer, v) {
+                                            if !materialize.contains(&p) {
+                                                materialize.push(p);
+                                            }
+                                        }
+                                        Source::Strided {
+                                            value: v,
+                                            strides: contiguous(shape),
+                                            offset: 0,
                                         }
                                     }
-                                    chain.reverse();
-                                    materialize.extend(chain);
-                                    Source::Strided {
-                                        value: v,
-                                        strides: contiguous(shape),
-                                        offset: 0,
-                                    }
-                                }
+                                },
                             },
                         };
                         sources.push(source);
@@ -2009,6 +2079,7 @@ impl LoopProgram {
             Inst::Load { src, .. } => match &sources[*src] {
                 Source::Splat(_) => true,
                 Source::Strided { strides, .. } => strides.iter().all(|&s| s == 0),
+                Source::Pieces(_) => false,
             },
             _ => false,
         };
@@ -2020,7 +2091,7 @@ impl LoopProgram {
             .filter_map(|i| match *i {
                 Inst::Load { dst, src } => match sources[src] {
                     Source::Splat(v) => Some((dst, v)),
-                    Source::Strided { .. } => None,
+                    Source::Strided { .. } | Source::Pieces(_) => None,
                 },
                 _ => None,
             })
@@ -2068,16 +2139,22 @@ impl LoopProgram {
                 |&i| matches!(&self.sources[i], Source::Strided { value, .. } if *value == param),
             )
             .collect();
-        let element_for_element = reads.iter().all(|&i| match &self.sources[i] {
-            Source::Strided {
-                strides, offset, ..
-            } => {
-                *offset == 0
-                    && (0..self.shape.len())
-                        .all(|d| self.shape[d] == 1 || strides[d] == in_order[d])
-            }
-            Source::Splat(_) => false,
+        // A piece of a concatenation reads its columns shifted.
+        let pieced = self.sources.iter().any(|s| match s {
+            Source::Pieces(parts) => parts.iter().any(|(_, _, src)| reads.contains(src)),
+            _ => false,
         });
+        let element_for_element = !pieced
+            && reads.iter().all(|&i| match &self.sources[i] {
+                Source::Strided {
+                    strides, offset, ..
+                } => {
+                    *offset == 0
+                        && (0..self.shape.len())
+                            .all(|d| self.shape[d] == 1 || strides[d] == in_order[d])
+                }
+                Source::Splat(_) | Source::Pieces(_) => false,
+            });
         let stored = self
             .insts
             .iter()
@@ -2279,7 +2356,7 @@ impl LoopProgram {
             .iter()
             .map(|s| match s {
                 Source::Strided { strides, .. } => Cow::Borrowed(&strides[..]),
-                Source::Splat(_) => Cow::Borrowed(&[][..]),
+                Source::Splat(_) | Source::Pieces(_) => Cow::Borrowed(&[][..]),
             })
             .collect();
         let mut offsets: Few<u64> = self
@@ -2287,7 +2364,7 @@ impl LoopProgram {
             .iter()
             .map(|s| match s {
                 Source::Strided { offset, .. } => *offset,
-                Source::Splat(_) => 0,
+                Source::Splat(_) | Source::Pieces(_) => 0,
             })
             .collect();
         let mut staged: FxHashMap<ValueId, HostTensor> = FxHashMap::default();
@@ -2367,7 +2444,7 @@ impl LoopProgram {
         self.sources
             .iter()
             .map(|s| match s {
-                Source::Splat(_) => Ok(SourceData::None),
+                Source::Splat(_) | Source::Pieces(_) => Ok(SourceData::None),
                 Source::Strided { value, .. } => {
                     if let Some(&(ptr, len)) = chain.get(value) {
                         return Ok(SourceData::Device {
@@ -2606,6 +2683,30 @@ impl LoopProgram {
                 let out = &mut regs[dst * CHUNK..dst * CHUNK + len];
                 match &self.sources[s] {
                     Source::Splat(v) => out.fill(*v),
+                    Source::Pieces(parts) => {
+                        let sources = self.sources.len();
+                        for (i, r) in rows.iter().enumerate() {
+                            let (c0, c1) = (r.start, r.start + r.len as u64);
+                            for &(lo, hi, ps) in parts {
+                                let (a, b) = (c0.max(lo), c1.min(hi));
+                                if a >= b {
+                                    continue;
+                                }
+                                let at = r.off + (a - c0) as usize;
+                                let piece = &mut out[at..at + (b - a) as usize];
+                                match &self.sources[ps] {
+                                    Source::Splat(v) => piece.fill(*v),
+                                    Source::Strided { .. } => {
+                                        let step = *strides[ps].last().unwrap_or(&0);
+                                        let base = row_bases[i * sources + ps] + (a - lo) * step;
+                                        src[ps].read(base as usize, step as usize, piece);
+                                    }
+                                    // Parts are never concatenations (`compile`).
+                                    Source::Pieces(_) => piece.fill(f32::NAN),
+                                }
+                            }
+                        }
+                    }
                     Source::Strided { .. } => {
                         let step = *strides[s].last().unwrap_or(&0);
                         let sources = self.sources.len();
@@ -3117,6 +3218,16 @@ fn same_steps(shape: &[u64], strides: &[u64], expect: &[u64]) -> bool {
 pub enum Program {
     Loop(LoopProgram),
     Rows(RowProgram),
+}
+
+#[cfg(test)]
+impl Program {
+    /// Whether this is a pass that reads a concatenation piece by piece
+    /// and gathers nothing up front.
+    pub(crate) fn reads_pieces_in_place(&self) -> bool {
+        matches!(self, Program::Loop(p) if p.materialize.is_empty()
+            && p.sources.iter().any(|s| matches!(s, Source::Pieces(_))))
+    }
 }
 
 impl Program {

@@ -663,3 +663,127 @@ fn rotary_embeddings_forward_and_backward_are_one_pass_each() {
         assert_eq!(w.to_f64_vec(), g.to_f64_vec());
     }
 }
+
+/// Concatenations a loop reads piece by piece, over shapes whose rows
+/// cross chunk and thread boundaries (rows of 7, 33 and 10 columns), in
+/// two and three pieces, with the pieces reordered, one of them from a
+/// transposed view: the same values as node by node. A concatenation of
+/// views of two different values, or one a product reads, stays a kernel
+/// and gives the same values too.
+#[test]
+fn concatenated_views_read_in_pieces_equal_the_reference() {
+    let slice = |g: &mut GraphBuilder, v: ValueId, lo: u64, hi: u64, dims: &[u64]| {
+        let last = dims.len() - 1;
+        let mut start = vec![0; dims.len()];
+        let mut limit = dims.to_vec();
+        (start[last], limit[last]) = (lo, hi);
+        g.op(
+            Prim::Slice {
+                start,
+                limit,
+                stride: vec![1; dims.len()],
+            },
+            &[v],
+        )
+        .unwrap()
+    };
+    for dims in [vec![3u64, 5, 7], vec![37, 33], vec![300, 10]] {
+        let last = *dims.last().unwrap();
+        let cuts: Vec<Vec<(u64, u64)>> = vec![
+            vec![(last / 2, last), (0, last / 2)],
+            vec![(last - 2, last), (1, last - 2), (0, 1)],
+        ];
+        for (case, cut) in cuts.iter().enumerate() {
+            for variant in ["views", "two values", "transposed", "a product reads it"] {
+                let mut g = GraphBuilder::new();
+                let reversed: Vec<u64> = dims.iter().rev().copied().collect();
+                let transposed = variant == "transposed";
+                let x = g.param(TensorType::new(
+                    DType::F32,
+                    if transposed { &reversed } else { &dims },
+                ));
+                let y = g.param(TensorType::new(DType::F32, &dims));
+                let w = g.param(TensorType::new(DType::F32, &[last, 4]));
+                let x = if transposed {
+                    let perm: Vec<usize> = (0..dims.len()).rev().collect();
+                    g.op(Prim::Transpose { perm }, &[x]).unwrap()
+                } else {
+                    x
+                };
+                let parts: Vec<ValueId> = cut
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &(lo, hi))| {
+                        let from = if variant == "two values" && k == 1 {
+                            y
+                        } else {
+                            x
+                        };
+                        slice(&mut g, from, lo, hi, &dims)
+                    })
+                    .collect();
+                let c = g
+                    .op(
+                        Prim::Concatenate {
+                            dimension: dims.len() - 1,
+                        },
+                        &parts,
+                    )
+                    .unwrap();
+                let e = g.unary(UnaryOp::Neg, c).unwrap();
+                let mut outs = vec![g.binary(BinaryOp::Mul, e, y).unwrap()];
+                if variant == "a product reads it" {
+                    let d = g
+                        .op(
+                            Prim::DotGeneral {
+                                lhs_batch: vec![],
+                                rhs_batch: vec![],
+                                lhs_contract: vec![dims.len() - 1],
+                                rhs_contract: vec![0],
+                            },
+                            &[c, w],
+                        )
+                        .unwrap();
+                    outs.push(d);
+                }
+                let graph = g.build(&outs).unwrap();
+                let simple = crate::fusion::simplify(&graph).unwrap();
+                let p = plan(&simple);
+                let singles = p
+                    .kernels
+                    .iter()
+                    .filter(|k| k.kind == KernelKind::Single)
+                    .count();
+                if matches!(variant, "views" | "transposed") {
+                    assert_eq!(singles, 0, "{dims:?} {case} {variant}: {p:#?}");
+                }
+                let inputs: Vec<Vec<f32>> = graph
+                    .param_types()
+                    .iter()
+                    .enumerate()
+                    .map(|(k, t)| {
+                        (0..t.numel())
+                            .map(|i| (i as f32 * 0.71 + k as f32).sin())
+                            .collect()
+                    })
+                    .collect();
+                let want = crate::platform::host::kernels::eval_graph(
+                    &graph,
+                    &host_inputs(&graph, &inputs),
+                )
+                .unwrap();
+                let got = run_planned(&simple, &inputs);
+                for (w, g) in want.iter().zip(&got) {
+                    let (w, g) = (w.to_f64_vec(), g.to_f64_vec());
+                    // Products sum in another order: within rounding.
+                    for (a, b) in w.iter().zip(&g) {
+                        assert!(
+                            (a - b).abs() <= 1e-5 * (1.0 + a.abs()),
+                            "{dims:?} {case} {variant}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

@@ -180,10 +180,14 @@ pub fn is_load(graph: &Graph, node: &Node) -> bool {
 /// under the first operand is the one the concatenation reads.
 fn views_joined(graph: &Graph, node: &Node, dimension: usize) -> bool {
     let out = graph.value_type(node.outputs[0]);
-    if dimension + 1 != out.rank() || !loop_dtype(out.dtype) {
-        return false;
-    }
-    // The stored value under an operand, or None under a constant.
+    dimension + 1 == out.rank() && loop_dtype(out.dtype) && views_of_one(graph, &node.inputs)
+}
+
+/// Whether `parts` are all views (through loads) of one stored value, or
+/// all scalar constants: concatenated along the last dimension, what a
+/// loop reads piece by piece (see `views_joined`).
+pub(crate) fn views_of_one(graph: &Graph, parts: &[ValueId]) -> bool {
+    // The stored value under a part, or None under a constant.
     let under = |mut v: ValueId| -> Option<ValueId> {
         while let Some(p) = graph.producer_of(v) {
             let n = &graph.nodes()[p];
@@ -194,7 +198,7 @@ fn views_joined(graph: &Graph, node: &Node, dimension: usize) -> bool {
         }
         Some(v)
     };
-    let unders: Vec<Option<ValueId>> = node.inputs.iter().map(|&v| under(v)).collect();
+    let unders: Vec<Option<ValueId>> = parts.iter().map(|&v| under(v)).collect();
     match unders.first() {
         Some(None) => unders.iter().all(Option::is_none),
         Some(first) => unders.iter().all(|u| u == first),

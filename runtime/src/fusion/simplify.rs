@@ -78,12 +78,7 @@ fn moving_loads(graph: &Graph, producer: &[Option<usize>], mut v: ValueId) -> us
 fn copy_load_chains(graph: &Graph) -> Result<Graph> {
     let producer = graph.producers();
     let nodes = graph.nodes();
-    let mut readers: Vec<Vec<usize>> = vec![Vec::new(); graph.num_values()];
-    for (i, n) in nodes.iter().enumerate() {
-        for v in &n.inputs {
-            readers[v.0 as usize].push(i);
-        }
-    }
+    let readers = readers_of(graph);
     // A concatenation loops read through is a kernel of its own all the
     // same when anything else reads it.
     let runs = |n: &crate::ir::Node| {
@@ -342,12 +337,7 @@ fn join_halves(graph: &Graph) -> Result<Graph> {
 fn join_halves_once(graph: &Graph) -> Result<Graph> {
     let nodes = graph.nodes();
     let producer = graph.producers();
-    let mut readers: Vec<Vec<usize>> = vec![Vec::new(); graph.num_values()];
-    for (i, n) in nodes.iter().enumerate() {
-        for v in &n.inputs {
-            readers[v.0 as usize].push(i);
-        }
-    }
+    let readers = readers_of(graph);
     let returned: std::collections::HashSet<ValueId> = graph.outputs().iter().copied().collect();
     let only_read_by = |v: ValueId, f: &dyn Fn(&Prim) -> bool| {
         !returned.contains(&v)
@@ -408,7 +398,7 @@ fn join_halves_once(graph: &Graph) -> Result<Graph> {
                     .collect();
                 let parts: Vec<ValueId> = stripped.iter().map(|p| p.0).collect();
                 let negated = stripped.iter().any(|p| p.1);
-                let plain = views_of_one(graph, &producer, &parts);
+                let plain = super::views_of_one(graph, &parts);
                 if plain && !negated {
                     None
                 } else if joinable(graph, &producer, &readers, &returned, &parts, 0) {
@@ -461,30 +451,7 @@ fn join_halves_once(graph: &Graph) -> Result<Graph> {
     rebuild(&b.build(&outputs)?, &HashMap::new())
 }
 
-/// Whether `parts` are views (through loads) of one stored value, or all
-/// scalar constants: concatenated along the last dimension, what a loop
-/// reads piece by piece.
-fn views_of_one(graph: &Graph, producer: &[Option<usize>], parts: &[ValueId]) -> bool {
-    let under = |mut v: ValueId| -> Option<ValueId> {
-        while let Some(p) =
-            producer[v.0 as usize].filter(|&p| super::is_load(graph, &graph.nodes()[p]))
-        {
-            v = *graph.nodes()[p].inputs.first()?;
-        }
-        Some(v)
-    };
-    let unders: Vec<Option<ValueId>> = parts.iter().map(|&v| under(v)).collect();
-    let loads = parts
-        .iter()
-        .all(|&v| producer[v.0 as usize].is_some_and(|p| super::is_load(graph, &graph.nodes()[p])));
-    match unders.first() {
-        Some(None) => unders.iter().all(Option::is_none),
-        Some(first) => loads && unders.iter().all(|u| u == first),
-        None => false,
-    }
-}
-
-/// Whether `parts` concatenated are views of one value (`views_of_one`),
+/// Whether `parts` concatenated are views of one value (`super::views_of_one`),
 /// or each the same elementwise node, read only where it is concatenated,
 /// over operands that are joinable in turn, so the node can run once over
 /// their concatenations.
@@ -496,7 +463,7 @@ fn joinable(
     parts: &[ValueId],
     depth: usize,
 ) -> bool {
-    if views_of_one(graph, producer, parts) {
+    if super::views_of_one(graph, parts) {
         return true;
     }
     if depth >= 4 {
@@ -540,7 +507,7 @@ fn emit_joined(
     parts: &[ValueId],
     dimension: usize,
 ) -> Result<ValueId> {
-    if views_of_one(graph, producer, parts) {
+    if super::views_of_one(graph, parts) {
         let ins: Vec<ValueId> = parts.iter().map(|v| map[v]).collect();
         return b.op(Prim::Concatenate { dimension }, &ins);
     }
@@ -555,6 +522,17 @@ fn emit_joined(
         ins.push(emit_joined(b, map, graph, producer, &operands, dimension)?);
     }
     b.op(made[0].prim.clone(), &ins)
+}
+
+/// The nodes reading each value, once per operand.
+fn readers_of(graph: &Graph) -> Vec<Vec<usize>> {
+    let mut readers: Vec<Vec<usize>> = vec![Vec::new(); graph.num_values()];
+    for (i, n) in graph.nodes().iter().enumerate() {
+        for v in &n.inputs {
+            readers[v.0 as usize].push(i);
+        }
+    }
+    readers
 }
 
 /// The graph with the nodes in `rewritten` given new prims and inputs,

@@ -6,6 +6,20 @@ fn op_graph(name: &str, inputs: &[TensorType], attrs: Attrs) -> Graph {
     ops::build_graph(ops::lookup(name).unwrap(), inputs, &attrs).unwrap()
 }
 
+/// `a @ b` for 2-D `a` and `b`.
+fn matmul(g: &mut GraphBuilder, a: ValueId, b: ValueId) -> ValueId {
+    g.op(
+        Prim::DotGeneral {
+            lhs_batch: vec![],
+            rhs_batch: vec![],
+            lhs_contract: vec![1],
+            rhs_contract: vec![0],
+        },
+        &[a, b],
+    )
+    .unwrap()
+}
+
 /// `v` reversed along its first dimension: a kernel of its own.
 fn reverse(g: &mut GraphBuilder, v: ValueId) -> ValueId {
     g.op(
@@ -488,17 +502,7 @@ fn siblings_reading_a_reshaped_product_share_one_pass() {
     let w = g.param(TensorType::new(DType::F32, &[5, 8]));
     let silu = g.param(TensorType::new(DType::F32, &[3, 4, 8]));
     let up = g.param(TensorType::new(DType::F32, &[3, 4, 8]));
-    let d = g
-        .op(
-            Prim::DotGeneral {
-                lhs_batch: vec![],
-                rhs_batch: vec![],
-                lhs_contract: vec![1],
-                rhs_contract: vec![0],
-            },
-            &[a, w],
-        )
-        .unwrap();
+    let d = matmul(&mut g, a, w);
     let read = |g: &mut GraphBuilder, other: ValueId| {
         let r = g
             .op(
@@ -530,23 +534,11 @@ fn a_view_kernel_waits_for_its_reader_and_leaves_passes_to_merge() {
     let mut g = GraphBuilder::new();
     let x = g.param(TensorType::new(DType::F32, &[4, 8]));
     let w = g.param(TensorType::new(DType::F32, &[8, 8]));
-    let dot = |g: &mut GraphBuilder, a: ValueId, b: ValueId| {
-        g.op(
-            Prim::DotGeneral {
-                lhs_batch: vec![],
-                rhs_batch: vec![],
-                lhs_contract: vec![1],
-                rhs_contract: vec![0],
-            },
-            &[a, b],
-        )
-        .unwrap()
-    };
     let a = g.unary(UnaryOp::Exp, x).unwrap();
     let viewed = g.op(Prim::Reshape { dims: vec![4, 8] }, &[a]).unwrap();
-    let m = dot(&mut g, x, w);
+    let m = matmul(&mut g, x, w);
     let c = g.binary(BinaryOp::Add, a, m).unwrap();
-    let late = dot(&mut g, viewed, w);
+    let late = matmul(&mut g, viewed, w);
     let graph = g.build(&[c, late]).unwrap();
     let p = plan(&graph);
     assert_eq!(p.loop_count(), 1, "{p:#?}");

@@ -440,6 +440,15 @@ pub fn plan(graph: &Graph) -> Plan {
 
     // 3b. Merges up: see `merge_into_producers`.
     merge_into_producers(graph, &producer, &mut kernels, &mut kernel_of);
+    // 3c. Nodes only a later pass reads move there: see `move_to_readers`.
+    move_to_readers(
+        graph,
+        &producer,
+        &consumers,
+        &returned,
+        &mut kernels,
+        &mut kernel_of,
+    );
 
     // 4. Row phases: see `chain_row_phases`.
     chain_row_phases(graph, &producer, &mut kernels, &mut kernel_of);
@@ -871,6 +880,85 @@ fn merge_into_producers(
         kernels[j].nodes.extend(moved);
         kernels[j].nodes.sort_unstable();
         kernels[j].kind = KernelKind::Loop { shape, reduce_dims };
+    }
+}
+
+/// Move the elementwise nodes of a loop group that only one later loop
+/// group over the same shape reads (directly), and that read nothing of
+/// their own group but each other, into that later group: it computes
+/// them from what they read, which is stored anyway, where the earlier
+/// pass would store their results for it. Step 1 puts them there: a node
+/// reading only stored values joins a pass already reading one of them
+/// (a backward's `logistic(gate)` joins the forward's SiLU when one
+/// recording holds both, and the forward pass then stored the SiLU
+/// gradient's factor for the backward).
+fn move_to_readers(
+    graph: &Graph,
+    producer: &[Option<usize>],
+    consumers: &[Vec<usize>],
+    returned: &HashSet<ValueId>,
+    kernels: &mut [Kernel],
+    kernel_of: &mut [usize],
+) {
+    let nodes = graph.nodes();
+    for f in 0..kernels.len() {
+        let KernelKind::Loop { shape, .. } = kernels[f].kind.clone() else {
+            continue;
+        };
+        let mut moving: HashSet<usize> = kernels[f]
+            .nodes
+            .iter()
+            .copied()
+            .filter(|&i| nodes[i].prim.is_elementwise())
+            .collect();
+        // Drop nodes that another kernel reads, the graph returns, or that
+        // read a value of the group staying behind, until none is left.
+        loop {
+            let stays: Vec<usize> = moving
+                .iter()
+                .copied()
+                .filter(|&i| {
+                    let n = &nodes[i];
+                    let read_elsewhere = n.outputs.iter().any(|o| returned.contains(o))
+                        || consumers[i].iter().any(|&c| {
+                            !moving.contains(&c) && (kernel_of[c] <= f || is_load(graph, &nodes[c]))
+                        });
+                    let reads_behind = n.inputs.iter().any(|&v| {
+                        let u = under_loads(graph, producer, v);
+                        producer[u.0 as usize]
+                            .is_some_and(|p| kernel_of[p] == f && (!moving.contains(&p) || u != v))
+                    });
+                    read_elsewhere || reads_behind
+                })
+                .collect();
+            if stays.is_empty() {
+                break;
+            }
+            for i in stays {
+                moving.remove(&i);
+            }
+        }
+        // The one later group that reads them, a loop over the same shape.
+        let mut readers: Vec<usize> = moving
+            .iter()
+            .flat_map(|&i| consumers[i].iter())
+            .filter(|c| !moving.contains(c))
+            .map(|&c| kernel_of[c])
+            .collect();
+        readers.sort_unstable();
+        readers.dedup();
+        let [b] = readers[..] else {
+            continue;
+        };
+        if !matches!(&kernels[b].kind, KernelKind::Loop { shape: s, .. } if *s == shape) {
+            continue;
+        }
+        kernels[f].nodes.retain(|i| !moving.contains(i));
+        for &i in &moving {
+            kernel_of[i] = b;
+        }
+        kernels[b].nodes.extend(moving);
+        kernels[b].nodes.sort_unstable();
     }
 }
 

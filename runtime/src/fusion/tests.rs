@@ -779,3 +779,57 @@ fn concatenated_views_read_in_pieces_equal_the_reference() {
         }
     }
 }
+
+/// One recording with a gated MLP's forward and backward: the backward's
+/// `logistic(gate)` and the factor it feeds read only `gate`, so they
+/// join the forward's pass (which reads it); a kernel between (here a
+/// reverse of the forward's result) keeps the backward's pass from
+/// moving up. They move down to the backward's pass, which reads them,
+/// instead of the forward's storing their result for it.
+#[test]
+fn nodes_only_a_later_pass_reads_move_to_it() {
+    let t = TensorType::new(DType::F32, &[6, 8]);
+    let mut g = GraphBuilder::new();
+    let gate = g.param(t.clone());
+    let up = g.param(t.clone());
+    // Forward: silu(gate) * up.
+    let s = g.unary(UnaryOp::Logistic, gate).unwrap();
+    let silu = g.binary(BinaryOp::Mul, gate, s).unwrap();
+    let act = g.binary(BinaryOp::Mul, silu, up).unwrap();
+    let between = reverse(&mut g, act);
+    // Backward's factor: 1 + gate * (1 - logistic(gate)).
+    let s2 = g.unary(UnaryOp::Logistic, gate).unwrap();
+    let one = g.scalar(DType::F32, 1.0).unwrap();
+    let ones = g
+        .op(
+            Prim::BroadcastInDim {
+                dims: vec![6, 8],
+                mapping: vec![],
+            },
+            &[one],
+        )
+        .unwrap();
+    let d = g.binary(BinaryOp::Sub, ones, s2).unwrap();
+    let e = g.binary(BinaryOp::Mul, gate, d).unwrap();
+    let factor = g.binary(BinaryOp::Add, ones, e).unwrap();
+    let grad = g.binary(BinaryOp::Mul, between, s2).unwrap();
+    let out = g.binary(BinaryOp::Mul, grad, factor).unwrap();
+    let graph = g.build(&[act, out]).unwrap();
+    let p = plan(&graph);
+    assert_eq!(p.loop_count(), 2, "{p:#?}");
+    let loops: Vec<&Kernel> = p
+        .kernels
+        .iter()
+        .filter(|k| matches!(k.kind, KernelKind::Loop { .. }))
+        .collect();
+    assert_eq!(loops[0].stores, vec![act], "{p:#?}");
+    assert_eq!(loops[1].stores, vec![out], "{p:#?}");
+    let inputs: Vec<Vec<f32>> = (0..2)
+        .map(|k| {
+            (0..48)
+                .map(|i| ((i * 5 + k) as f32 * 0.3).sin() * 2.0)
+                .collect()
+        })
+        .collect();
+    check_plan_equals_reference(&graph, &inputs, 1e-5);
+}

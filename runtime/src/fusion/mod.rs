@@ -187,16 +187,14 @@ fn views_joined(graph: &Graph, node: &Node, dimension: usize) -> bool {
 /// all scalar constants: concatenated along the last dimension, what a
 /// loop reads piece by piece (see `views_joined`).
 pub(crate) fn views_of_one(graph: &Graph, parts: &[ValueId]) -> bool {
-    // The stored value under a part, or None under a constant.
-    let under = |mut v: ValueId| -> Option<ValueId> {
-        while let Some(p) = graph.producer_of(v) {
-            let n = &graph.nodes()[p];
-            if !is_load(graph, n) {
-                break;
-            }
-            v = *n.inputs.first()?;
+    // The stored value under a part, or None under a constant (a load
+    // with nothing under it).
+    let under = |v: ValueId| -> Option<ValueId> {
+        let u = under_loads_by(graph, |w| graph.producer_of(w), v);
+        match graph.producer_of(u) {
+            Some(p) if is_load(graph, &graph.nodes()[p]) => None,
+            _ => Some(u),
         }
-        Some(v)
     };
     let unders: Vec<Option<ValueId>> = parts.iter().map(|&v| under(v)).collect();
     match unders.first() {
@@ -742,8 +740,17 @@ fn scalar_constant(graph: &Graph, producer: &[Option<usize>], v: ValueId) -> Opt
 }
 
 /// The value `v` reads through a chain of loads.
-pub fn under_loads(graph: &Graph, producer: &[Option<usize>], mut v: ValueId) -> ValueId {
-    while let Some(p) = producer[v.0 as usize].filter(|&p| is_load(graph, &graph.nodes()[p])) {
+pub fn under_loads(graph: &Graph, producer: &[Option<usize>], v: ValueId) -> ValueId {
+    under_loads_by(graph, |u| producer[u.0 as usize], v)
+}
+
+/// `under_loads` with `producer` giving each value's node.
+fn under_loads_by(
+    graph: &Graph,
+    producer: impl Fn(ValueId) -> Option<usize>,
+    mut v: ValueId,
+) -> ValueId {
+    while let Some(p) = producer(v).filter(|&p| is_load(graph, &graph.nodes()[p])) {
         match graph.nodes()[p].inputs.first() {
             Some(u) => v = *u,
             None => break,
@@ -820,11 +827,7 @@ fn merge_into_consumers(
                 break;
             };
             let moved = std::mem::take(&mut kernels[j].nodes);
-            for &i in &moved {
-                kernel_of[i] = k;
-            }
-            kernels[k].nodes.extend(moved);
-            kernels[k].nodes.sort_unstable();
+            move_nodes(kernels, kernel_of, moved, k);
         }
     }
 }
@@ -874,11 +877,7 @@ fn merge_into_producers(
             continue;
         }
         let moved = std::mem::take(&mut kernels[k].nodes);
-        for &i in &moved {
-            kernel_of[i] = j;
-        }
-        kernels[j].nodes.extend(moved);
-        kernels[j].nodes.sort_unstable();
+        move_nodes(kernels, kernel_of, moved, j);
         kernels[j].kind = KernelKind::Loop { shape, reduce_dims };
     }
 }
@@ -954,12 +953,23 @@ fn move_to_readers(
             continue;
         }
         kernels[f].nodes.retain(|i| !moving.contains(i));
-        for &i in &moving {
-            kernel_of[i] = b;
-        }
-        kernels[b].nodes.extend(moving);
-        kernels[b].nodes.sort_unstable();
+        move_nodes(kernels, kernel_of, moving, b);
     }
+}
+
+/// Move nodes (out of their kernel's list already) into kernel `to`,
+/// whose nodes stay in graph order.
+fn move_nodes(
+    kernels: &mut [Kernel],
+    kernel_of: &mut [usize],
+    moved: impl IntoIterator<Item = usize>,
+    to: usize,
+) {
+    for i in moved {
+        kernel_of[i] = to;
+        kernels[to].nodes.push(i);
+    }
+    kernels[to].nodes.sort_unstable();
 }
 
 #[cfg(test)]

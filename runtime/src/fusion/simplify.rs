@@ -325,16 +325,16 @@ fn join_halves(graph: &Graph) -> Result<Graph> {
     // Each round takes one step (a dropped conversion, slices moved, a
     // concatenation joined); the rotary pattern needs two.
     for _ in 0..4 {
-        let next = join_halves_once(&g)?;
-        if next == g {
-            break;
+        match join_halves_once(&g)? {
+            Some(next) => g = next,
+            None => break,
         }
-        g = next;
     }
     Ok(g)
 }
 
-fn join_halves_once(graph: &Graph) -> Result<Graph> {
+/// One round of `join_halves`; None when nothing applies.
+fn join_halves_once(graph: &Graph) -> Result<Option<Graph>> {
     let nodes = graph.nodes();
     let producer = graph.producers();
     let readers = readers_of(graph);
@@ -445,10 +445,10 @@ fn join_halves_once(graph: &Graph) -> Result<Graph> {
         }
     }
     if !changed {
-        return Ok(graph.clone());
+        return Ok(None);
     }
     let outputs: Vec<ValueId> = graph.outputs().iter().map(|o| map[o]).collect();
-    rebuild(&b.build(&outputs)?, &HashMap::new())
+    rebuild(&b.build(&outputs)?, &HashMap::new()).map(Some)
 }
 
 /// Whether `parts` concatenated are views of one value (`super::views_of_one`),

@@ -159,18 +159,16 @@ impl Graph {
         producer
     }
     /// The index of the node that produces `v` (None for a parameter), by
-    /// binary search: values are numbered in definition order.
+    /// binary search: values are numbered in definition order, parameters
+    /// first (`rebuild` checks it of a graph read back).
     pub fn producer_of(&self, v: ValueId) -> Option<usize> {
-        if self.params.contains(&v) {
-            return None;
-        }
         let i = self
             .nodes
             .partition_point(|n| n.outputs.last().is_some_and(|o| o.0 < v.0));
-        if self.nodes.get(i).is_some_and(|n| n.outputs.contains(&v)) {
-            return Some(i);
-        }
-        self.nodes.iter().position(|n| n.outputs.contains(&v))
+        self.nodes
+            .get(i)
+            .filter(|n| n.outputs.contains(&v))
+            .map(|_| i)
     }
     pub fn num_values(&self) -> usize {
         self.types.len()

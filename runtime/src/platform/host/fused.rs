@@ -1927,7 +1927,6 @@ impl LoopProgram {
                     let src = if let Some(&s) = source_of.get(&v) {
                         s
                     } else {
-                        let pieces = || pieces_through(graph, &producer, v, shape);
                         let source = match splat_through(graph, &producer, v) {
                             Some(x) => Source::Splat(x),
                             None => match strides_through(graph, &producer, v, shape) {
@@ -1936,7 +1935,7 @@ impl LoopProgram {
                                     strides,
                                     offset,
                                 },
-                                None => match pieces() {
+                                None => match pieces_through(graph, &producer, v, shape) {
                                     Some(parts) => {
                                         let mut at = Vec::with_capacity(parts.len());
                                         for (lo, hi, part) in parts {

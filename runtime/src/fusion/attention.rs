@@ -15,9 +15,9 @@
 //! so does attention with a mask or dropout.
 //!
 //! The result differs from the written-out ops by rounding only: a scale
-//! known when compiling multiplies the scores inside the kernel; one
-//! passed in at run time scales q instead (softmax((q / c) kᵀ) is
-//! softmax(q kᵀ / c)).
+//! known when compiling multiplies the scores inside the kernel, and so
+//! does one passed in at run time (the primitive's optional fourth
+//! operand; a divisor c as 1 / c).
 
 use std::collections::HashMap;
 
@@ -303,20 +303,19 @@ pub fn fuse_attention(graph: &Graph) -> Result<Option<Graph>> {
                 perm.swap(r - 1, r - 2);
                 k = b.op(Prim::Transpose { perm }, &[k])?;
             }
-            let mut q = map[&m.q];
+            let mut operands = vec![map[&m.q], k, map[&m.v]];
             let scale = match m.scale {
                 Scale::Known(s) => s,
+                // The kernel multiplies its scale by the fourth operand;
+                // a divisor becomes its reciprocal, one scalar division
+                // where scaling q took a pass over q.
                 Scale::Runtime { value, divide } => {
-                    let dims = graph.value_type(m.q).dims.clone();
-                    let c = b.op(
-                        Prim::BroadcastInDim {
-                            dims,
-                            mapping: vec![],
-                        },
-                        &[map[&value]],
-                    )?;
-                    let op = if divide { BinaryOp::Div } else { BinaryOp::Mul };
-                    q = b.binary(op, q, c)?;
+                    let mut c = map[&value];
+                    if divide {
+                        let one = b.scalar(DType::F32, 1.0)?;
+                        c = b.binary(BinaryOp::Div, one, c)?;
+                    }
+                    operands.push(c);
                     1.0
                 }
             };
@@ -325,7 +324,7 @@ pub fn fuse_attention(graph: &Graph) -> Result<Option<Graph>> {
                     scale,
                     causal: false,
                 },
-                &[q, k, map[&m.v]],
+                &operands,
             )?;
             map.insert(n.outputs[0], outs[0]);
             continue;
@@ -352,7 +351,8 @@ mod tests {
         /// k passed as kᵀ [.., E, S].
         transposed_k: bool,
         /// 0: no scale; 1: times a constant; 2: divided by a constant;
-        /// 3: divided by an f32 parameter; 4: an i64 parameter converted.
+        /// 3: divided by an f32 parameter; 4: an i64 parameter converted;
+        /// 5: times an f32 parameter, the parameter first.
         scale: u8,
         /// The softmax over [2, 3, L, S] of a [6, L, S] product.
         reshaped: bool,
@@ -421,7 +421,7 @@ mod tests {
         });
         let v = g.param(f(&[b, s, ev]));
         let c = match w.scale {
-            3 => Some(g.param(f(&[]))),
+            3 | 5 => Some(g.param(f(&[]))),
             4 => Some(g.param(TensorType::new(DType::I64, &[]))),
             _ => None,
         };
@@ -461,6 +461,10 @@ mod tests {
                 }
                 let c = scalar(&mut g, c);
                 g.binary(BinaryOp::Div, x, c).unwrap()
+            }
+            5 => {
+                let c = scalar(&mut g, c.unwrap());
+                g.binary(BinaryOp::Mul, c, x).unwrap()
             }
             _ => x,
         };
@@ -518,7 +522,7 @@ mod tests {
     #[test]
     fn written_out_attention_becomes_one_attention_with_its_result() {
         let mut cases = vec![];
-        for scale in 0..5 {
+        for scale in 0..6 {
             for transposed_k in [false, true] {
                 for reshaped in [false, true] {
                     cases.push(Written {
@@ -542,6 +546,17 @@ mod tests {
                 !names.iter().any(|n| n == "dot_general" || n == "exp"),
                 "{names:?}"
             );
+            // A scale known only at run time reaches the kernel as its
+            // scalar operand: no pass over q or the scores scales them.
+            for n in fused.nodes() {
+                let big = fused.value_type(n.outputs[0]).numel() > 1;
+                let kt = matches!(n.prim, Prim::Transpose { .. });
+                assert!(
+                    !big || kt || n.prim.name() == "attention",
+                    "{} over a tensor\n{fused}",
+                    n.prim.name()
+                );
+            }
             let ins = inputs(&graph);
             let want = eval_graph(&graph, &ins).unwrap();
             let got = eval_graph(&fused, &ins).unwrap();

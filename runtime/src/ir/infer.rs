@@ -505,7 +505,15 @@ pub(super) fn infer(prim: &Prim, ins: &[TensorType]) -> Result<Vec<TensorType>> 
             one(TensorType::new(x.dtype, &dims))
         }
         Prim::Attention { scale, .. } => {
-            arity(ins, 3)?;
+            if !(3..=4).contains(&ins.len()) {
+                return err(format!("takes 3 or 4 operands, got {}", ins.len()));
+            }
+            if ins.len() == 4 && ins[3] != TensorType::scalar(DType::F32) {
+                return err(format!(
+                    "the runtime scale (operand 3) {} is not an f32 scalar",
+                    ins[3]
+                ));
+            }
             let (rows, ev) = attention_operands(&ins[0], &ins[1], &ins[2], *scale)?;
             let mut out = rows.clone();
             out.push(ev);

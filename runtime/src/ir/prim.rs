@@ -223,6 +223,9 @@ pub enum Prim {
     /// (softmax(scale · q kᵀ) v [n.., h, l, ev], the rows' logsumexp of
     /// the scaled scores [n.., h, l]). With `causal`, query i attends keys
     /// j <= i only (top left aligned). A row with no key gives 0 and -inf.
+    /// An optional fourth operand, an f32 scalar known only at run time,
+    /// multiplies the scale (`fusion::attention` passes a model's runtime
+    /// scale so, instead of scaling q in a pass of its own).
     Attention { scale: f64, causal: bool },
     /// (grad_out [n.., h, l, ev], q, k, v, out, logsumexp) -> (dq, dk, dv)
     /// of `Attention` with the same attributes; dk and dv sum over the

@@ -506,6 +506,11 @@ pub(super) fn expand(e: &mut Emitter, prim: &Prim, x: &[ValueId]) -> Result<Vec<
             .with("enable_gqa", Attr::Bool(true))
     };
     match *prim {
+        // A runtime scale scales q (softmax((q c) kᵀ s) is softmax(q kᵀ c s)).
+        Prim::Attention { scale, causal } if x.len() == 4 => {
+            let q = e.mul(x[0], x[3])?;
+            sdpa_math(e, &[q, x[1], x[2]], &attrs(scale, causal))
+        }
         Prim::Attention { scale, causal } => sdpa_math(e, x, &attrs(scale, causal)),
         Prim::AttentionBackward { scale, causal } => {
             sdpa_backward_math(e, x, &attrs(scale, causal))

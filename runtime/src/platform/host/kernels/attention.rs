@@ -565,6 +565,13 @@ mod tests {
                         &[q.clone(), k.clone(), v.clone()],
                         &what,
                     );
+                    // A runtime scale multiplies the attribute's.
+                    let c = HostTensor::from_f64(DType::F32, &[], &[-0.75]).unwrap();
+                    kernel_and_expansion_agree(
+                        prim.clone(),
+                        &[q.clone(), k.clone(), v.clone(), c],
+                        &format!("{what} runtime scale"),
+                    );
                     let fwd = crate::platform::host::kernels::eval(&prim, &[&q, &k, &v]).unwrap();
                     let g = tensor(fwd[0].dims(), 0.4);
                     kernel_and_expansion_agree(
@@ -598,6 +605,24 @@ mod tests {
             .unwrap_err()
             .to_string();
             assert!(err.contains("q f32["), "{err}");
+        }
+        // The runtime scale: an f32 scalar, the fourth and last operand.
+        let ok = f(&[1, 2, 2, 4]);
+        let prim = Prim::Attention {
+            scale: 1.0,
+            causal: false,
+        };
+        for (extra, says) in [
+            (vec![f(&[1])], "runtime scale (operand 3) f32[1]"),
+            (vec![TensorType::scalar(DType::F64)], "is not an f32 scalar"),
+            (vec![f(&[]), f(&[])], "takes 3 or 4 operands, got 5"),
+        ] {
+            let mut ins = vec![ok.clone(), ok.clone(), ok.clone()];
+            ins.extend(extra);
+            let err = crate::ir::graph::infer_types(&prim, &ins)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(says), "{err}");
         }
         let half = TensorType::new(DType::BF16, &[1, 2, 2, 4]);
         assert!(crate::ir::graph::infer_types(

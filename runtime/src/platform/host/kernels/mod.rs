@@ -539,7 +539,11 @@ pub fn eval(prim: &Prim, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>> {
             stable,
         } => sort::sort(inputs[0], *dimension, *descending, *stable),
         Prim::Attention { scale, causal } => {
-            attention::attention(inputs[0], inputs[1], inputs[2], *scale, *causal, &out_types)
+            let scale = match inputs.get(3) {
+                Some(s) => scale * f64::from(s.as_slice::<f32>()[0]),
+                None => *scale,
+            };
+            attention::attention(inputs[0], inputs[1], inputs[2], scale, *causal, &out_types)
         }
         Prim::AttentionBackward { scale, causal } => {
             attention::attention_backward(inputs, *scale, *causal, &out_types)

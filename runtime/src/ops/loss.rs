@@ -9,7 +9,7 @@ use super::emit::Emitter;
 use super::support::{compute_dtype, need_float, reduction, unsqueeze, Reduction};
 use super::{Arity, OpDef};
 use crate::error::{Error, Result};
-use crate::ir::{BinaryOp, CompareOp, DType, Prim, ReduceOp, ScatterCombiner, UnaryOp, ValueId};
+use crate::ir::{BinaryOp, CompareOp, DType, Prim, ReduceOp, UnaryOp, ValueId};
 
 /// Class indices as i32/i64 (narrower integers widen; others are errors).
 fn class_target(e: &mut Emitter, t: ValueId) -> Result<ValueId> {
@@ -188,13 +188,13 @@ fn nll_loss_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<Va
     // Ignored samples point at class 0 with a coefficient of 0.
     let zero_index = e.full(e.dtype(target), &tdims, 0.0)?;
     let safe = e.select(valid, target, zero_index)?;
+    // The sample's class weight (1 without one), read at its target: the
+    // gather checks every target lies in 0..classes, as the forward does.
     let w = match weight {
-        Some(w) => {
-            let w = class_weight(e, w, classes, cd)?;
-            e.op(Prim::Take { axis: 0 }, &[w, safe])?
-        }
-        None => e.full(cd, &tdims, 1.0)?,
+        Some(w) => class_weight(e, w, classes, cd)?,
+        None => e.full(cd, &[classes], 1.0)?,
     };
+    let w = e.op(Prim::Take { axis: 0 }, &[w, safe])?;
     let mut coef = e.mul(w, gc)?;
     coef = e.unary(UnaryOp::Neg, coef)?;
     if r == Reduction::Mean {
@@ -203,26 +203,34 @@ fn nll_loss_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<Va
     }
     let zero_coef = e.full(cd, &tdims, 0.0)?;
     let coef = e.select(valid, coef, zero_coef)?;
-    // Each sample's coefficient added in at its target class: a scatter
-    // of N values, not a one-hot compare over all N x C positions.
-    let zero = e.full(cd, &xdims, 0.0)?;
-    let grad = if cdim == 0 {
-        let z = e.reshape(zero, &[1, classes])?;
-        let (i, c) = (e.reshape(safe, &[1, 1])?, e.reshape(coef, &[1, 1])?);
-        let add = Prim::Scatter {
-            axis: 1,
-            combiner: ScatterCombiner::Add,
-        };
-        let g = e.op(add, &[z, i, c])?;
-        e.reshape(g, &xdims)?
+    // Each sample's coefficient at its target class and 0 elsewhere: the
+    // classes' positions compared with the target. Deferred, this fuses
+    // into the pass that reads the gradient (log_softmax's backward),
+    // where a scatter into a zero-filled N x C tensor ran as a fill and a
+    // scatter of their own. Positions compare in f32, which loops hold
+    // (exact below 2^24 classes); more classes compare as integers.
+    let pos_dtype = if classes <= 1 << 24 {
+        DType::F32
     } else {
-        let (i, c) = (unsqueeze(e, safe, 1)?, unsqueeze(e, coef, 1)?);
-        let add = Prim::Scatter {
-            axis: 1,
-            combiner: ScatterCombiner::Add,
-        };
-        e.op(add, &[zero, i, c])?
+        e.dtype(target)
     };
+    let positions = e.op(
+        Prim::Iota {
+            dtype: pos_dtype,
+            dims: vec![classes],
+            dimension: 0,
+        },
+        &[],
+    )?;
+    let mut along = vec![1; xdims.len()];
+    along[cdim] = classes;
+    let positions = e.reshape(positions, &along)?;
+    let t = e.convert(safe, pos_dtype)?;
+    let t = unsqueeze(e, t, cdim)?;
+    let hit = e.compare(CompareOp::Eq, positions, t)?;
+    let coef = unsqueeze(e, coef, cdim)?;
+    let zero = e.scalar(cd, 0.0)?;
+    let grad = e.select(hit, coef, zero)?;
     Ok(vec![e.convert(grad, dt)?])
 }
 

@@ -515,6 +515,37 @@ fn nll_loss_backward_matches_numerical_gradient() {
         &Attrs::new(),
     );
     assert!(e.contains("grad_output must have shape []"), "{e}");
+    // A target out of range (and not ignored) fails, with a class weight
+    // and without (the backward's one-hot needs its own check).
+    let bad = i64s(&[3, 2], &[1, 3, -100, 4, 2, 2]);
+    let tw = f64s(&[], &[5.0]);
+    for ins in [vec![&tw, &x, &bad, &w, &tw], vec![&tw, &x, &bad, &tw]] {
+        let e = err("nll_loss_backward", &ins, &Attrs::new());
+        assert!(e.contains("out of range"), "{e}");
+    }
+}
+
+/// Past 2^24 classes, f32 no longer tells neighbouring class positions
+/// apart: the gradient's one-hot still lands on the target class alone.
+#[test]
+fn nll_loss_backward_past_f32_exact_class_positions() {
+    let classes = (1u64 << 24) + 2;
+    let x = HostTensor::zeros(TensorType::new(DType::F32, &[1, classes]));
+    let target = (1i64 << 24) + 1;
+    let got = run1(
+        "nll_loss_backward",
+        &[
+            &t(DType::F32, &[], &[1.0]),
+            &x,
+            &i64s(&[1], &[target]),
+            &t(DType::F32, &[], &[1.0]),
+        ],
+        &Attrs::new(),
+    );
+    let g = got.as_slice::<f32>();
+    let hits: Vec<usize> = (0..g.len()).filter(|&i| g[i] != 0.0).collect();
+    assert_eq!(hits, vec![target as usize]);
+    assert_eq!(g[target as usize], -1.0);
 }
 
 fn log_softmax_rows(x: &[f64], n: usize, c: usize, inner: usize) -> Vec<f64> {

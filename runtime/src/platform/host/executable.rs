@@ -16,9 +16,17 @@ use crate::ir::{Graph, TensorType, ValueId};
 use crate::platform::Executable;
 use crate::tensor::DeviceTensor;
 
-const MAGIC: &str = "tpurt-host-executable-1";
+/// Version 2 stores the graph as it was given, which a later build
+/// simplifies and plans anew; version 1 stored the simplified graph, so a
+/// later build of the same version kept an earlier build's simplification
+/// (its fixes and its new rewrites never reached a warm disk cache). Such
+/// entries are refused and rebuilt.
+const MAGIC: &str = "tpurt-host-executable-2";
 
 pub struct HostExecutable {
+    /// The graph as given (what `serialize` stores).
+    source: Graph,
+    /// The graph simplified (`fusion::simplify`), which the plan runs.
     graph: Graph,
     params: Vec<TensorType>,
     outputs: Vec<TensorType>,
@@ -42,7 +50,8 @@ pub struct HostExecutable {
 impl HostExecutable {
     pub fn new(graph: Graph) -> Self {
         // Parameters and outputs stay as given; only the inside changes.
-        let graph = fusion::simplify(&graph).unwrap_or(graph);
+        let source = graph;
+        let graph = fusion::simplify(&source).unwrap_or_else(|_| source.clone());
         let plan = fusion::plan(&graph);
         // A group the loop engine cannot take runs node by node.
         let programs: Vec<Option<Program>> = plan
@@ -54,6 +63,7 @@ impl HostExecutable {
         let in_place = store_over(&graph, &plan, &programs, &direct_ok);
         let threaded = crate::platform::host::fused::may_split(&graph);
         HostExecutable {
+            source,
             threaded,
             dead: plan.dead_after(&graph),
             params: graph.param_types(),
@@ -484,7 +494,7 @@ impl Executable for HostExecutable {
 
     fn serialize(&self) -> Option<Vec<u8>> {
         let version = format!("host-{}", env!("CARGO_PKG_VERSION"));
-        Some(format!("{MAGIC}\n{version}\n{}", self.graph.canonical()).into_bytes())
+        Some(format!("{MAGIC}\n{version}\n{}", self.source.canonical()).into_bytes())
     }
 }
 
@@ -881,5 +891,54 @@ mod store_over_tests {
                 "product first {product_first}"
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod serialize_tests {
+    use super::*;
+    use crate::ir::{DType, GraphBuilder, Prim};
+
+    /// x · wᵀ with the transpose written out, which simplification folds
+    /// into the product.
+    fn graph() -> Graph {
+        let mut b = GraphBuilder::new();
+        let x = b.param(TensorType::new(DType::F32, &[2, 3]));
+        let w = b.param(TensorType::new(DType::F32, &[4, 3]));
+        let wt = b.op(Prim::Transpose { perm: vec![1, 0] }, &[w]).unwrap();
+        let dot = Prim::DotGeneral {
+            lhs_batch: vec![],
+            rhs_batch: vec![],
+            lhs_contract: vec![1],
+            rhs_contract: vec![0],
+        };
+        let y = b.op(dot, &[x, wt]).unwrap();
+        b.build(&[y]).unwrap()
+    }
+
+    /// The disk entry holds the graph as given, not as this build
+    /// simplified it, so a later build simplifies it with its own rules;
+    /// an entry of the format that held the simplified graph is refused.
+    #[test]
+    fn a_serialized_executable_holds_the_graph_as_given() {
+        let g = graph();
+        let exe = HostExecutable::new(g.clone());
+        assert_ne!(exe.graph().canonical(), g.canonical(), "nothing simplified");
+        let bytes = exe.serialize().unwrap();
+        let version = format!("host-{}", env!("CARGO_PKG_VERSION"));
+        let text = String::from_utf8(bytes.clone()).unwrap();
+        assert_eq!(text, format!("{MAGIC}\n{version}\n{}", g.canonical()));
+        let back = HostExecutable::deserialize(&bytes, &version).unwrap();
+        assert_eq!(back.graph().canonical(), exe.graph().canonical());
+        assert_eq!(back.source.canonical(), g.canonical());
+        let old = format!(
+            "tpurt-host-executable-1\n{version}\n{}",
+            exe.graph().canonical()
+        );
+        let e = HostExecutable::deserialize(old.as_bytes(), &version)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("not a host executable"), "{e}");
     }
 }

@@ -111,6 +111,32 @@ def test_optimizer_steps_launch_their_updates_at_once_in_strict_mode(no_fallback
             torch.testing.assert_close(b.cpu(), a)
 
 
+def test_a_strict_optimizer_step_after_an_observation_is_one_launch(no_fallback):
+    """After the stream is observed (a host read), recordings start with
+    short flushes (an eighth of the op limit, 75). An optimizer step marks
+    a step first, so its recorded foreach loops in strict mode (AdamW over
+    twelve parameters: about 200 ops) run up to the whole limit and launch
+    as one program, not cut into parts that store partial updates."""
+    torch.manual_seed(4)
+    cpu = torch.nn.Sequential(*[torch.nn.Linear(8, 8) for _ in range(6)])
+    dev = torch.nn.Sequential(*[torch.nn.Linear(8, 8) for _ in range(6)]).to("tpu")
+    dev.load_state_dict(cpu.state_dict())
+    opts = [torch.optim.AdamW(m.parameters(), lr=0.01) for m in (cpu, dev)]
+    x = torch.randn(3, 8)
+    for m, opt, xi in zip((cpu, dev), opts, (x, x.to("tpu"))):
+        m(xi).square().sum().backward()
+        opt.step()  # the first step creates the state (strict launches)
+    opts[0].step()
+    assert dev[0].weight.grad.sum().item() != 0.0  # observes the stream
+    with torch.tpu.profiler.profile() as prof:
+        opts[1].step()
+        torch.tpu.synchronize()
+    launches = [e.name for e in prof.events() if e.kind == "task" and e.name != "copy_host_to_device"]
+    assert len(launches) == 1 and launches[0].startswith("fused "), launches
+    for a, b in zip(cpu.parameters(), dev.parameters()):
+        torch.testing.assert_close(b.detach().cpu(), a.detach())
+
+
 def test_an_optimizer_step_is_a_recording_of_its_own():
     """Under defer-and-fuse, optimizer.step() first launches what was
     recorded before it (torch.tpu.mark_step), so the update is one

@@ -57,19 +57,25 @@ from . import tpu  # noqa: E402  (after registration, as torch.tpu)
 
 def _hook_optimizer_steps() -> None:
     """Optimizer steps as boundaries of the device's work, in each mode
-    that records:
+    that records. Before every step, mark one (torch.tpu.mark_step): what
+    was recorded before is launched, and the step's own recording runs up
+    to the whole op-count limit instead of the short first flushes that
+    follow an observation of the stream (under strict mode every launch
+    is one).
 
     - Strict mode: the binding records torch's foreach loops for one fused
       launch (csrc/ops.cpp, DeferInStrict), which would otherwise start
       when the stream is next used; an optimizer step is many such loops.
       After every step, launch what it left recorded, so the update runs
-      while the host goes on, as a strict launch does.
-    - Defer-and-fuse: before every step, mark one (torch.tpu.mark_step), so
-      the step is a recording of its own, never cut from the backward's
-      ops by the op-count limit: AdamW's foreach ops then run as one loop
-      per parameter, where a cut after its weight decay (on the README's
-      Llama step it fell there) stored every parameter once more and read
-      it back. After the step the recording goes on, by design.
+      while the host goes on, as a strict launch does. (Unmarked, AdamW's
+      recording after torch.compile'd steps was cut at 75, 150 and 300
+      ops, storing a parameter's partial update and reading it back.)
+    - Defer-and-fuse: the mark keeps the step a recording of its own,
+      never cut from the backward's ops by the op-count limit: AdamW's
+      foreach ops then run as one loop per parameter, where a cut after
+      its weight decay (on the README's Llama step it fell there) stored
+      every parameter once more and read it back. After the step the
+      recording goes on, by design.
 
     No runtime yet means no tpu tensor: a CPU model's steps start none."""
     from torch.optim.optimizer import (
@@ -77,15 +83,17 @@ def _hook_optimizer_steps() -> None:
         register_optimizer_step_pre_hook,
     )
 
-    def each_device(mode: "tpu.EagerMode", call) -> None:
-        if _C.is_initialized() and _C.eager_mode() == int(mode):
+    recording = (int(tpu.EagerMode.DEFER_AND_FUSE), int(tpu.EagerMode.DEFER_NEVER))
+
+    def each_device(modes: tuple, call) -> None:
+        if _C.is_initialized() and _C.eager_mode() in modes:
             for d in range(_C.device_count()):
                 call(d)
 
     register_optimizer_step_pre_hook(
-        lambda optimizer, args, kwargs: each_device(tpu.EagerMode.DEFER_AND_FUSE, _C.mark_step))
+        lambda optimizer, args, kwargs: each_device(recording, _C.mark_step))
     register_optimizer_step_post_hook(
-        lambda optimizer, args, kwargs: each_device(tpu.EagerMode.DEFER_NEVER, _C.launch_deferred))
+        lambda optimizer, args, kwargs: each_device((int(tpu.EagerMode.DEFER_NEVER),), _C.launch_deferred))
 
 
 _hook_optimizer_steps()

@@ -73,6 +73,10 @@ pub(crate) fn max_ops(platform: usize) -> usize {
     setting.unwrap_or(platform)
 }
 
+/// A ramp at which `flush_limit` is the whole limit for any limit (a
+/// marked step's, `Stream::mark_step`).
+pub(crate) const FULL_RAMP: u32 = 16;
+
 /// Ops at which a recording is flushed, `ramp` flushes at the limit
 /// after the stream was last observed: `max / 8` (at least one), doubling
 /// with each such flush up to `max`.
@@ -734,10 +738,11 @@ mod tests {
         assert_eq!(download(&r, &s, &y), vec![51.0, 102.0, 153.0, 204.0]);
     }
 
-    /// `Stream::mark_step` launches the recording as the op limit does:
-    /// the limit goes on ramping up, where a flush starts it over.
+    /// `Stream::mark_step` launches the recording as the op limit does
+    /// and the next recording runs up to the whole limit, where a flush
+    /// starts the ramp over; a mark with nothing recorded does the same.
     #[test]
-    fn a_marked_step_launches_the_recording_and_keeps_the_ramp() {
+    fn a_marked_step_launches_the_recording_and_lifts_the_ramp() {
         let Some((r, s, x)) = sixteen_op_runtime() else {
             return; // TPURT_DEFER_MAX_OPS overrides the platform's limit
         };
@@ -751,14 +756,20 @@ mod tests {
             counts.push(add(&mut y)); // 1 of the first limit, 2
             assert_eq!(s.mark_step().unwrap(), 1);
             assert_eq!(s.mark_step().unwrap(), 0);
-            // The limit is 4 now (a flush would have left it at 2).
+            // The limit is the whole 16 now (a flush would have left 2).
             for _ in 0..5 {
+                counts.push(add(&mut y));
+            }
+            // Observed, then marked with nothing recorded: 16 again.
+            s.flush().unwrap();
+            assert_eq!(s.mark_step().unwrap(), 0);
+            for _ in 0..3 {
                 counts.push(add(&mut y));
             }
             (y, counts)
         });
-        assert_eq!(counts, vec![1, 1, 2, 3, 0, 1]);
-        assert_eq!(download(&r, &s, &y), vec![7.0, 14.0, 21.0, 28.0]);
+        assert_eq!(counts, vec![1, 1, 2, 3, 4, 5, 1, 2, 3]);
+        assert_eq!(download(&r, &s, &y), vec![10.0, 20.0, 30.0, 40.0]);
         // Against a flush: the ramp starts over at 2.
         let counts = in_mode(EagerMode::DeferAndFuse, || {
             let mut y = x.clone();

@@ -355,20 +355,25 @@ impl Executor {
         }
     }
 
-    /// Launch `stream`'s deferred ops as the op limit does: not an
-    /// observation of the stream (the frontend goes on recording), so the
-    /// limit keeps ramping up instead of starting over; returns how many
-    /// ops there were. A frontend marks a step's boundary so: the ops on
-    /// either side are then never cut apart by the limit.
+    /// Launch `stream`'s deferred ops as the op limit does (not an
+    /// observation of the stream: the frontend goes on recording) and let
+    /// the next recording run up to the whole limit; returns how many ops
+    /// there were. A frontend marks a step's boundary so (an optimizer
+    /// step's start): the ops on either side are never cut apart, and the
+    /// step that follows is not cut into the short first flushes the ramp
+    /// gives after an observation, since the device has the work before
+    /// it queued (under strict mode, every launch before it, which resets
+    /// the ramp, left it at its start).
     pub fn mark_step(&self, stream: &StreamQueue) -> Result<usize> {
-        if !stream.has_lazy.load(Ordering::SeqCst) {
-            return Ok(0);
+        let mut n = 0;
+        if stream.has_lazy.load(Ordering::SeqCst) {
+            let mut q = stream.lazy.lock().unwrap_or_else(|e| e.into_inner());
+            n = q.len();
+            if n > 0 {
+                self.flush_locked(stream, &mut q)?;
+            }
         }
-        let mut q = stream.lazy.lock().unwrap_or_else(|e| e.into_inner());
-        let n = q.len();
-        if n > 0 {
-            self.flush_ramping(stream, &mut q)?;
-        }
+        stream.ramp.store(lazy::FULL_RAMP, Ordering::Relaxed);
         Ok(n)
     }
 

@@ -610,9 +610,9 @@ struct tpurt_status *tpurt_stream_flush(struct tpurt_stream stream, size_t *laun
 // Launch the ops `stream` holds for defer-and-fuse now, as the op-count
 // limit would, at a step boundary the frontend knows of (an optimizer
 // step's start): unlike `tpurt_stream_flush` this does not observe the
-// stream, so the limit on the next recordings keeps ramping up instead of
-// starting small. `*launched` = how many ops there were; `launched` may
-// be NULL.
+// stream, and the next recording runs up to the whole op-count limit
+// instead of starting small (also when nothing was held).
+// `*launched` = how many ops there were; `launched` may be NULL.
 struct tpurt_status *tpurt_stream_mark_step(struct tpurt_stream stream, size_t *launched);
 
 struct tpurt_status *tpurt_stream_synchronize(struct tpurt_stream stream);

@@ -138,9 +138,9 @@ pub extern "C" fn tpurt_stream_flush(
 /// Launch the ops `stream` holds for defer-and-fuse now, as the op-count
 /// limit would, at a step boundary the frontend knows of (an optimizer
 /// step's start): unlike `tpurt_stream_flush` this does not observe the
-/// stream, so the limit on the next recordings keeps ramping up instead of
-/// starting small. `*launched` = how many ops there were; `launched` may
-/// be NULL.
+/// stream, and the next recording runs up to the whole op-count limit
+/// instead of starting small (also when nothing was held).
+/// `*launched` = how many ops there were; `launched` may be NULL.
 #[no_mangle]
 pub extern "C" fn tpurt_stream_mark_step(
     stream: tpurt_stream,

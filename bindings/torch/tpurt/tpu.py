@@ -141,8 +141,10 @@ def mark_step(device: _DeviceLike = None) -> int:
     without waiting: the ops before and after a step boundary go to
     different programs, never cut elsewhere by the op-count limit. Unlike
     `synchronize` or a read, it does not make the next recordings start
-    small. An optimizer's `step()` marks one before it runs, so its update
-    of every parameter is one program. Returns how many ops were launched."""
+    small: the next one runs up to the whole limit. An optimizer's
+    `step()` marks one before it runs (in strict mode too, where its
+    foreach loops are recorded), so its update of every parameter is one
+    program. Returns how many ops were launched."""
     if device is None:
         return sum(_C.mark_step(d) for d in range(device_count()))
     return _C.mark_step(_index(device))

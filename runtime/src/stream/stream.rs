@@ -157,8 +157,9 @@ impl Stream {
     /// Launch this stream's deferred ops now, as the op-count limit would
     /// (see `lazy`): a step boundary the frontend knows of, such as an
     /// optimizer step's start. Unlike [`Self::flush`] it does not observe
-    /// the stream, so the next recordings are not cut short by the limit's
-    /// ramp starting over. Returns how many ops there were.
+    /// the stream, and the next recording runs up to the whole limit
+    /// rather than the ramp's short first flushes. Returns how many ops
+    /// there were.
     pub fn mark_step(&self) -> Result<usize> {
         self.inner.executor.mark_step(&self.inner.queue)
     }

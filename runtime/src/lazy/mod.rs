@@ -82,7 +82,7 @@ pub(crate) const FULL_RAMP: u32 = 16;
 /// with each such flush up to `max`.
 pub(crate) fn flush_limit(max: usize, ramp: u32) -> usize {
     let first = (max / 8).max(1);
-    first.saturating_mul(1usize << ramp.min(16)).min(max)
+    first.saturating_mul(1usize << ramp.min(FULL_RAMP)).min(max)
 }
 
 /// `TPURT_DEFER_MAX_OPS`'s value: a positive integer, else none (unset,

@@ -6,7 +6,7 @@
 
 use super::attrs::Attrs;
 use super::emit::Emitter;
-use super::support::{compute_dtype, need_float, reduction, unsqueeze, Reduction};
+use super::support::{compute_dtype, iota_of, need_float, reduction, unsqueeze, Reduction};
 use super::{Arity, OpDef};
 use crate::error::{Error, Result};
 use crate::ir::{BinaryOp, CompareOp, DType, Prim, ReduceOp, UnaryOp, ValueId};
@@ -214,14 +214,7 @@ fn nll_loss_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<Va
     } else {
         e.dtype(target)
     };
-    let positions = e.op(
-        Prim::Iota {
-            dtype: pos_dtype,
-            dims: vec![classes],
-            dimension: 0,
-        },
-        &[],
-    )?;
+    let positions = iota_of(e, pos_dtype, &[classes], 0)?;
     let mut along = vec![1; xdims.len()];
     along[cdim] = classes;
     let positions = e.reshape(positions, &along)?;

@@ -4,6 +4,7 @@
 
 use super::attrs::{Attr, Attrs};
 use super::emit::{existing_dim, wrap_dim, Emitter};
+use super::support::{iota, iota_of};
 use super::{Arity, OpDef};
 use crate::error::{Error, Result};
 use crate::ir::{CompareOp, DType, Prim, ScatterCombiner, ValueId};
@@ -368,22 +369,8 @@ fn triangle(e: &mut Emitter, x: &[ValueId], a: &Attrs, lower: bool) -> Result<Ve
     }
     let k = a.int_or("diagonal", 0)?;
     let (r, c) = (d[d.len() - 2], d[d.len() - 1]);
-    let rows = e.op(
-        Prim::Iota {
-            dtype: DType::I64,
-            dims: vec![r, c],
-            dimension: 0,
-        },
-        &[],
-    )?;
-    let cols = e.op(
-        Prim::Iota {
-            dtype: DType::I64,
-            dims: vec![r, c],
-            dimension: 1,
-        },
-        &[],
-    )?;
+    let rows = iota(e, &[r, c], 0)?;
+    let cols = iota(e, &[r, c], 1)?;
     let kk = e.full(DType::I64, &[r, c], k as f64)?;
     let rk = e.add(rows, kk)?;
     // lower: col <= row + k; upper: col >= row + k
@@ -419,14 +406,7 @@ fn arange(e: &mut Emitter, _: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     } else {
         DType::I64
     };
-    let i = e.op(
-        Prim::Iota {
-            dtype: work,
-            dims: vec![n],
-            dimension: 0,
-        },
-        &[],
-    )?;
+    let i = iota_of(e, work, &[n], 0)?;
     let st = e.full(work, &[n], step)?;
     let s0 = e.full(work, &[n], start)?;
     let v = e.mul(i, st)?;

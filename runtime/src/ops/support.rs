@@ -243,9 +243,19 @@ pub(super) fn sum_to(e: &mut Emitter, v: ValueId, dims: &[u64]) -> Result<ValueI
 
 /// An i64 iota of `dims` along `dimension`.
 pub(super) fn iota(e: &mut Emitter, dims: &[u64], dimension: usize) -> Result<ValueId> {
+    iota_of(e, DType::I64, dims, dimension)
+}
+
+/// An iota of `dtype` over `dims` along `dimension`.
+pub(super) fn iota_of(
+    e: &mut Emitter,
+    dtype: DType,
+    dims: &[u64],
+    dimension: usize,
+) -> Result<ValueId> {
     e.op(
         Prim::Iota {
-            dtype: DType::I64,
+            dtype,
             dims: dims.to_vec(),
             dimension,
         },

@@ -1160,6 +1160,17 @@ fn random_cases() -> Vec<Case> {
             &[("size", is(&[5, 6]))],
         ),
         c("uniform", vec![], &[("size", is(&[0, 3])), ("seed", i(1))]),
+        // Several groups of 64 counters, begun and ended inside one.
+        c(
+            "uniform",
+            vec![],
+            &[("size", is(&[3, 70])), ("seed", i(5)), ("offset", i(61))],
+        ),
+        c(
+            "uniform",
+            vec![scalar(I64, 6.0), scalar(I64, 127.0)],
+            &[("size", is(&[129])), ("dtype", dt(F16))],
+        ),
         // Offsets are u64 bits: counters 2^64 - 3 .. 2^64 + 4 carry into
         // the third Philox word.
         c(

@@ -23,6 +23,22 @@ def test_tpu_is_a_registered_device():
     assert len(props.coords) == len(torch.tpu.topology())
 
 
+def test_torch_tpu_submodules_import_by_their_dotted_names():
+    # TorchTPU's torch.tpu is a package: code imports its submodules by name.
+    import importlib
+
+    for name in ("ops", "profiler", "distributed"):
+        assert importlib.import_module(f"torch.tpu.{name}") is getattr(torch.tpu, name)
+    from torch.tpu.profiler import profile
+
+    assert profile is torch.tpu.profiler.profile
+    import torch.tpu.ops as tpu_ops
+
+    assert tpu_ops is torch.tpu.ops and callable(tpu_ops.sparse_dense_matmul)
+    with pytest.raises(ModuleNotFoundError, match="torch.tpu.nonesuch"):
+        importlib.import_module("torch.tpu.nonesuch")
+
+
 def test_torch_backends_entry_point_registers_tpu_at_import_torch():
     import importlib.metadata as md
 

@@ -484,3 +484,23 @@ def fused_attention_enabled() -> bool:
 
 from . import ops  # noqa: E402  (torch.tpu.ops: the SparseCore embedding ops)
 from . import profiler  # noqa: E402  (torch.tpu.profiler: device time per task and kernel)
+from . import distributed  # noqa: E402  (torch.tpu.distributed: the "tpurt" c10d backend)
+
+
+def _install_submodules() -> None:
+    # torch._register_device_module makes this module `torch.tpu` in
+    # sys.modules, but a plain module: `import torch.tpu.profiler` or
+    # `from torch.tpu.ops import sparse_dense_matmul` (TorchTPU's
+    # spellings: its torch.tpu is a package) failed with "'torch.tpu' is
+    # not a package". The submodules are named there as well, and an empty
+    # __path__ makes this module a package that finds nothing more on disk.
+    import sys
+
+    me = sys.modules[__name__]
+    if not hasattr(me, "__path__"):
+        me.__path__ = []
+    for name in ("ops", "profiler", "distributed"):
+        sys.modules[f"torch.tpu.{name}"] = getattr(me, name)
+
+
+_install_submodules()

@@ -176,6 +176,26 @@ def test_matmul_family(mode, no_fallback):
     close(torch.matmul(q.to("tpu"), k.to("tpu")), torch.matmul(q, k))
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_half_products_with_a_bias_equal_cpu_bit_for_bit(dtype, mode, no_fallback):
+    # torch's CPU kernels add the bias to the f32 product and round once; a
+    # product rounded before the bias made a quarter of a bf16 Linear's
+    # elements one unit off.
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(16, 64, generator=g).to(dtype)
+    w = torch.randn(48, 64, generator=g).to(dtype)
+    b = torch.randn(48, generator=g).to(dtype)
+    t = lambda v: v.to("tpu")  # noqa: E731
+    assert torch.equal(F.linear(t(x), t(w), t(b)).cpu(), F.linear(x, w, b))
+    x3 = x.view(2, 8, 64)  # contiguous 3-D: torch flattens it into addmm
+    assert torch.equal(F.linear(t(x3), t(w), t(b)).cpu(), F.linear(x3, w, b))
+    c = torch.randn(16, 48, generator=g).to(dtype)
+    got = torch.addmm(t(c), t(x), t(w).t(), beta=0.5, alpha=2.0).cpu()
+    assert torch.equal(got, torch.addmm(c, x, w.t(), beta=0.5, alpha=2.0))
+    cb, xb, wb = c.view(2, 8, 48), x3, w.t().expand(2, 64, 48)
+    assert torch.equal(torch.baddbmm(t(cb), t(xb), t(wb)).cpu(), torch.baddbmm(cb, xb, wb))
+
+
 def test_indexing(mode, no_fallback):
     w = torch.randn(10, 3)
     idx = torch.tensor([[1, 4], [9, 0]])

@@ -140,17 +140,59 @@ fn add_scaled(e: &mut Emitter, input: ValueId, prod: ValueId, a: &Attrs) -> Resu
     e.add(input, prod)
 }
 
+/// Whether products of these operands round to a half type (bf16, f16).
+/// (Matrix operands have dimensions, so both promote at one priority.)
+fn half_product(e: &Emitter, m1: ValueId, m2: ValueId) -> Option<DType> {
+    use super::promote::{result_type, Priority};
+    let dt = result_type(&[
+        (e.dtype(m1), Priority::Dimensioned),
+        (e.dtype(m2), Priority::Dimensioned),
+    ]);
+    matches!(dt, DType::BF16 | DType::F16).then_some(dt)
+}
+
+/// `beta * input + alpha * product(m1, m2)`, rounded once. In a half type
+/// the product, its scaling and the sum are computed in f32 and rounded to
+/// the half type at the end, as torch's CPU and CUDA kernels do (the
+/// product rounded before the input was added made a bf16 Linear with a
+/// bias differ from torch's in about a quarter of its elements, by one
+/// unit in the last place). The f32 product of half values is exact
+/// element by element, so it is the half product before its rounding.
+fn add_product(
+    e: &mut Emitter,
+    x: &[ValueId],
+    a: &Attrs,
+    product: fn(&mut Emitter, &[ValueId], &Attrs) -> Result<Vec<ValueId>>,
+) -> Result<Vec<ValueId>> {
+    let plain = a.float_or("beta", 1.0)? == 0.0 && a.float_or("alpha", 1.0)? == 1.0;
+    match half_product(e, x[1], x[2]) {
+        Some(half) if !plain => {
+            let wide = [
+                x[0],
+                e.convert(x[1], DType::F32)?,
+                e.convert(x[2], DType::F32)?,
+            ];
+            let p = product(e, &wide[1..], a)?[0];
+            let sum = add_scaled(e, wide[0], p, a)?;
+            Ok(vec![e.convert(sum, half)?])
+        }
+        _ => {
+            let p = product(e, &x[1..], a)?[0];
+            Ok(vec![add_scaled(e, x[0], p, a)?])
+        }
+    }
+}
+
 fn addmm(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
-    let p = mm(e, &x[1..], a)?[0];
-    Ok(vec![add_scaled(e, x[0], p, a)?])
+    add_product(e, x, a, mm)
 }
 
 fn baddbmm(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
-    let p = bmm(e, &x[1..], a)?[0];
-    Ok(vec![add_scaled(e, x[0], p, a)?])
+    add_product(e, x, a, bmm)
 }
 
-/// linear(x, weight[out, in], bias?) = x @ weight^T + bias
+/// linear(x, weight[out, in], bias?) = x @ weight^T + bias (with a bias
+/// in a half type, rounded once as addmm is).
 fn linear(e: &mut Emitter, x: &[ValueId], _: &Attrs) -> Result<Vec<ValueId>> {
     let w = x[1];
     let wt = match e.rank(w) {
@@ -163,13 +205,21 @@ fn linear(e: &mut Emitter, x: &[ValueId], _: &Attrs) -> Result<Vec<ValueId>> {
             )))
         }
     };
-    let y = matmul_values(e, x[0], wt)?;
-    match x.get(2) {
-        Some(&b) => {
+    match (x.get(2), half_product(e, x[0], wt)) {
+        // As addmm: the bias added to the f32 product, rounded once.
+        (Some(&b), Some(half)) => {
+            let (xw, ww) = (e.convert(x[0], DType::F32)?, e.convert(wt, DType::F32)?);
+            let y = matmul_values(e, xw, ww)?;
+            let b = e.convert(b, DType::F32)?;
+            let sum = e.add(y, b)?;
+            Ok(vec![e.convert(sum, half)?])
+        }
+        (Some(&b), None) => {
+            let y = matmul_values(e, x[0], wt)?;
             let b = e.convert(b, e.dtype(y))?;
             Ok(vec![e.add(y, b)?])
         }
-        None => Ok(vec![y]),
+        (None, _) => Ok(vec![matmul_values(e, x[0], wt)?]),
     }
 }
 

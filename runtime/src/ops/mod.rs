@@ -30,7 +30,7 @@ mod sparse;
 mod sparse_tests;
 mod support;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 #[cfg(test)]
 mod train_tests;
 

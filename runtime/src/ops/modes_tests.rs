@@ -2283,6 +2283,34 @@ fn large_cases() -> Vec<Case> {
 
 // ---------------------------------------------------------------- tests
 
+/// Half-precision addmm, baddbmm and linear with a bias round once after
+/// the bias (`ops::tests::half_products_cases`) in every mode on the host
+/// platform, contiguous and strided, through the fused planner as well as
+/// op by op: bit for bit.
+#[test]
+fn half_products_round_once_in_every_mode() {
+    let r = runtime();
+    let st = r.default_stream(0).unwrap();
+    for (name, inputs, attrs, want) in super::tests::half_products_cases() {
+        for strided in [false, true] {
+            let dev: Vec<DeviceTensor> = inputs
+                .iter()
+                .map(|t| upload(&r, &st, t, strided).unwrap())
+                .collect();
+            for mode in MODES {
+                let got = run_in_mode(&r, &st, mode, lookup(name).unwrap(), &dev, &attrs)
+                    .unwrap_or_else(|e| panic!("{name} {mode:?}: {e}"));
+                assert_eq!(
+                    got[0].to_f64_vec(),
+                    want,
+                    "{name} {} {mode:?} strided {strided}",
+                    inputs[0].ty
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn pointwise_ops_agree_in_all_modes() {
     check_all(pointwise_cases());

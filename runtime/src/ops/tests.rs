@@ -437,6 +437,107 @@ fn matmul_family() {
     assert!(e.contains("cannot be multiplied (2x3 and 2x3)"), "{e}");
 }
 
+/// bf16 and f16 addmm, baddbmm and linear with a bias round once, after
+/// the bias is added to the f32 product (torch's CPU and CUDA kernels);
+/// the half product rounded first and the bias added after (which this
+/// checks it does not equal) differed in a quarter of a bf16 Linear's
+/// elements. The values keep every f32 sum exact, so any summation order
+/// gives the one correctly rounded result.
+pub(crate) fn half_products_cases() -> Vec<(&'static str, Vec<HostTensor>, Attrs, Vec<f64>)> {
+    let (m, k, n) = (6usize, 8usize, 5usize);
+    // Multiples of 2^-7 in [1, 2), signed: products are multiples of
+    // 2^-14 below 4, sums of eight below 32: exact in f32.
+    let val = |i: usize, s: usize| {
+        let v = 1.0 + ((i * 37 + s * 11) % 128) as f64 / 128.0;
+        if (i + s).is_multiple_of(3) {
+            -v
+        } else {
+            v
+        }
+    };
+    let av: Vec<f64> = (0..m * k).map(|i| val(i, 1)).collect();
+    let bv: Vec<f64> = (0..k * n).map(|i| val(i, 2)).collect();
+    let cv: Vec<f64> = (0..m * n).map(|i| val(i, 3) * 1.5).collect();
+    let exact = naive_mm(&av, &bv, m, k, n);
+    let mut cases = Vec::new();
+    for dt in [DType::BF16, DType::F16] {
+        let round = |v: f64| t(dt, &[], &[v]).to_f64_vec()[0];
+        let a = t(dt, &[m as u64, k as u64], &av);
+        let b = t(dt, &[k as u64, n as u64], &bv);
+        let c = t(dt, &[m as u64, n as u64], &cv);
+        let cr = c.to_f64_vec();
+        let once = |beta: f64, alpha: f64| -> Vec<f64> {
+            exact
+                .iter()
+                .zip(&cr)
+                .map(|(p, c)| round(beta * c + alpha * p))
+                .collect()
+        };
+        let twice: Vec<f64> = exact
+            .iter()
+            .zip(&cr)
+            .map(|(p, c)| round(round(*p) + c))
+            .collect();
+        assert_ne!(
+            once(1.0, 1.0),
+            twice,
+            "{dt}: the case must tell one rounding from two"
+        );
+        cases.push((
+            "addmm",
+            vec![c.clone(), a.clone(), b.clone()],
+            Attrs::new(),
+            once(1.0, 1.0),
+        ));
+        let scaled = Attrs::new()
+            .with("beta", Attr::Float(0.5))
+            .with("alpha", Attr::Float(2.0));
+        cases.push((
+            "addmm",
+            vec![c.clone(), a.clone(), b.clone()],
+            scaled,
+            once(0.5, 2.0),
+        ));
+        let batch = |x: &HostTensor| {
+            let mut d = vec![1];
+            d.extend(&x.ty.dims);
+            t(dt, &d, &x.to_f64_vec())
+        };
+        cases.push((
+            "baddbmm",
+            vec![batch(&c), batch(&a), batch(&b)],
+            Attrs::new(),
+            once(1.0, 1.0),
+        ));
+        // linear(a, w, bias) with w = bᵀ and a bias row: the bias is c's
+        // first row, broadcast.
+        let mut wv = vec![0.0; n * k];
+        for i in 0..k {
+            for j in 0..n {
+                wv[j * k + i] = bv[i * n + j];
+            }
+        }
+        let w = t(dt, &[n as u64, k as u64], &wv);
+        let bias = t(dt, &[n as u64], &cr[..n]);
+        let want: Vec<f64> = exact
+            .iter()
+            .enumerate()
+            .map(|(i, p)| round(p + cr[i % n]))
+            .collect();
+        cases.push(("linear", vec![a.clone(), w, bias], Attrs::new(), want));
+    }
+    cases
+}
+
+#[test]
+fn half_precision_products_round_once_after_the_bias() {
+    for (op, inputs, attrs, want) in half_products_cases() {
+        let refs: Vec<&HostTensor> = inputs.iter().collect();
+        let got = run1(op, &refs, attrs).to_f64_vec();
+        assert_eq!(got, want, "{op} {}", inputs[0].ty);
+    }
+}
+
 #[test]
 fn shape_ops() {
     let x = f32s(&[2, 3], &[0., 1., 2., 3., 4., 5.]);

@@ -151,7 +151,7 @@ fn index_check(
     c
 }
 
-fn elem(d: DType) -> &'static str {
+pub(crate) fn elem(d: DType) -> &'static str {
     match d {
         DType::Bool => "i1",
         DType::U8 => "ui8",
@@ -655,6 +655,25 @@ fn philox(
     }
 }
 
+/// The half-precision values (bf16 or f16, both of one type) that a
+/// product's two f32 operands are conversions of, if they are.
+fn widened_halves(
+    graph: &Graph,
+    producer: &[Option<usize>],
+    operands: &[ValueId],
+) -> Option<[ValueId; 2]> {
+    let source = |v: ValueId| -> Option<ValueId> {
+        let node = &graph.nodes()[(*producer.get(v.0 as usize)?)?];
+        match node.prim {
+            Prim::Convert { to: DType::F32 } => Some(node.inputs[0]),
+            _ => None,
+        }
+    };
+    let (a, b) = (source(operands[0])?, source(operands[1])?);
+    let d = graph.value_type(a).dtype;
+    (matches!(d, DType::BF16 | DType::F16) && graph.value_type(b).dtype == d).then_some([a, b])
+}
+
 /// The module text for `graph`.
 pub fn lower(graph: &Graph) -> Result<String> {
     lower_with_checks(graph).map(|(text, _)| text)
@@ -700,6 +719,7 @@ fn lower_module(graph: &Graph, slots: &[OutputSlot]) -> Result<(String, Vec<Inde
     let mut checks: Vec<IndexCheck> = Vec::new();
     let mut check_outs: Vec<String> = Vec::new();
     let t = |v: ValueId| ty(graph.value_type(v));
+    let producer = graph.producers();
     let mut body = String::new();
     let mut w = |s: String| {
         let _ = writeln!(body, "    {s}");
@@ -1089,7 +1109,23 @@ fn lower_module(graph: &Graph, slots: &[OutputSlot]) -> Result<(String, Vec<Inde
                 lhs_contract,
                 rhs_contract,
             } => {
-                let precision = if needs_highest_precision(graph.value_type(n.inputs[0]).dtype) {
+                // An f32 product of two half-precision values widened to
+                // f32 (the op library's addmm and linear in bf16 and f16,
+                // rounded once after the bias): the half operands
+                // themselves with an f32 result, which is the same
+                // product (each half product is exact in f32, the sums
+                // are f32 either way) and keeps a TPU's or a GPU's half
+                // matrix units, where f32 operands at HIGHEST would not.
+                let widened = widened_halves(graph, &producer, &n.inputs);
+                let (ins, its) = match widened {
+                    Some(halves) => (
+                        halves.iter().map(|v| name(*v)).collect::<Vec<_>>(),
+                        halves.iter().map(|v| t(*v)).collect::<Vec<_>>(),
+                    ),
+                    None => (ins, its),
+                };
+                let first = graph.value_type(n.inputs[0]).dtype;
+                let precision = if needs_highest_precision(first) && widened.is_none() {
                     ", precision = [HIGHEST, HIGHEST]"
                 } else {
                     ""

@@ -3270,6 +3270,63 @@ mod tests {
         );
     }
 
+    /// bf16 and f16 addmm, baddbmm and linear with a bias on xla: one
+    /// product of the half operands with an f32 result (not widened to f32
+    /// operands at HIGHEST, which a TPU's or GPU's half matrix units would
+    /// not take), the bias added in f32 and rounded once: bit for bit the
+    /// values `ops::tests` works out.
+    #[test]
+    fn half_products_take_half_operands_and_round_once() {
+        use crate::ops;
+        let p = XlaPlatform::load(&find_plugin().unwrap(), 1).unwrap();
+        let rt = crate::runtime::Runtime::with_platform_and_cache(
+            p.clone(),
+            crate::compile::CacheConfig::memory_only(16),
+        )
+        .unwrap();
+        let s = rt.default_stream(0).unwrap();
+        for (name, inputs, attrs, want) in ops::tests::half_products_cases() {
+            let types: Vec<_> = inputs.iter().map(|h| h.ty.clone()).collect();
+            let g = ops::build_graph(ops::lookup(name).unwrap(), &types, &attrs).unwrap();
+            let text = lower::lower(&g).unwrap();
+            let half = format!("x{}>", lower::elem(inputs[1].dtype()));
+            let dots: Vec<&str> = text.lines().filter(|l| l.contains("dot_general")).collect();
+            assert_eq!(dots.len(), 1, "{name}: {text}");
+            let (operands, result) = dots[0].rsplit_once("->").unwrap();
+            assert!(
+                operands.matches(half.as_str()).count() == 2
+                    && result.contains("xf32>")
+                    && !dots[0].contains("HIGHEST"),
+                "{name}: {}",
+                dots[0]
+            );
+            let dev: Vec<crate::DeviceTensor> = inputs
+                .iter()
+                .map(|h| {
+                    let b = rt.allocate(0, h.bytes().len() as u64, &s).unwrap();
+                    rt.copy_host_to_device(h.bytes(), &b, &crate::Layout::bytes(b.len()), &s)
+                        .unwrap();
+                    crate::DeviceTensor::contiguous(b, h.dtype(), h.dims()).unwrap()
+                })
+                .collect();
+            let out = rt
+                .call_op_alloc(ops::lookup(name).unwrap(), &dev, &attrs, &s)
+                .unwrap()
+                .remove(0);
+            let ty = out.ty();
+            let mut bytes = vec![0u8; ty.numel() as usize * ty.dtype.size()];
+            rt.copy_device_to_host(
+                &out.buffer,
+                &crate::Layout::bytes(bytes.len() as u64),
+                &mut bytes,
+                &s,
+            )
+            .unwrap();
+            let got = crate::platform::host::kernels::HostTensor::from_bytes(ty, &bytes).unwrap();
+            assert_eq!(got.to_f64_vec(), want, "{name} {}", inputs[0].ty);
+        }
+    }
+
     /// The persistent cache on xla: a second runtime on the same directory
     /// loads the serialized executable (PJRT DeserializeAndLoad) instead of
     /// compiling, and it computes the same result; a damaged entry is

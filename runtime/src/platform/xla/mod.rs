@@ -2447,6 +2447,30 @@ mod tests {
         t
     }
 
+    /// A new tensor holding `h`'s elements.
+    fn upload(
+        r: &crate::runtime::Runtime,
+        s: &crate::Stream,
+        h: &crate::platform::host::kernels::HostTensor,
+    ) -> DeviceTensor {
+        let b = r.allocate(0, h.bytes().len() as u64, s).unwrap();
+        r.copy_host_to_device(h.bytes(), &b, &crate::Layout::bytes(b.len()), s)
+            .unwrap();
+        DeviceTensor::contiguous(b, h.dtype(), h.dims()).unwrap()
+    }
+
+    /// `t`'s elements, as a host tensor.
+    fn download(
+        r: &crate::runtime::Runtime,
+        s: &crate::Stream,
+        t: &DeviceTensor,
+    ) -> crate::platform::host::kernels::HostTensor {
+        let mut bytes = vec![0u8; t.ty().nbytes() as usize];
+        r.copy_device_to_host(&t.buffer, &t.layout, &mut bytes, s)
+            .unwrap();
+        crate::platform::host::kernels::HostTensor::from_bytes(t.ty(), &bytes).unwrap()
+    }
+
     /// `t`'s elements (f32).
     fn read_f32s(r: &crate::runtime::Runtime, s: &crate::Stream, t: &DeviceTensor) -> Vec<f32> {
         let mut out = vec![0u8; (t.numel() * 4) as usize];
@@ -3159,15 +3183,7 @@ mod tests {
             )
             .unwrap();
             let s = rt.default_stream(0).unwrap();
-            let dev_in: Vec<crate::DeviceTensor> = inputs
-                .iter()
-                .map(|h| {
-                    let b = rt.allocate(0, h.bytes().len() as u64, &s).unwrap();
-                    rt.copy_host_to_device(h.bytes(), &b, &crate::Layout::bytes(b.len()), &s)
-                        .unwrap();
-                    crate::DeviceTensor::contiguous(b, h.dtype(), h.dims()).unwrap()
-                })
-                .collect();
+            let dev_in: Vec<DeviceTensor> = inputs.iter().map(|h| upload(&rt, &s, h)).collect();
             let outs = rt
                 .call_op_alloc(ops::lookup(name).unwrap(), &dev_in, &attrs, &s)
                 .unwrap();
@@ -3192,15 +3208,7 @@ mod tests {
                 held,
             });
             for (o, w) in outs.iter().zip(&want) {
-                let mut bytes = vec![0u8; w.bytes().len()];
-                rt.copy_device_to_host(
-                    &o.buffer,
-                    &crate::Layout::bytes(bytes.len() as u64),
-                    &mut bytes,
-                    &s,
-                )
-                .unwrap();
-                let got = HostTensor::from_bytes(w.ty.clone(), &bytes).unwrap();
+                let got = download(&rt, &s, o);
                 let tol = if w.dtype() == DType::BF16 { 1e-2 } else { 1e-5 };
                 for (a, b) in got.to_f64_vec().iter().zip(w.to_f64_vec()) {
                     assert!(
@@ -3278,13 +3286,7 @@ mod tests {
     #[test]
     fn half_products_take_half_operands_and_round_once() {
         use crate::ops;
-        let p = XlaPlatform::load(&find_plugin().unwrap(), 1).unwrap();
-        let rt = crate::runtime::Runtime::with_platform_and_cache(
-            p.clone(),
-            crate::compile::CacheConfig::memory_only(16),
-        )
-        .unwrap();
-        let s = rt.default_stream(0).unwrap();
+        let (_p, rt, s) = cpu_runtime();
         for (name, inputs, attrs, want) in ops::tests::half_products_cases() {
             let types: Vec<_> = inputs.iter().map(|h| h.ty.clone()).collect();
             let g = ops::build_graph(ops::lookup(name).unwrap(), &types, &attrs).unwrap();
@@ -3300,29 +3302,12 @@ mod tests {
                 "{name}: {}",
                 dots[0]
             );
-            let dev: Vec<crate::DeviceTensor> = inputs
-                .iter()
-                .map(|h| {
-                    let b = rt.allocate(0, h.bytes().len() as u64, &s).unwrap();
-                    rt.copy_host_to_device(h.bytes(), &b, &crate::Layout::bytes(b.len()), &s)
-                        .unwrap();
-                    crate::DeviceTensor::contiguous(b, h.dtype(), h.dims()).unwrap()
-                })
-                .collect();
+            let dev: Vec<DeviceTensor> = inputs.iter().map(|h| upload(&rt, &s, h)).collect();
             let out = rt
                 .call_op_alloc(ops::lookup(name).unwrap(), &dev, &attrs, &s)
                 .unwrap()
                 .remove(0);
-            let ty = out.ty();
-            let mut bytes = vec![0u8; ty.numel() as usize * ty.dtype.size()];
-            rt.copy_device_to_host(
-                &out.buffer,
-                &crate::Layout::bytes(bytes.len() as u64),
-                &mut bytes,
-                &s,
-            )
-            .unwrap();
-            let got = crate::platform::host::kernels::HostTensor::from_bytes(ty, &bytes).unwrap();
+            let got = download(&rt, &s, &out);
             assert_eq!(got.to_f64_vec(), want, "{name} {}", inputs[0].ty);
         }
     }

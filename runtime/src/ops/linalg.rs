@@ -205,21 +205,17 @@ fn linear(e: &mut Emitter, x: &[ValueId], _: &Attrs) -> Result<Vec<ValueId>> {
             )))
         }
     };
-    match (x.get(2), half_product(e, x[0], wt)) {
+    match x.get(2) {
         // As addmm: the bias added to the f32 product, rounded once.
-        (Some(&b), Some(half)) => {
-            let (xw, ww) = (e.convert(x[0], DType::F32)?, e.convert(wt, DType::F32)?);
-            let y = matmul_values(e, xw, ww)?;
-            let b = e.convert(b, DType::F32)?;
-            let sum = e.add(y, b)?;
-            Ok(vec![e.convert(sum, half)?])
+        Some(&b) if half_product(e, x[0], wt).is_some() => {
+            add_product(e, &[b, x[0], wt], &Attrs::new(), matmul)
         }
-        (Some(&b), None) => {
+        Some(&b) => {
             let y = matmul_values(e, x[0], wt)?;
             let b = e.convert(b, e.dtype(y))?;
             Ok(vec![e.add(y, b)?])
         }
-        (None, _) => Ok(vec![matmul_values(e, x[0], wt)?]),
+        None => Ok(vec![matmul_values(e, x[0], wt)?]),
     }
 }
 

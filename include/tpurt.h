@@ -50,6 +50,12 @@
 
 #define TPURT_EAGER_DEFER_AND_FUSE 2
 
+#define TPURT_BUCKETS_EXACT 0
+
+#define TPURT_BUCKETS_POWERS_OF_TWO 1
+
+#define TPURT_BUCKETS_SIZES 2
+
 #define TPURT_ATTR_NONE 0
 
 #define TPURT_ATTR_BOOL 1
@@ -531,6 +537,20 @@ struct tpurt_status *tpurt_compile_cache_set_cache_only(struct tpurt_runtime rt,
 
 // Write each missed graph's text into `dir` (NULL: stop).
 struct tpurt_status *tpurt_compile_cache_set_dump_on_miss(struct tpurt_runtime rt, const char *dir);
+
+// Set the shape-bucket policy that dynamic dimensions are padded by:
+// `TPURT_BUCKETS_EXACT` (no padding; `sizes` unused),
+// `TPURT_BUCKETS_POWERS_OF_TWO` (powers of two from `sizes[0]`, or from 8
+// when `count` is 0) or `TPURT_BUCKETS_SIZES` (the `count` sizes in
+// `sizes`, beyond the largest its multiples).
+struct tpurt_status *tpurt_compile_cache_set_buckets(struct tpurt_runtime rt,
+                                                     uint32_t kind,
+                                                     const uint64_t *sizes,
+                                                     size_t count);
+
+// The bucket a dynamic dimension of size `n` is padded up to under the
+// current policy (`n` itself when the policy is exact; 0 for 0).
+struct tpurt_status *tpurt_compile_cache_bucket(struct tpurt_runtime rt, uint64_t n, uint64_t *out);
 
 // Start recording every task the process's streams run and every kernel
 // a host program runs. FAILED_PRECONDITION while a recording is under way.

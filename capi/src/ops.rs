@@ -3,6 +3,7 @@
 use std::ffi::c_char;
 use std::sync::Arc;
 
+use tpurt_core::compile::BucketPolicy;
 use tpurt_core::eager::{self, EagerMode};
 use tpurt_core::ir::{DType, Graph, TensorType};
 use tpurt_core::ops::{self, Attr, Attrs, OpId};
@@ -34,6 +35,10 @@ pub const TPURT_DTYPE_F64: u32 = 8;
 pub const TPURT_EAGER_DEFER_NEVER: u32 = 0;
 pub const TPURT_EAGER_DEFER_NEVER_AND_LAUNCH_BLOCKING: u32 = 1;
 pub const TPURT_EAGER_DEFER_AND_FUSE: u32 = 2;
+
+pub const TPURT_BUCKETS_EXACT: u32 = 0;
+pub const TPURT_BUCKETS_POWERS_OF_TWO: u32 = 1;
+pub const TPURT_BUCKETS_SIZES: u32 = 2;
 
 pub const TPURT_ATTR_NONE: u32 = 0;
 pub const TPURT_ATTR_BOOL: u32 = 1;
@@ -555,6 +560,60 @@ pub extern "C" fn tpurt_compile_cache_set_dump_on_miss(
     guard(|| {
         let dir = c_str(dir, "dir")?.map(std::path::PathBuf::from);
         runtime_of(rt)?.compile_cache().set_dump_on_miss(dir);
+        Ok(())
+    })
+}
+
+/// Set the shape-bucket policy that dynamic dimensions are padded by:
+/// `TPURT_BUCKETS_EXACT` (no padding; `sizes` unused),
+/// `TPURT_BUCKETS_POWERS_OF_TWO` (powers of two from `sizes[0]`, or from 8
+/// when `count` is 0) or `TPURT_BUCKETS_SIZES` (the `count` sizes in
+/// `sizes`, beyond the largest its multiples).
+#[no_mangle]
+pub extern "C" fn tpurt_compile_cache_set_buckets(
+    rt: tpurt_runtime,
+    kind: u32,
+    sizes: *const u64,
+    count: usize,
+) -> *mut tpurt_status {
+    guard(|| {
+        let sizes = slice_of(sizes, count, "sizes")?;
+        let policy = match kind {
+            TPURT_BUCKETS_EXACT => BucketPolicy::Exact,
+            TPURT_BUCKETS_POWERS_OF_TWO => match sizes {
+                [] => BucketPolicy::default(),
+                [0] => return Err(Error::invalid("bucket minimum must be at least 1")),
+                [min] => BucketPolicy::powers_of_two(*min),
+                _ => {
+                    return Err(Error::invalid(format!(
+                        "powers-of-two buckets take one size (the minimum), not {count}"
+                    )))
+                }
+            },
+            TPURT_BUCKETS_SIZES => BucketPolicy::sizes(sizes.to_vec())?,
+            other => {
+                return Err(Error::invalid(format!(
+                    "bucket kind {other}; the kinds are TPURT_BUCKETS_EXACT (0), \
+                     TPURT_BUCKETS_POWERS_OF_TWO (1) and TPURT_BUCKETS_SIZES (2)"
+                )))
+            }
+        };
+        runtime_of(rt)?.compile_cache().set_bucket_policy(policy);
+        Ok(())
+    })
+}
+
+/// The bucket a dynamic dimension of size `n` is padded up to under the
+/// current policy (`n` itself when the policy is exact; 0 for 0).
+#[no_mangle]
+pub extern "C" fn tpurt_compile_cache_bucket(
+    rt: tpurt_runtime,
+    n: u64,
+    out: *mut u64,
+) -> *mut tpurt_status {
+    guard(|| {
+        let b = runtime_of(rt)?.compile_cache().bucket(n);
+        *out_ptr(out, "out")? = b;
         Ok(())
     })
 }

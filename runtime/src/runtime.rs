@@ -139,7 +139,11 @@ impl Runtime {
                 .filter(|v| !v.trim().is_empty())
                 .unwrap_or_else(|| "host".to_string()),
         };
-        match name.trim() {
+        let buckets = match std::env::var("TPURT_SHAPE_BUCKETS") {
+            Ok(v) if !v.trim().is_empty() => Some(crate::compile::BucketPolicy::parse(&v)?),
+            _ => None,
+        };
+        let runtime = match name.trim() {
             "host" => {
                 let config = HostConfig::resolve(
                     options.host_chips,
@@ -175,7 +179,11 @@ impl Runtime {
             other => Err(Error::NotFound(format!(
                 "platform {other:?}; the platforms are 'host' and 'xla'"
             ))),
+        }?;
+        if let Some(policy) = buckets {
+            runtime.compile_cache().set_bucket_policy(policy);
         }
+        Ok(runtime)
     }
 
     pub fn with_platform(platform: Arc<dyn Platform>) -> Result<Runtime> {

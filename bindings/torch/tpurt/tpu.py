@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import json
-from typing import Any, Iterator, Optional, Union
+from typing import Any, Iterator, Optional, Sequence, Union
 
 import torch
 
@@ -442,6 +442,39 @@ def set_compile_cache_only(on: bool) -> None:
 
 def set_dump_on_miss(directory: Optional[str]) -> None:
     _C.dump_on_miss(directory)
+
+
+def set_shape_buckets(buckets: Union[None, str, int, Sequence[int]] = "pow2") -> None:
+    """How torch.compile(backend="tpu") pads a dynamic dimension: "pow2"
+    (powers of two from 8, the default), an int (powers of two from it), a
+    list of sizes (each size goes to the first at or above it; beyond the
+    last, to its multiples), or None (no padding: every size its own
+    program). `TPURT_SHAPE_BUCKETS` sets it at start-up."""
+    if buckets is None:
+        _C.set_shape_buckets(0, [])
+    elif isinstance(buckets, str):
+        if buckets != "pow2":
+            raise ValueError(f"shape buckets {buckets!r}: expected 'pow2', an int, a list of sizes or None")
+        _C.set_shape_buckets(1, [])
+    elif isinstance(buckets, int) and not isinstance(buckets, bool):
+        if buckets < 1:
+            raise ValueError(f"shape bucket minimum {buckets}: must be at least 1")
+        _C.set_shape_buckets(1, [buckets])
+    else:
+        try:
+            sizes = list(buckets)
+        except TypeError:
+            raise ValueError(f"shape buckets {buckets!r}: expected 'pow2', an int, a list of sizes or None") from None
+        if not sizes or not all(isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in sizes):
+            raise ValueError(f"shape buckets {buckets!r}: a list of sizes needs whole numbers of at least 1")
+        _C.set_shape_buckets(2, sizes)
+
+
+def shape_bucket(n: int) -> int:
+    """The size a dynamic dimension of size `n` is padded up to."""
+    if n < 0:
+        raise ValueError(f"shape_bucket: size {n} is negative")
+    return int(_C.shape_bucket(int(n)))
 
 
 _allow_cache = True

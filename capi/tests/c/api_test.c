@@ -563,6 +563,32 @@ static void test_ops_modes_graphs_and_cache(void) {
   OK(tpurt_compile_cache_set_cache_only(rt, false));
   OK(tpurt_compile_cache_clear(rt, true, false));
 
+  /* Shape buckets: the policy frontends pad dynamic dimensions by. */
+  uint64_t bucket = 0;
+  OK(tpurt_compile_cache_bucket(rt, 9, &bucket));
+  CHECK(bucket == 16);
+  const uint64_t sizes[2] = {128, 32};
+  OK(tpurt_compile_cache_set_buckets(rt, TPURT_BUCKETS_SIZES, sizes, 2));
+  OK(tpurt_compile_cache_bucket(rt, 33, &bucket));
+  CHECK(bucket == 128);
+  OK(tpurt_compile_cache_bucket(rt, 200, &bucket));
+  CHECK(bucket == 256);
+  const uint64_t min = 100;
+  OK(tpurt_compile_cache_set_buckets(rt, TPURT_BUCKETS_POWERS_OF_TWO, &min, 1));
+  OK(tpurt_compile_cache_bucket(rt, 3, &bucket));
+  CHECK(bucket == 128);
+  OK(tpurt_compile_cache_set_buckets(rt, TPURT_BUCKETS_EXACT, NULL, 0));
+  OK(tpurt_compile_cache_bucket(rt, 37, &bucket));
+  CHECK(bucket == 37);
+  ERR(tpurt_compile_cache_set_buckets(rt, 7, NULL, 0), TPURT_CODE_INVALID_ARGUMENT, "bucket kind 7");
+  ERR(tpurt_compile_cache_set_buckets(rt, TPURT_BUCKETS_SIZES, NULL, 0), TPURT_CODE_INVALID_ARGUMENT,
+      "at least one size");
+  ERR(tpurt_compile_cache_set_buckets(rt, TPURT_BUCKETS_SIZES, NULL, 3), TPURT_CODE_INVALID_ARGUMENT, "NULL");
+  ERR(tpurt_compile_cache_set_buckets(rt, TPURT_BUCKETS_POWERS_OF_TWO, sizes, 2), TPURT_CODE_INVALID_ARGUMENT,
+      "one size");
+  ERR(tpurt_compile_cache_bucket(rt, 3, NULL), TPURT_CODE_INVALID_ARGUMENT, "out");
+  OK(tpurt_compile_cache_set_buckets(rt, TPURT_BUCKETS_POWERS_OF_TWO, NULL, 0));
+
   OK(tpurt_buffer_free(bx));
   OK(tpurt_buffer_free(bo));
   OK(tpurt_runtime_destroy(rt));

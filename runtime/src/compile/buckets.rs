@@ -49,6 +49,40 @@ impl BucketPolicy {
         Ok(BucketPolicy::Sizes(sizes))
     }
 
+    /// The policy a `TPURT_SHAPE_BUCKETS` value names: `pow2` (powers of
+    /// two from 8), `pow2:MIN` (from MIN, rounded up to a power of two),
+    /// `exact` or `off` (no bucketing), or a comma-separated list of sizes
+    /// (`32,128,512`). Anything else is an error naming the variable.
+    pub fn parse(value: &str) -> Result<Self> {
+        let bad = |why: &str| {
+            Error::invalid(format!(
+                "TPURT_SHAPE_BUCKETS={value:?}: {why}; expected 'pow2', 'pow2:MIN', 'exact', 'off' or a list of sizes such as '32,128,512'"
+            ))
+        };
+        let v = value.trim();
+        match v {
+            "pow2" => return Ok(Self::default()),
+            "exact" | "off" => return Ok(BucketPolicy::Exact),
+            _ => {}
+        }
+        if let Some(min) = v.strip_prefix("pow2:") {
+            let min: u64 = min
+                .trim()
+                .parse()
+                .map_err(|_| bad("the minimum is not a whole number"))?;
+            if min == 0 {
+                return Err(bad("the minimum must be at least 1"));
+            }
+            return Ok(Self::powers_of_two(min));
+        }
+        let sizes = v
+            .split(',')
+            .map(|s| s.trim().parse::<u64>())
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|_| bad("a size is not a whole number"))?;
+        Self::sizes(sizes).map_err(|e| bad(&e.to_string()))
+    }
+
     /// The bucket of a dimension of size `n`: the size to pad `n` up to.
     /// Where rounding up would overflow u64, `n` is its own bucket.
     pub fn bucket(&self, n: u64) -> u64 {
@@ -136,6 +170,28 @@ mod tests {
             buckets.into_iter().collect::<Vec<_>>(),
             vec![32, 128, 512, 1024, 1536, 2048]
         );
+    }
+
+    #[test]
+    fn policies_parse_from_the_environment_value() {
+        assert_eq!(
+            BucketPolicy::parse("pow2").unwrap(),
+            BucketPolicy::default()
+        );
+        assert_eq!(
+            BucketPolicy::parse(" pow2:100 ").unwrap(),
+            BucketPolicy::PowersOfTwo { min: 128 }
+        );
+        assert_eq!(BucketPolicy::parse("off").unwrap(), BucketPolicy::Exact);
+        assert_eq!(BucketPolicy::parse("exact").unwrap(), BucketPolicy::Exact);
+        assert_eq!(
+            BucketPolicy::parse("512, 32,128").unwrap(),
+            BucketPolicy::Sizes(vec![32, 128, 512])
+        );
+        for bad in ["", "pow3", "pow2:0", "pow2:x", "8,,16", "8,0", "-8"] {
+            let e = BucketPolicy::parse(bad).unwrap_err().to_string();
+            assert!(e.contains("TPURT_SHAPE_BUCKETS"), "{bad:?}: {e}");
+        }
     }
 
     #[test]

@@ -208,6 +208,7 @@ pub struct CompileCache<E: ?Sized + Send + Sync> {
     disk_dir: Option<PathBuf>,
     cache_only: AtomicBool,
     dump_dir: Mutex<Option<PathBuf>>,
+    buckets: Mutex<BucketPolicy>,
     counters: Counters,
 }
 
@@ -297,6 +298,7 @@ impl<E: ?Sized + Send + Sync> CompileCache<E> {
             disk_dir: config.disk_dir,
             cache_only: AtomicBool::new(false),
             dump_dir: Mutex::new(None),
+            buckets: Mutex::new(BucketPolicy::default()),
             counters: Counters::default(),
         }
     }
@@ -480,6 +482,22 @@ impl<E: ?Sized + Send + Sync> CompileCache<E> {
 
     pub fn dump_on_miss(&self) -> Option<PathBuf> {
         lock(&self.dump_dir).clone()
+    }
+
+    /// The shape-bucket policy that frontends pad dynamic dimensions by
+    /// (the torch binding's compiled graphs do), so that many sizes share
+    /// a few executables.
+    pub fn bucket_policy(&self) -> BucketPolicy {
+        lock(&self.buckets).clone()
+    }
+
+    pub fn set_bucket_policy(&self, policy: BucketPolicy) {
+        *lock(&self.buckets) = policy;
+    }
+
+    /// The bucket a dynamic dimension of size `n` is padded up to.
+    pub fn bucket(&self, n: u64) -> u64 {
+        lock(&self.buckets).bucket(n)
     }
 
     /// The disk directory, if this cache has one.

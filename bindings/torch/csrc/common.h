@@ -162,6 +162,9 @@ class ScalarUploadScope {
   ScalarUploadScope& operator=(const ScalarUploadScope&) = delete;
 };
 // Copy `src` (any device) into `dst` (any device), with cast and broadcast.
+// dst = src for two tensors of one device, dtype and sizes, as a strided
+// copy by the runtime (no compiled program).
+void copy_region(const at::Tensor& dst, const at::Tensor& src);
 void copy_into(const at::Tensor& dst, const at::Tensor& src, bool non_blocking);
 
 // The hooks interface (device.cpp); called once at import.

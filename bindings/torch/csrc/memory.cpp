@@ -205,6 +205,25 @@ void device_to_device(const at::Tensor& dst, const at::Tensor& src) {
 
 }  // namespace
 
+void copy_region(const at::Tensor& dst, const at::Tensor& src) {
+  TORCH_CHECK(is_tpu(dst) && is_tpu(src) && dst.device() == src.device(),
+              "copy_region: both tensors must be on one tpu device, not ", src.device(), " and ", dst.device());
+  TORCH_CHECK(dst.scalar_type() == src.scalar_type(), "copy_region: dtypes differ (", src.scalar_type(), " into ",
+              dst.scalar_type(), ")");
+  TORCH_CHECK(dst.sizes().equals(src.sizes()), "copy_region: sizes differ (", src.sizes(), " into ", dst.sizes(),
+              ")");
+  if (dst.numel() == 0) {
+    return;
+  }
+  // A strided copy by the runtime on the current stream: no program, so
+  // sizes that change from call to call compile nothing.
+  LayoutDesc ls(src);
+  LayoutDesc ld(dst);
+  check(tpurt_copy_device_to_device(buffer_of(src), &ls.l, buffer_of(dst), &ld.l,
+                                    stream_handle(current_stream(dst.device().index())), TPURT_COPY_ASYNC),
+        "copy_region");
+}
+
 void copy_into(const at::Tensor& dst, const at::Tensor& src, bool non_blocking) {
   if (dst.numel() == 0) {
     return;

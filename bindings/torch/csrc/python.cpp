@@ -290,6 +290,16 @@ PYBIND11_MODULE(_C, m) {
     check(tpurt_compile_cache_set_dump_on_miss(runtime(), dir ? dir->c_str() : nullptr), "dump_on_miss");
   });
 
+  m.def("copy_region", [](const at::Tensor& dst, const at::Tensor& src) { copy_region(dst, src); });
+  m.def("set_shape_buckets", [](uint32_t kind, std::vector<uint64_t> sizes) {
+    check(tpurt_compile_cache_set_buckets(runtime(), kind, sizes.data(), sizes.size()), "set_shape_buckets");
+  });
+  m.def("shape_bucket", [](uint64_t n) {
+    uint64_t b = 0;
+    check(tpurt_compile_cache_bucket(runtime(), n, &b), "shape_bucket");
+    return b;
+  });
+
   // Attention.
   m.def("fused_attention_enabled", [] { return fused_attention_enabled(); });
   m.def("set_fused_attention_enabled", [](bool on) { set_fused_attention_enabled(on); });

@@ -2,8 +2,9 @@
 aten forward and backward graphs; each runs under defer-and-fuse, so its
 ops are recorded as one runtime graph, compiled once through the compile
 cache and launched as one program per flush (later calls hit the cache).
-Graph breaks fall back to eager, as with any dynamo backend; dynamic
-dimensions are handled by dynamo (each new shape records a new graph).
+Graph breaks fall back to eager, as with any dynamo backend; a graph with
+dynamic dimensions runs padded to shape buckets (buckets.py), so the
+sizes of a bucket share its programs.
 """
 
 from __future__ import annotations
@@ -16,14 +17,12 @@ from functorch.compile import make_boxed_func
 from torch._dynamo.backends.common import aot_autograd
 from torch._dynamo.backends.registry import register_backend
 
-from . import _C
+from . import _C, buckets
 
 _DEFER_AND_FUSE = 2
 
 
-def _deferred(gm: torch.fx.GraphModule, example_inputs):
-    run = gm.forward
-
+def _in_defer_mode(run):
     @functools.wraps(run)
     def call(*args):
         _C.push_eager_mode(_DEFER_AND_FUSE)
@@ -32,11 +31,26 @@ def _deferred(gm: torch.fx.GraphModule, example_inputs):
         finally:
             _C.pop_eager_mode()
 
-    return make_boxed_func(call)
+    return call
+
+
+def _deferred(gm: torch.fx.GraphModule, example_inputs):
+    # A graph with dynamic dimensions runs padded to shape buckets where
+    # buckets.py has a rule for each of its ops; else as traced.
+    return make_boxed_func(buckets.wrap(gm, _in_defer_mode))
+
+
+def _deferred_forward(gm: torch.fx.GraphModule, example_inputs):
+    # The forward's outputs from `num_forward` on are saved for the
+    # backward (AOTAutograd's layout); padded, they stay padded.
+    context = torch._guards.TracingContext.try_get()
+    meta = getattr(context, "fw_metadata", None) if context is not None else None
+    saved_from = getattr(meta, "num_forward", None)
+    return make_boxed_func(buckets.wrap(gm, _in_defer_mode, saved_from))
 
 
 def _make_backend():
-    return aot_autograd(fw_compiler=_deferred, bw_compiler=_deferred, inference_compiler=_deferred)
+    return aot_autograd(fw_compiler=_deferred_forward, bw_compiler=_deferred, inference_compiler=_deferred)
 
 
 # --- attention in compiled graphs ----------------------------------------------------

@@ -1,0 +1,180 @@
+"""Shape buckets under torch.compile(backend="tpu"): a graph with dynamic
+dimensions runs padded to its buckets, with CPU-equal results, and the
+sizes of a bucket share its programs."""
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import tpurt.compiler  # noqa: F401
+from tpurt import buckets
+
+
+def _misses() -> int:
+    return torch.tpu.compile_cache_stats()["misses"]
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    torch._dynamo.reset()
+    buckets.reset_stats()
+    torch.tpu.set_shape_buckets("pow2")
+    yield
+    torch.tpu.set_shape_buckets("pow2")
+    torch._dynamo.reset()
+
+
+class _Block(nn.Module):
+    """Embedding, layer norm, causal attention, GELU MLP, cross-entropy and
+    a mean over the sequence: the ops of a language model's training step.
+    The logits come back detached: autograd would make a zero gradient of
+    their shape, a fill program for each length (see buckets.py)."""
+
+    def __init__(self, d=16, vocab=32, heads=2):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.ln = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.o = nn.Linear(d, d)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+        self.head = nn.Linear(d, vocab)
+        self.heads = heads
+
+    def forward(self, ids, labels):
+        x = self.emb(ids)
+        b, n, d = x.shape
+        q, k, v = self.qkv(self.ln(x)).split(d, -1)
+        q, k, v = (t.view(b, n, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, n, d)
+        x = x + self.o(a)
+        x = x + self.mlp(x)
+        logits = self.head(x)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+        return loss, logits.mean(dim=1), logits.detach()
+
+
+def test_training_step_with_dynamic_lengths_equals_cpu_and_a_bucket_compiles_once(no_fallback):
+    torch.manual_seed(0)
+    ref = _Block()
+    dev = _Block().to("tpu")
+    dev.load_state_dict(ref.state_dict())
+    step = torch.compile(dev, backend="tpu", dynamic=True)
+    misses = {}
+    for n in [5, 6, 7, 12, 13, 16, 3]:
+        ids = torch.randint(0, 32, (2, n))
+        labels = torch.randint(0, 32, (2, n))
+        labels[0, 1] = -100  # an ignored target among the valid ones
+        before = _misses()
+        loss, mean, logits = step(ids.to("tpu"), labels.to("tpu"))
+        loss.backward()
+        torch.tpu.synchronize()
+        misses[n] = _misses() - before
+        rloss, rmean, rlogits = ref(ids, labels)
+        rloss.backward()
+        assert logits.shape == (2, n, 32)
+        torch.testing.assert_close(loss.cpu(), rloss.detach(), atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(mean.cpu(), rmean.detach(), atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(logits.cpu(), rlogits.detach(), atol=1e-6, rtol=1e-5)
+        for (name, p), q in zip(ref.named_parameters(), dev.parameters()):
+            torch.testing.assert_close(q.grad.cpu(), p.grad, atol=1e-6, rtol=1e-5, msg=name)
+        ref.zero_grad()
+        dev.zero_grad()
+    # 5, 6 and 7 share bucket 8; 12, 13 and 16 bucket 16; 3 is back in 8.
+    assert misses[5] > 0 and misses[12] > 0
+    assert misses[6] == misses[7] == misses[13] == misses[16] == misses[3] == 0, misses
+    assert buckets.stats()["bucketed"] >= 2 and buckets.stats()["exact"] == 0, buckets.stats()
+
+
+def _attention_layer():
+    torch.manual_seed(1)
+    w = torch.randn(24, 8).to("tpu")
+
+    def layer(x):
+        h = F.layer_norm(x, (8,))
+        q, k, v = F.linear(h, w).view(1, x.shape[1], 3, 2, 4).permute(2, 0, 3, 1, 4)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return (x + a.transpose(1, 2).reshape(x.shape)).mean(dim=1)
+
+    return layer
+
+
+def test_lengths_1_to_2048_cost_at_most_12_buckets_of_programs():
+    layer = _attention_layer()
+    compiled = torch.compile(layer, backend="tpu", dynamic=True)
+    total = 0
+    per_bucket = None
+    for n in range(1, 2049):
+        x = torch.randn(1, n, 8)
+        before = _misses()
+        y = compiled(x.to("tpu")).cpu()
+        got = _misses() - before
+        total += got
+        if n == 9:  # the first length of bucket 16: one bucket's programs
+            per_bucket = got
+        if n in (1, 2, 9, 100, 1000, 2048):
+            torch.testing.assert_close(y, layer(x.to("tpu")).cpu(), atol=1e-5, rtol=1e-5)
+    assert per_bucket and per_bucket > 0
+    # 1 (a graph of its own: dynamo specializes size 1) and 9 buckets, 8 to 2048.
+    assert total <= 12 * per_bucket, (total, per_bucket)
+
+
+def test_exact_policy_records_every_length_and_a_user_list_buckets_by_it():
+    layer = _attention_layer()
+    compiled = torch.compile(layer, backend="tpu", dynamic=True)
+    torch.tpu.set_shape_buckets(None)
+    compiled(torch.randn(1, 20, 8).to("tpu")).cpu()
+    compiled(torch.randn(1, 21, 8).to("tpu")).cpu()
+    before = _misses()
+    x = torch.randn(1, 22, 8)
+    torch.testing.assert_close(compiled(x.to("tpu")).cpu(), layer(x.to("tpu")).cpu(), atol=1e-5, rtol=1e-5)
+    assert _misses() > before  # a new length is a new program
+    torch.tpu.set_shape_buckets([24, 40])
+    assert torch.tpu.shape_bucket(22) == 24 and torch.tpu.shape_bucket(41) == 80
+    compiled(torch.randn(1, 23, 8).to("tpu")).cpu()
+    before = _misses()
+    for n in (17, 22, 24):
+        x = torch.randn(1, n, 8)
+        torch.testing.assert_close(compiled(x.to("tpu")).cpu(), layer(x.to("tpu")).cpu(), atol=1e-5, rtol=1e-5)
+    # the references above ran eagerly; only the compiled calls share bucket 24
+    assert buckets.stats()["exact"] == 0
+
+
+def test_graph_without_a_rule_runs_exactly_and_says_why():
+    def last_token(x, w):
+        # x[:, -1] counts from the end of the padded axis: no rule pads it.
+        return F.linear(x, w)[:, -1].sort(dim=-1).values
+
+    w = torch.randn(8, 8)
+    compiled = torch.compile(last_token, backend="tpu", dynamic=True)
+    for n in (3, 5, 6):
+        x = torch.randn(2, n, 8)
+        torch.testing.assert_close(compiled(x.to("tpu"), w.to("tpu")).cpu(), last_token(x, w), atol=1e-5, rtol=1e-5)
+    s = buckets.stats()
+    assert s["exact"] >= 1 and s["bucketed"] == 0, s
+    assert any("select" in r for r in s["reasons"]), s
+
+
+def test_mean_and_softmax_over_the_padded_axis_and_a_size_as_a_value():
+    def f(x):
+        p = torch.softmax(x, dim=1)
+        return p.amax(dim=1), x.mean(dim=1), x.sum(dim=1) / x.shape[1], torch.logsumexp(x, dim=1)
+
+    compiled = torch.compile(f, backend="tpu", dynamic=True)
+    for n in (5, 6, 7, 3):
+        x = torch.randn(2, n, 4) * 3
+        for got, want in zip(compiled(x.to("tpu")), f(x)):
+            torch.testing.assert_close(got.cpu(), want, atol=1e-6, rtol=1e-5)
+    assert buckets.stats()["bucketed"] >= 1 and buckets.stats()["exact"] == 0, buckets.stats()
+
+
+def test_set_shape_buckets_rejects_bad_policies():
+    for bad in ("pow3", 0, [], [8, 0], [8, "x"], True):
+        with pytest.raises(ValueError):
+            torch.tpu.set_shape_buckets(bad)
+    with pytest.raises(ValueError):
+        torch.tpu.shape_bucket(-1)
+    torch.tpu.set_shape_buckets(100)
+    assert torch.tpu.shape_bucket(3) == 128 and torch.tpu.shape_bucket(129) == 256
+    torch.tpu.set_shape_buckets("pow2")
+    assert [torch.tpu.shape_bucket(n) for n in (0, 1, 8, 9, 2048)] == [0, 8, 8, 16, 2048]

@@ -180,13 +180,26 @@ at::Tensor& fill_tensor(at::Tensor& self, const at::Tensor& value) {
   return self;
 }
 
-// Zeros from the runtime's `full`: a constant of the recorded graph, where
-// fill_ uploads its value from the host as a parameter. Under
-// DEFER_AND_FUSE the graph then knows the value: the sum of zero tensors
+// Zeros. Under DEFER_AND_FUSE from the runtime's `full`: a constant of
+// the recorded graph, where fill_ uploads its value from the host as a
+// parameter; the graph then knows the value: the sum of zero tensors
 // updated in disjoint slices (slice_backward's, for a tensor sliced in
-// parts) becomes one concatenation (runtime/src/fusion/simplify.rs).
+// parts) becomes one concatenation (runtime/src/fusion/simplify.rs). In
+// the other modes a contiguous tensor is zeroed by a byte fill on its
+// stream: no program per shape (autograd's zero gradients of a compiled
+// graph's unused outputs would otherwise compile one per sequence length).
 at::Tensor& zero_(at::Tensor& self) {
   if (self.numel() == 0) {
+    return self;
+  }
+  uint32_t mode = 0;
+  check(tpurt_eager_mode_get(&mode), "eager mode");
+  if (mode != TPURT_EAGER_DEFER_AND_FUSE && self.is_contiguous()) {
+    uint64_t offset = static_cast<uint64_t>(self.storage_offset()) * self.element_size();
+    uint64_t size = static_cast<uint64_t>(self.numel()) * self.element_size();
+    check(tpurt_buffer_fill(buffer_of(self), offset, size, 0, stream_handle(current_stream(self.device().index())),
+                            mode == TPURT_EAGER_DEFER_NEVER ? TPURT_COPY_ASYNC : 0),
+          "zero_");
     return self;
   }
   call_into("full", std::vector<at::Tensor>{}, {self},

@@ -12,11 +12,15 @@ from tpurt import buckets
 
 
 def _misses() -> int:
-    return torch.tpu.compile_cache_stats()["misses"]
+    """Programs not found in memory: compiled, or loaded from the disk
+    cache that an earlier run may have filled."""
+    s = torch.tpu.compile_cache_stats()
+    return s["misses"] + s["disk_hits"]
 
 
 @pytest.fixture(autouse=True)
 def _fresh():
+    torch.tpu.compile_cache_clear(memory=True, disk=False)
     torch._dynamo.reset()
     buckets.reset_stats()
     torch.tpu.set_shape_buckets("pow2")
@@ -28,8 +32,8 @@ def _fresh():
 class _Block(nn.Module):
     """Embedding, layer norm, causal attention, GELU MLP, cross-entropy and
     a mean over the sequence: the ops of a language model's training step.
-    The logits come back detached: autograd would make a zero gradient of
-    their shape, a fill program for each length (see buckets.py)."""
+    The logits come back too, outside the loss: autograd gives them a zero
+    gradient of their shape, which must not be a program per length."""
 
     def __init__(self, d=16, vocab=32, heads=2):
         super().__init__()
@@ -51,7 +55,7 @@ class _Block(nn.Module):
         x = x + self.mlp(x)
         logits = self.head(x)
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
-        return loss, logits.mean(dim=1), logits.detach()
+        return loss, logits.mean(dim=1), logits
 
 
 def test_training_step_with_dynamic_lengths_equals_cpu_and_a_bucket_compiles_once(no_fallback):
@@ -178,3 +182,39 @@ def test_set_shape_buckets_rejects_bad_policies():
     assert torch.tpu.shape_bucket(3) == 128 and torch.tpu.shape_bucket(129) == 256
     torch.tpu.set_shape_buckets("pow2")
     assert [torch.tpu.shape_bucket(n) for n in (0, 1, 8, 9, 2048)] == [0, 8, 8, 16, 2048]
+
+
+def test_transformers_llama_training_step_with_dynamic_lengths(no_fallback):
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+    )
+    ref = transformers.LlamaForCausalLM(cfg)
+    dev = transformers.LlamaForCausalLM(cfg).to("tpu")
+    dev.load_state_dict(ref.state_dict())
+    step = torch.compile(dev, backend="tpu", dynamic=True)
+    misses = {}
+    for n in (5, 6, 7, 12, 13):
+        ids = torch.randint(0, 64, (2, n))
+        before = _misses()
+        out = step(input_ids=ids.to("tpu"), labels=ids.to("tpu"))
+        out.loss.backward()
+        torch.tpu.synchronize()
+        misses[n] = _misses() - before
+        want = ref(input_ids=ids, labels=ids)
+        want.loss.backward()
+        torch.testing.assert_close(out.loss.cpu(), want.loss.detach(), atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(out.logits.cpu(), want.logits.detach(), atol=1e-5, rtol=1e-5)
+        for (name, p), q in zip(ref.named_parameters(), dev.parameters()):
+            torch.testing.assert_close(q.grad.cpu(), p.grad, atol=1e-6, rtol=1e-5, msg=name)
+        ref.zero_grad()
+        dev.zero_grad()
+    assert misses[6] == misses[7] == misses[13] == 0, misses
+    assert buckets.stats()["bucketed"] >= 2 and buckets.stats()["exact"] == 0, buckets.stats()

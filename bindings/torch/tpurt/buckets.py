@@ -119,14 +119,43 @@ def _sym_key(s):
 
 
 def _comps_of_size(e) -> Comps:
-    """Components of an axis known only by its size: static, one symbol
-    (or an affine expression of one, as a slice leaves), or a product of
-    symbols (a merge of several padded axes, outermost the first symbol)."""
+    """Components of an axis known only by its size: static, or one symbol
+    (or an affine expression of one, as a slice leaves). A product of
+    symbols is a merge whose order the size does not tell."""
     if _static(e) or (len(e.free_symbols) == 1 and sympy.degree(sympy.expand(e), list(e.free_symbols)[0]) == 1):
         return (e,)
-    if isinstance(e, sympy.Mul) and all(isinstance(a, sympy.Symbol) for a in e.args):
-        return tuple(sorted(e.args, key=_sym_key))
-    raise _Unsupported(f"axis of size {e}")
+    raise _Unsupported(f"axis of size {e} (a merge of padded axes in an unknown order)")
+
+
+# The layouts of the tensors that forwards saved for their backwards, by
+# name and size: AOTAutograd names a backward's input after the forward's
+# output, and a merged axis's order (which of s0*s1 is outermost) is known
+# only where the merge was made.
+_saved_lock = threading.Lock()
+_saved: dict = {}
+
+
+def _saved_key(name, shape):
+    return (str(name), tuple(str(sympy.expand(e)) for e in shape))
+
+
+def _remember_saved(name, shape, comps) -> None:
+    if not any(len(c) > 1 and _padded_axis(c) for c in comps):
+        return
+    with _saved_lock:
+        _saved.setdefault(_saved_key(name, shape), set()).add(tuple(tuple(c) for c in comps))
+        if len(_saved) > 4096:
+            _saved.pop(next(iter(_saved)))
+
+
+def _saved_layout(name, shape) -> Optional[list]:
+    if shape is None:
+        return None
+    with _saved_lock:
+        found = _saved.get(_saved_key(name, shape))
+    if found is None or len(found) != 1:
+        return None
+    return [tuple(c) for c in next(iter(found))]
 
 
 def _symbolic(v) -> bool:
@@ -153,6 +182,7 @@ class _Plan:
         self.inputs: list = []  # per original placeholder: ("sym", expr) | ("tensor", [Comps]) | ("other",)
         self.extras: list = []  # ("mask", rank, axis, Comps) | ("value", expr)
         self.outputs: list = []  # ("tensor", [Comps]) | ("sym", expr) | ("other",)
+        self.output_names: list = []  # (node name, shape, [Comps]) of tensor outputs
         self.symbols: list = []
         self.gm: Optional[torch.fx.GraphModule] = None
 
@@ -334,6 +364,12 @@ class _Builder:
                 self.call(node)
             elif node.op == "output":
                 self.output(node)
+            elif node.op == "get_attr":
+                new = self.graph.get_attr(node.target)
+                new.meta.update(node.meta)
+                self.env[node] = new
+                if isinstance(node.meta.get("val"), torch.Tensor):
+                    self.comps[node] = self.default(node)
             else:
                 raise _Unsupported(f"node kind {node.op}")
         syms = set()
@@ -367,7 +403,7 @@ class _Builder:
             self.sym_nodes.add(node)
             self.plan.inputs.append(("sym", _expr(v)))
         elif isinstance(v, torch.Tensor):
-            comps = self.default(node)
+            comps = _saved_layout(node.target, _shape(node)) or self.default(node)
             self.comps[node] = comps
             self.plan.inputs.append(("tensor", comps))
         elif isinstance(v, (int, float, bool)) or v is None:
@@ -383,6 +419,7 @@ class _Builder:
                 self.plan.outputs.append(("sym", _expr(o.meta["val"])))
             elif isinstance(o, torch.fx.Node) and o in self.comps and not _is_tuple(self.comps[o]):
                 self.plan.outputs.append(("tensor", self.comps[o]))
+                self.plan.output_names.append((o.name, _shape(o), self.comps[o]))
             elif o is None or not isinstance(o, torch.fx.Node):
                 self.plan.outputs.append(("other",))
             else:
@@ -654,10 +691,15 @@ def _split(b: _Builder, node):
 def _cat(b: _Builder, node):
     xs = node.args[0]
     dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
-    cs = [b.comps[x] for x in xs if _shape(x) is not None and len(_shape(x)) > 0]
+    # torch.cat skips 1-D empty operands (a cache's first update cats onto one).
+    cs = [b.comps[x] for x in xs if _shape(x) is not None and not (len(_shape(x)) == 1 and _shape(x)[0] == 0)]
     if not cs:
         return _unknown(b, node)
     dim %= len(cs[0])
+    if len(cs) == 1:
+        _no_syms(b, node)
+        b.env[node] = b.emit(node)
+        return list(cs[0])
     if any(_padded_axis(c[dim]) for c in cs):
         raise _Unsupported("cat along a padded axis")
     _no_syms(b, node)
@@ -672,6 +714,46 @@ def _cat(b: _Builder, node):
     out[dim] = (_shape(node)[dim],)
     b.env[node] = b.emit(node)
     return out
+
+
+def _constant_pad(b: _Builder, node):
+    # Padding at either end of a padded axis: its padded lanes take the
+    # pad value first, so the lanes after the valid ones hold it as they
+    # would unpadded.
+    x, pads = node.args[0], node.args[1]
+    value = node.args[2] if len(node.args) > 2 else node.kwargs.get("value", 0.0)
+    c = list(b.comps[x])
+    _no_syms(b, node)
+    if any(isinstance(p, torch.fx.Node) or p < 0 for p in pads) or isinstance(value, torch.fx.Node):
+        raise _Unsupported("constant_pad_nd by a size or cropping")
+    axes = [len(c) - 1 - i // 2 for i in range(0, len(pads), 2)]
+    padded = [a for a in axes if _padded_axis(c[a])]
+    if any(len(c[a]) != 1 for a in padded):
+        raise _Unsupported("constant_pad_nd of a merged padded axis")
+    x_new = b.masked(b.env[x], c, padded, value)
+    new = b.graph.call_function(node.target, (x_new, *node.args[1:]), dict(node.kwargs))
+    new.meta.update(node.meta)
+    b.env[node] = new
+    shape = _shape(node)
+    for a in axes:
+        c[a] = _comps_of_size(shape[a])
+    return c
+
+
+def _slice_backward(b: _Builder, node):
+    # The gradient of a slice from a fixed start: its padded lanes zeroed,
+    # so the lanes after the slice's valid ones stay zero as unpadded.
+    grad, sizes, dim, start, end, step = node.args
+    c = b.comps[grad]
+    dim %= len(c)
+    _no_syms(b, node, allowed=b.sym_args([sizes, end]))
+    if _padded_axis(c[dim]) and (step != 1 or not isinstance(start, int) or start < 0):
+        raise _Unsupported("slice_backward of a padded axis from the end or by a size")
+    g = b.masked(b.env[grad], c, list(range(len(c))), 0.0)
+    new = b.emit(node)
+    new.update_arg(0, g)
+    b.env[node] = new
+    return b.default(node)
 
 
 def _factory(b: _Builder, node):
@@ -932,6 +1014,8 @@ _RULES: dict = {
     aten.split.Tensor: _split,
     aten.split_with_sizes.default: _split,
     aten.cat.default: _cat,
+    aten.slice_backward.default: _slice_backward,
+    aten.constant_pad_nd.default: _constant_pad,
     aten.mean.dim: _mean,
     aten.mean.default: _mean,
     aten._softmax.default: _softmax,
@@ -1137,6 +1221,9 @@ def wrap(gm: torch.fx.GraphModule, runner: Callable[[Callable], Callable], saved
             _count(why)
         return runner(gm.forward)
     _count(None)
+    if saved_from is not None:
+        for name, shape, comps in p.output_names:
+            _remember_saved(name, shape, comps)
     return Bucketed(p, runner(p.gm.forward), runner(gm.forward), saved_from)
 
 

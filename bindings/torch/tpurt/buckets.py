@@ -1057,7 +1057,10 @@ def _view_as(a, comps_list, valid, at):
         return a.view(sizes)
     except RuntimeError:
         c = a.new_empty(a.shape)
-        _C.copy_region(c, a)
+        if a.device.type == "tpu":
+            _C.copy_region(c, a)
+        else:
+            c.copy_(a)
         return c.view(sizes)
 
 
@@ -1179,8 +1182,12 @@ class Bucketed:
         region = out.view(self._expanded(comps_list, padded, at))
         for i, n in enumerate(self._expanded(comps_list, valid, at)):
             region = region.narrow(i, 0, n)
-        # A strided copy, not an op: an op would be a program per size.
-        _C.copy_region(region, a.view(self._expanded(comps_list, valid, at)) if a.is_contiguous() else _view_as(a, comps_list, valid, at))
+        src = a.view(self._expanded(comps_list, valid, at)) if a.is_contiguous() else _view_as(a, comps_list, valid, at)
+        if a.device.type == "tpu":
+            # A strided copy, not an op: an op would be a program per size.
+            _C.copy_region(region, src)
+        else:
+            region.copy_(src)
         return out
 
     def _cut(self, o, comps_list, valid, padded, at):
@@ -1194,7 +1201,10 @@ class Bucketed:
         for i, n in enumerate(self._expanded(comps_list, valid, at)):
             big = big.narrow(i, 0, n)
         out = o.new_empty(self._expanded(comps_list, valid, at))
-        _C.copy_region(out, big)
+        if o.device.type == "tpu":
+            _C.copy_region(out, big)
+        else:
+            out.copy_(big)
         return out.view([at(_prod(c), valid) for c in comps_list])
 
 
@@ -1207,6 +1217,8 @@ def plan(gm: torch.fx.GraphModule) -> tuple[Optional[_Plan], Optional[str]]:
         return _Builder(gm).run(), None
     except _Unsupported as e:
         return None, str(e)
+    except Exception as e:  # noqa: BLE001 - a gap here must not break the user's graph
+        return None, f"{type(e).__name__} while padding: {e}"
 
 
 def wrap(gm: torch.fx.GraphModule, runner: Callable[[Callable], Callable], saved_from: Optional[int] = None) -> Callable:

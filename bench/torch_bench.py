@@ -240,6 +240,28 @@ def llama_first_step() -> None:
         "torch.compile inductor on CPU (first step)", "ms")
 
 
+def llama_lengths() -> None:
+    """torch.compile'd training steps over a run of 16 sequence lengths
+    from 16 to 256 (train_llama.lengths_sweep), compiles included, on each
+    platform: tpu with shape buckets (the default) against tpu with every
+    length its own programs, and against inductor on CPU with its own
+    dynamic shapes."""
+    import tempfile
+
+    peer = cold_inductor("print(json.dumps(t.measure_lengths('cpu', 'inductor')))")
+    for platform in ("host", "xla"):
+        runs = {}
+        for buckets in ("pow2", "off"):
+            with tempfile.TemporaryDirectory() as d:
+                env = {"TPURT_PLATFORM": platform, "TPURT_CACHE_DIR": d, "TPURT_SHAPE_BUCKETS": buckets}
+                runs[buckets] = child("print(json.dumps(t.measure_lengths('tpu', 'tpu')))", env)
+        ours, exact = runs["pow2"], runs["off"]
+        row(f"torch_llama_dynamic_lengths_{platform}_vs_no_buckets", ours["total_s"], exact["total_s"],
+            f"tpu without shape buckets ({exact['misses']} programs against {ours['misses']})", "s")
+        row(f"torch_llama_dynamic_lengths_{platform}_vs_inductor", ours["total_s"], peer["total_s"],
+            "torch.compile inductor on CPU, dynamic shapes", "s")
+
+
 BENCHES = {
     "torch_tiny_add_16_strict": tiny_add,
     "torch_sdpa_forward_8x8x256x64": sdpa_forward,
@@ -249,6 +271,7 @@ BENCHES = {
     "torch_llama_train_step_defer_xla": lambda: llama_step("xla"),
     "torch_llama_compiled": llama_compiled,
     "torch_llama_first_step": llama_first_step,
+    "torch_llama_dynamic_lengths": llama_lengths,
 }
 
 

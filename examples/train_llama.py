@@ -124,6 +124,27 @@ def measure_first_step(batch: int = 8, seq: int = 128) -> dict:
     return {"first_ms": times[0] * 1e3, "cache": torch.tpu.compile_cache_stats()}
 
 
+def lengths_sweep(steps: int = 16, batch: int = 8, low: int = 16, high: int = 256) -> list[int]:
+    """A fixed pseudo-random run of sequence lengths (a corpus without
+    packing), the same in every process."""
+    g = torch.Generator().manual_seed(1)
+    return torch.randint(low, high + 1, (steps,), generator=g).tolist()
+
+
+def measure_lengths(device: str, backend: str, batch: int = 8) -> dict:
+    """A compiled training step over `lengths_sweep()` (dynamo makes the
+    sequence dimension dynamic at the second length): the whole run's
+    time (s, compiles included) and the compile cache's misses on tpu."""
+    vocab = config().vocab_size
+    data = [batches(1, batch, n, vocab)[0] for n in lengths_sweep(batch=batch)]
+    before = torch.tpu.compile_cache_stats()["misses"] if device == "tpu" else 0
+    t0 = time.perf_counter()
+    _, times = train(device, data, bar=False, backend=backend)
+    total = time.perf_counter() - t0
+    misses = torch.tpu.compile_cache_stats()["misses"] - before if device == "tpu" else 0
+    return {"total_s": total, "steps_s": sum(times), "misses": misses}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=30)

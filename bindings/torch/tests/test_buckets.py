@@ -218,3 +218,81 @@ def test_transformers_llama_training_step_with_dynamic_lengths(no_fallback):
         dev.zero_grad()
     assert misses[6] == misses[7] == misses[13] == 0, misses
     assert buckets.stats()["bucketed"] >= 2 and buckets.stats()["exact"] == 0, buckets.stats()
+
+
+def test_non_causal_attention_and_half_precision_means_over_dynamic_lengths(no_fallback):
+    def f(q, k, v):
+        a = F.scaled_dot_product_attention(q, k, v)  # every key attends: padded keys must not
+        return a, a.to(torch.bfloat16).mean(dim=2), torch.softmax(q.to(torch.bfloat16), dim=2)
+
+    compiled = torch.compile(f, backend="tpu", dynamic=True)
+    for n in (5, 6, 7, 11):
+        q, k, v = (torch.randn(2, 2, n, 8) for _ in range(3))
+        got = compiled(q.to("tpu"), k.to("tpu"), v.to("tpu"))
+        want = f(q, k, v)
+        torch.testing.assert_close(got[0].cpu(), want[0], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(got[1].cpu(), want[1], atol=1e-2, rtol=1e-2)
+        torch.testing.assert_close(got[2].cpu(), want[2], atol=1e-2, rtol=1e-2)
+    s = buckets.stats()
+    assert s["bucketed"] >= 1 and s["exact"] == 0, s
+
+
+def test_backward_without_a_rule_takes_the_padded_forward_tensors_cut():
+    # cumsum pads (a prefix sum); its backward flips the padded axis, which
+    # has no rule: that backward runs as traced, on the forward's saved
+    # tensors cut back to their sizes.
+    def f(x, w):
+        return (torch.cumsum(x, 1) * w).sum()
+
+    compiled = torch.compile(f, backend="tpu", dynamic=True)
+    w = torch.randn(1, 1, 4)
+    for n in (5, 6, 7):
+        x = torch.randn(2, n, 4, requires_grad=True)
+        xt = x.detach().to("tpu").requires_grad_()
+        y = compiled(xt, w.to("tpu"))
+        y.backward()
+        want = f(x, w)
+        want.backward()
+        torch.testing.assert_close(y.cpu(), want.detach(), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(xt.grad.cpu(), x.grad, atol=1e-6, rtol=1e-6)
+    s = buckets.stats()
+    assert s["bucketed"] == 1 and s["exact"] == 1 and "aten.flip.default on a padded axis" in s["reasons"], s
+
+
+def test_transformers_bert_with_a_padding_mask_and_dynamic_lengths(no_fallback):
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(
+        vocab_size=64,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
+    ref = transformers.BertForSequenceClassification(cfg).eval()
+    dev = transformers.BertForSequenceClassification(cfg).to("tpu").eval()
+    dev.load_state_dict(ref.state_dict())
+    step = torch.compile(dev, backend="tpu", dynamic=True)
+    misses = {}
+    for n in (5, 6, 7, 12, 13):
+        ids = torch.randint(0, 64, (2, n))
+        mask = torch.ones(2, n, dtype=torch.long)
+        mask[1, -2:] = 0
+        labels = torch.tensor([0, 1])
+        before = _misses()
+        out = step(input_ids=ids.to("tpu"), attention_mask=mask.to("tpu"), labels=labels.to("tpu"))
+        out.loss.backward()
+        torch.tpu.synchronize()
+        misses[n] = _misses() - before
+        want = ref(input_ids=ids, attention_mask=mask, labels=labels)
+        want.loss.backward()
+        torch.testing.assert_close(out.logits.cpu(), want.logits.detach(), atol=1e-5, rtol=1e-5)
+        for (name, p), q in zip(ref.named_parameters(), dev.parameters()):
+            if p.grad is not None:
+                torch.testing.assert_close(q.grad.cpu(), p.grad, atol=1e-6, rtol=1e-5, msg=name)
+        ref.zero_grad()
+        dev.zero_grad()
+    assert misses[6] == misses[7] == misses[13] == 0, misses
+    assert buckets.stats()["exact"] == 0, buckets.stats()

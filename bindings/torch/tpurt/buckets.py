@@ -86,7 +86,7 @@ def _count(reason: Optional[str]) -> None:
 
 
 def _expr(v) -> sympy.Expr:
-    if isinstance(v, torch.SymInt):
+    if isinstance(v, (torch.SymInt, torch.SymFloat)):
         return sympy.sympify(v.node.expr)
     if isinstance(v, int):
         return sympy.Integer(v)
@@ -101,8 +101,27 @@ def _padded_axis(c: Comps) -> bool:
     return any(not _static(e) for e in c)
 
 
+def _value_at(e, env):
+    v = sympy.sympify(e).subs(env)
+    return int(v) if v.is_number else None
+
+
 def _same(a, b) -> bool:
-    return sympy.expand(a - b) == 0
+    """Whether two size expressions are equal for every size. Sympy leaves
+    torch's FloorDiv and friends unsimplified ((s**2)//s), so where algebra
+    does not show it the two are compared at a few sizes."""
+    d = sympy.expand(sympy.sympify(a) - sympy.sympify(b))
+    if d == 0:
+        return True
+    syms = sympy.sympify(a).free_symbols | sympy.sympify(b).free_symbols
+    if not syms:
+        return False
+    for base in (7, 13, 101, 1000):
+        env = {x: base + 3 * i for i, x in enumerate(sorted(syms, key=_sym_key))}
+        va, vb = _value_at(a, env), _value_at(b, env)
+        if va is None or va != vb:
+            return False
+    return True
 
 
 def _prod(c: Comps):
@@ -122,8 +141,23 @@ def _comps_of_size(e) -> Comps:
     """Components of an axis known only by its size: static, or one symbol
     (or an affine expression of one, as a slice leaves). A product of
     symbols is a merge whose order the size does not tell."""
-    if _static(e) or (len(e.free_symbols) == 1 and sympy.degree(sympy.expand(e), list(e.free_symbols)[0]) == 1):
+    if _static(e):
         return (e,)
+    if len(e.free_symbols) == 1:
+        (x,) = e.free_symbols
+        try:
+            if sympy.degree(sympy.expand(e), x) == 1:
+                return (e,)
+        except sympy.PolynomialError:
+            pass
+        # An expression sympy does not simplify ((s**2)//s): affine if it
+        # takes the values of a*s + c at a few sizes.
+        v10, v20 = _value_at(e, {x: 10}), _value_at(e, {x: 20})
+        if v10 is not None and v20 is not None and (v20 - v10) % 10 == 0 and v20 > v10:
+            a = (v20 - v10) // 10
+            affine = a * x + (v10 - 10 * a)
+            if _same(affine, e):
+                return (affine,)
     raise _Unsupported(f"axis of size {e} (a merge of padded axes in an unknown order)")
 
 
@@ -180,7 +214,7 @@ class _Plan:
 
     def __init__(self):
         self.inputs: list = []  # per original placeholder: ("sym", expr) | ("tensor", [Comps]) | ("other",)
-        self.extras: list = []  # ("mask", rank, axis, Comps) | ("value", expr)
+        self.extras: list = []  # ("mask", rank, axis, Comps) | ("value", expr, floating)
         self.outputs: list = []  # ("tensor", [Comps]) | ("sym", expr) | ("other",)
         self.output_names: list = []  # (node name, shape, [Comps]) of tensor outputs
         self.symbols: list = []
@@ -309,8 +343,8 @@ class _Builder:
                     out = self.graph.call_function(aten.masked_fill.Scalar, (out, m, fill))
         return out
 
-    def value(self, expr):
-        return self.extra(("value", sympy.sympify(expr)))
+    def value(self, expr, floating: bool = False):
+        return self.extra(("value", sympy.sympify(expr), floating))
 
     def sym_args(self, args) -> list:
         found = []
@@ -513,11 +547,18 @@ def _pointwise(b: _Builder, node):
     shape = _shape(node)
     if shape is None:
         return _unknown(b, node)
+    out = _broadcast(b, node, b.tensor_args(node), shape)
+    b.env[node] = b.emit(node)
+    return out
+
+
+def _broadcast(b: _Builder, node, operands, shape) -> list:
+    """The comps of `shape`, broadcast from the operands' (right-aligned)."""
     out = []
     r = len(shape)
     for i in range(r):
         choice = None
-        for a in b.tensor_args(node):
+        for a in operands:
             c = b.comps[a]
             j = i - (r - len(c))
             if j < 0:
@@ -528,8 +569,25 @@ def _pointwise(b: _Builder, node):
                 elif _padded_axis(c[j]) and tuple(c[j]) != tuple(choice):
                     raise _Unsupported(f"{node.target}: operands disagree on axis {i}")
         out.append(choice if choice is not None else _comps_of_size(shape[i]))
-    b.env[node] = b.emit(node)
     return out
+
+
+def _index(b: _Builder, node):
+    # x[i0, i1, ...] with an index tensor for every axis: the indices'
+    # padded lanes point at 0, so every lane reads within x; the valid
+    # lanes read what they would unpadded.
+    x, indices = node.args[0], node.args[1]
+    if any(i is None for i in indices) or len(indices) != len(b.comps[x]):
+        if b.any_padded(b.tensor_args(node)):
+            raise _Unsupported("index with a None axis on a padded axis")
+        return _unknown(b, node)
+    _no_syms(b, node)
+    idx = [i for i in indices]
+    masked = [b.masked(b.env[i], b.comps[i], list(range(len(b.comps[i]))), 0) for i in idx]
+    new = b.graph.call_function(node.target, (b.env[x], masked), dict(node.kwargs))
+    new.meta.update(node.meta)
+    b.env[node] = new
+    return _broadcast(b, node, idx, _shape(node))
 
 
 def _scalar_op(b: _Builder, node):
@@ -540,7 +598,7 @@ def _scalar_op(b: _Builder, node):
     x, s = node.args[0], node.args[1]
     if s not in b.sym_nodes or syms != [s] or node.kwargs.get("alpha", 1) != 1:
         raise _Unsupported(f"{node.target}: a size used as a value")
-    val = b.value(_expr(s.meta["val"]))
+    val = b.value(_expr(s.meta["val"]), isinstance(s.meta["val"], torch.SymFloat))
     new = b.graph.call_function(_SCALAR_TO_TENSOR[node.target], (b.env[x], val))
     new.meta.update(node.meta)
     b.env[node] = new
@@ -754,6 +812,20 @@ def _slice_backward(b: _Builder, node):
     new.update_arg(0, g)
     b.env[node] = new
     return b.default(node)
+
+
+def _select_backward(b: _Builder, node):
+    # The gradient of a select at a fixed index: grad written at it, zeros
+    # elsewhere; grad's padded lanes land in the result's padded lanes.
+    grad, sizes, dim, index = node.args
+    _no_syms(b, node, allowed=b.sym_args([sizes]))
+    shape = _shape(node)
+    if _padded_axis(_comps_of_size(shape[dim % len(shape)])) and not (isinstance(index, int) and index >= 0):
+        raise _Unsupported("select_backward of a padded axis from the end or by a size")
+    b.env[node] = b.emit(node)
+    out = list(b.comps[grad])
+    out.insert(dim % len(shape), _comps_of_size(shape[dim % len(shape)]))
+    return out
 
 
 def _factory(b: _Builder, node):
@@ -1015,11 +1087,13 @@ _RULES: dict = {
     aten.split_with_sizes.default: _split,
     aten.cat.default: _cat,
     aten.slice_backward.default: _slice_backward,
+    aten.select_backward.default: _select_backward,
     aten.constant_pad_nd.default: _constant_pad,
     aten.mean.dim: _mean,
     aten.mean.default: _mean,
     aten._softmax.default: _softmax,
     aten._log_softmax.default: _softmax,
+    aten._safe_softmax.default: _softmax,
     aten._softmax_backward_data.default: _softmax_backward,
     aten._log_softmax_backward_data.default: _softmax_backward,
     aten.mm.default: _contraction,
@@ -1033,6 +1107,7 @@ _RULES: dict = {
     aten.nll_loss_forward.default: _nll,
     aten.nll_loss_backward.default: _nll,
     aten.index_select.default: _gather_like,
+    aten.index.Tensor: _index,
     aten.gather.default: _gather_like,
 }
 
@@ -1047,6 +1122,76 @@ def _register_runtime_ops():
 
 
 # --- running a plan -------------------------------------------------------------------
+
+
+class _Fitted:
+    """A graph run as traced (no rule pads it) whose tensor inputs may come
+    padded from a forward that ran padded: those are cut to the sizes the
+    graph was traced with, at this call's sizes."""
+
+    def __init__(self, gm: torch.fx.GraphModule, run: Callable):
+        self.run = run
+        self.inputs: list = []
+        for node in gm.graph.nodes:
+            if node.op != "placeholder":
+                continue
+            v = node.meta.get("val")
+            if isinstance(v, torch.SymInt):
+                self.inputs.append(("sym", _expr(v)))
+            elif isinstance(v, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in v.shape):
+                shape = [_expr(d) for d in v.shape]
+                self.inputs.append(("tensor", shape, _saved_layout(node.target, shape)))
+            else:
+                self.inputs.append(("other",))
+
+    def __call__(self, *args):
+        valid: dict = {}
+        for kind, a in zip(self.inputs, args):
+            if kind[0] == "sym" and isinstance(kind[1], sympy.Symbol):
+                valid[kind[1]] = int(a)
+        given = set(valid)
+        for kind, a in zip(self.inputs, args):
+            if kind[0] == "tensor":
+                for e, d in zip(kind[1], a.shape):
+                    if isinstance(e, sympy.Symbol) and e not in given:
+                        # A padded input's axis is longer: the smallest is n.
+                        valid[e] = min(int(d), valid.get(e, int(d)))
+        fixed = list(args)
+        for i, (kind, a) in enumerate(zip(self.inputs, args)):
+            if kind[0] != "tensor" or not all(x in valid for e in kind[1] for x in e.free_symbols):
+                continue
+            want = [int(e.subs(valid)) if e.free_symbols else int(e) for e in kind[1]]
+            if list(a.shape) == want:
+                continue
+            comps = kind[2] or [_comps_of_size(e) for e in kind[1]]
+            padded = {x: int(_C.shape_bucket(n)) for x, n in valid.items()}
+
+            def at(e, env):
+                return int(e.subs(env)) if e.free_symbols else int(e)
+
+            fixed[i] = _cut(a, comps, valid, padded, at)
+        return self.run(*fixed)
+
+
+def _cut(o, comps_list, valid, padded, at):
+    """o (padded) cut to its valid lanes: a view where every padded axis
+    is one component, else a copy by the runtime."""
+    merged = any(len(c) > 1 and _padded_axis(c) for c in comps_list)
+    expanded = [at(e, padded) for c in comps_list for e in c]
+    if not merged:
+        for i, c in enumerate(comps_list):
+            if _padded_axis(c):
+                o = o.narrow(i, 0, at(_prod(c), valid))
+        return o
+    big = o.view(expanded)
+    for i, n in enumerate(at(e, valid) for c in comps_list for e in c):
+        big = big.narrow(i, 0, n)
+    out = o.new_empty([at(e, valid) for c in comps_list for e in c])
+    if o.device.type == "tpu":
+        _C.copy_region(out, big)
+    else:
+        out.copy_(big)
+    return out.view([at(_prod(c), valid) for c in comps_list])
 
 
 def _view_as(a, comps_list, valid, at):
@@ -1145,7 +1290,7 @@ class Bucketed:
                 and any(_padded_axis(c) for c in kind[1])
                 and (self.saved_from is None or i < self.saved_from)
             ):
-                result.append(self._cut(o, kind[1], valid, padded, at))
+                result.append(_cut(o, kind[1], valid, padded, at))
             else:
                 result.append(o)
         if single:
@@ -1161,6 +1306,8 @@ class Bucketed:
     def _extra(self, spec, valid, padded, at, args):
         device = self._device(args)
         if spec[0] == "value":
+            if spec[2]:
+                return torch.tensor(float(spec[1].subs(valid)), dtype=torch.float64, device=device)
             return torch.tensor(at(spec[1], valid), dtype=torch.int64, device=device)
         _, rank, axis, comps = spec
         mask = _digits_valid(comps, [at(e, padded) for e in comps], [at(e, valid) for e in comps])
@@ -1190,23 +1337,6 @@ class Bucketed:
             region.copy_(src)
         return out
 
-    def _cut(self, o, comps_list, valid, padded, at):
-        merged = any(len(c) > 1 and _padded_axis(c) for c in comps_list)
-        if not merged:
-            for i, c in enumerate(comps_list):
-                if _padded_axis(c):
-                    o = o.narrow(i, 0, at(_prod(c), valid))
-            return o
-        big = o.view(self._expanded(comps_list, padded, at))
-        for i, n in enumerate(self._expanded(comps_list, valid, at)):
-            big = big.narrow(i, 0, n)
-        out = o.new_empty(self._expanded(comps_list, valid, at))
-        if o.device.type == "tpu":
-            _C.copy_region(out, big)
-        else:
-            out.copy_(big)
-        return out.view([at(_prod(c), valid) for c in comps_list])
-
 
 def plan(gm: torch.fx.GraphModule) -> tuple[Optional[_Plan], Optional[str]]:
     """The padded form of gm, or None and why it runs exactly."""
@@ -1229,9 +1359,13 @@ def wrap(gm: torch.fx.GraphModule, runner: Callable[[Callable], Callable], saved
     to the same buckets, takes them as they are) instead of being cut."""
     p, why = plan(gm)
     if p is None:
-        if why != "no dynamic dimension":
-            _count(why)
-        return runner(gm.forward)
+        exact = runner(gm.forward)
+        if why == "no dynamic dimension":
+            return exact
+        _count(why)
+        # A backward whose forward ran padded gets the forward's saved
+        # tensors padded: they are cut to their sizes first.
+        return _Fitted(gm, exact)
     _count(None)
     if saved_from is not None:
         for name, shape, comps in p.output_names:

@@ -165,6 +165,11 @@ def _plain_attention(node: torch.fx.Node) -> Optional[tuple]:
         return None
     if not (hq == hk or (gqa and hq % hk == 0)):
         return None
+    if not causal and isinstance(tk.shape[-2], torch.SymInt):
+        # Keys of a dynamic length are padded to a shape bucket, and the
+        # runtime's op has no mask to keep the padding out; torch's math
+        # decomposition gets one from buckets.py.
+        return None
     return q, k, v, causal, scale
 
 

@@ -296,3 +296,14 @@ def test_transformers_bert_with_a_padding_mask_and_dynamic_lengths(no_fallback):
         dev.zero_grad()
     assert misses[6] == misses[7] == misses[13] == 0, misses
     assert buckets.stats()["exact"] == 0, buckets.stats()
+
+
+def test_slice_of_the_last_n_of_an_axis_of_n_is_the_whole_padded_axis():
+    def f(x):
+        return x[:, -x.shape[1] :].softmax(dim=1)
+
+    compiled = torch.compile(f, backend="tpu", dynamic=True)
+    for n in (5, 6, 7):
+        x = torch.randn(2, n, 3)
+        torch.testing.assert_close(compiled(x.to("tpu")).cpu(), f(x), atol=1e-6, rtol=1e-5)
+    assert buckets.stats() == {"bucketed": 1, "exact": 0, "reasons": {}}

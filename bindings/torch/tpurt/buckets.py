@@ -706,6 +706,16 @@ def _slice(b: _Builder, node):
         step = 1
         extra_syms = b.sym_args(node.args[3:4])
     dim %= r
+    if (
+        isinstance(start, torch.fx.Node)
+        and start in b.sym_nodes
+        and step == 1
+        and _same(-_expr(start.meta["val"]), _prod(c[dim]))
+        and _same(_shape(node)[dim], _prod(c[dim]))
+    ):
+        # x[:, -n:] over an axis of size n: the whole axis, at any size.
+        extra_syms = extra_syms + [start]
+        start = 0
     _no_syms(b, node, allowed=extra_syms)
     b.env[node] = b.emit(node)
     shape = _shape(node)

@@ -18,6 +18,22 @@ def _misses() -> int:
     return s["misses"] + s["disk_hits"]
 
 
+def _twins(make):
+    """A model on CPU and the same model (same weights) on tpu."""
+    ref = make()
+    dev = make().to("tpu")
+    dev.load_state_dict(ref.state_dict())
+    return ref, dev
+
+
+def _assert_same_grads(ref, dev):
+    for (name, p), q in zip(ref.named_parameters(), dev.parameters()):
+        if p.grad is not None:
+            torch.testing.assert_close(q.grad.cpu(), p.grad, atol=1e-6, rtol=1e-5, msg=name)
+    ref.zero_grad()
+    dev.zero_grad()
+
+
 @pytest.fixture(autouse=True)
 def _fresh():
     torch.tpu.compile_cache_clear(memory=True, disk=False)
@@ -60,9 +76,7 @@ class _Block(nn.Module):
 
 def test_training_step_with_dynamic_lengths_equals_cpu_and_a_bucket_compiles_once(no_fallback):
     torch.manual_seed(0)
-    ref = _Block()
-    dev = _Block().to("tpu")
-    dev.load_state_dict(ref.state_dict())
+    ref, dev = _twins(_Block)
     step = torch.compile(dev, backend="tpu", dynamic=True)
     misses = {}
     for n in [5, 6, 7, 12, 13, 16, 3]:
@@ -80,10 +94,7 @@ def test_training_step_with_dynamic_lengths_equals_cpu_and_a_bucket_compiles_onc
         torch.testing.assert_close(loss.cpu(), rloss.detach(), atol=1e-6, rtol=1e-5)
         torch.testing.assert_close(mean.cpu(), rmean.detach(), atol=1e-6, rtol=1e-5)
         torch.testing.assert_close(logits.cpu(), rlogits.detach(), atol=1e-6, rtol=1e-5)
-        for (name, p), q in zip(ref.named_parameters(), dev.parameters()):
-            torch.testing.assert_close(q.grad.cpu(), p.grad, atol=1e-6, rtol=1e-5, msg=name)
-        ref.zero_grad()
-        dev.zero_grad()
+        _assert_same_grads(ref, dev)
     # 5, 6 and 7 share bucket 8; 12, 13 and 16 bucket 16; 3 is back in 8.
     assert misses[5] > 0 and misses[12] > 0
     assert misses[6] == misses[7] == misses[13] == misses[16] == misses[3] == 0, misses
@@ -187,18 +198,9 @@ def test_set_shape_buckets_rejects_bad_policies():
 def test_transformers_llama_training_step_with_dynamic_lengths(no_fallback):
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-    )
-    ref = transformers.LlamaForCausalLM(cfg)
-    dev = transformers.LlamaForCausalLM(cfg).to("tpu")
-    dev.load_state_dict(ref.state_dict())
+    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    ref, dev = _twins(lambda: transformers.LlamaForCausalLM(cfg))
     step = torch.compile(dev, backend="tpu", dynamic=True)
     misses = {}
     for n in (5, 6, 7, 12, 13):
@@ -212,10 +214,7 @@ def test_transformers_llama_training_step_with_dynamic_lengths(no_fallback):
         want.loss.backward()
         torch.testing.assert_close(out.loss.cpu(), want.loss.detach(), atol=1e-6, rtol=1e-5)
         torch.testing.assert_close(out.logits.cpu(), want.logits.detach(), atol=1e-5, rtol=1e-5)
-        for (name, p), q in zip(ref.named_parameters(), dev.parameters()):
-            torch.testing.assert_close(q.grad.cpu(), p.grad, atol=1e-6, rtol=1e-5, msg=name)
-        ref.zero_grad()
-        dev.zero_grad()
+        _assert_same_grads(ref, dev)
     assert misses[6] == misses[7] == misses[13] == 0, misses
     assert buckets.stats()["bucketed"] >= 2 and buckets.stats()["exact"] == 0, buckets.stats()
 
@@ -262,18 +261,9 @@ def test_backward_without_a_rule_takes_the_padded_forward_tensors_cut():
 def test_transformers_bert_with_a_padding_mask_and_dynamic_lengths(no_fallback):
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
-    cfg = transformers.BertConfig(
-        vocab_size=64,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-    )
-    ref = transformers.BertForSequenceClassification(cfg).eval()
-    dev = transformers.BertForSequenceClassification(cfg).to("tpu").eval()
-    dev.load_state_dict(ref.state_dict())
+    cfg = transformers.BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                  intermediate_size=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    ref, dev = _twins(lambda: transformers.BertForSequenceClassification(cfg).eval())
     step = torch.compile(dev, backend="tpu", dynamic=True)
     misses = {}
     for n in (5, 6, 7, 12, 13):
@@ -289,11 +279,7 @@ def test_transformers_bert_with_a_padding_mask_and_dynamic_lengths(no_fallback):
         want = ref(input_ids=ids, attention_mask=mask, labels=labels)
         want.loss.backward()
         torch.testing.assert_close(out.logits.cpu(), want.logits.detach(), atol=1e-5, rtol=1e-5)
-        for (name, p), q in zip(ref.named_parameters(), dev.parameters()):
-            if p.grad is not None:
-                torch.testing.assert_close(q.grad.cpu(), p.grad, atol=1e-6, rtol=1e-5, msg=name)
-        ref.zero_grad()
-        dev.zero_grad()
+        _assert_same_grads(ref, dev)
     assert misses[6] == misses[7] == misses[13] == 0, misses
     assert buckets.stats()["exact"] == 0, buckets.stats()
 

@@ -293,3 +293,17 @@ def test_slice_of_the_last_n_of_an_axis_of_n_is_the_whole_padded_axis():
         x = torch.randn(2, n, 3)
         torch.testing.assert_close(compiled(x.to("tpu")).cpu(), f(x), atol=1e-6, rtol=1e-5)
     assert buckets.stats() == {"bucketed": 1, "exact": 0, "reasons": {}}
+
+
+def test_an_int_argument_pads_where_it_is_a_size_and_keeps_its_value_elsewhere():
+    # dynamo makes k symbolic too: the slice's end is a size (padded and
+    # masked like any), the product and the sum take k's own value.
+    def f(x, k):
+        return (x[:, :k] * k).sum(dim=1), x.mean(dim=1) + k
+
+    compiled = torch.compile(f, backend="tpu", dynamic=True)
+    for n, k in ((5, 3), (6, 2), (7, 5), (12, 9)):
+        x = torch.randn(2, n, 3)
+        for got, want in zip(compiled(x.to("tpu"), k), f(x, k)):
+            torch.testing.assert_close(got.cpu(), want, atol=1e-5, rtol=1e-5)
+    assert buckets.stats()["exact"] == 0, buckets.stats()

@@ -50,6 +50,17 @@
 
 #define TPURT_EAGER_DEFER_AND_FUSE 2
 
+// The precision of f32 products (matmul, linear, attention, convolution):
+// DEFAULT multiplies operands rounded to bf16 (a TPU matrix unit's one
+// pass), HIGH three bf16 products (bf16_3x), HIGHEST full f32 (the
+// default, torch's). The host emulates the TPU's rounding; on xla it is
+// XLA's precision config.
+#define TPURT_PRECISION_DEFAULT 0
+
+#define TPURT_PRECISION_HIGH 1
+
+#define TPURT_PRECISION_HIGHEST 2
+
 #define TPURT_BUCKETS_EXACT 0
 
 #define TPURT_BUCKETS_POWERS_OF_TWO 1
@@ -525,6 +536,21 @@ struct tpurt_status *tpurt_eager_mode_push(uint32_t mode);
 
 // Pop the calling thread's innermost pushed mode; `*popped` (may be NULL) gets it.
 struct tpurt_status *tpurt_eager_mode_pop(uint32_t *popped);
+
+// The precision of f32 products in force on the calling thread
+// (TPURT_PRECISION_*); an op takes the one in force when it is called.
+struct tpurt_status *tpurt_matmul_precision_get(uint32_t *precision);
+
+// Set the process-wide precision of f32 products.
+struct tpurt_status *tpurt_matmul_precision_set(uint32_t precision);
+
+// Push a precision for the calling thread; pop it with
+// `tpurt_matmul_precision_pop`.
+struct tpurt_status *tpurt_matmul_precision_push(uint32_t precision);
+
+// Pop the calling thread's innermost pushed precision; `*popped` (may be
+// NULL) gets it.
+struct tpurt_status *tpurt_matmul_precision_pop(uint32_t *popped);
 
 struct tpurt_status *tpurt_compile_cache_get_stats(struct tpurt_runtime rt,
                                                    struct tpurt_compile_cache_stats *out);

@@ -8,6 +8,7 @@ use tpurt_core::eager::{self, EagerMode};
 use tpurt_core::ir::{DType, Graph, TensorType};
 use tpurt_core::ops::{self, Attr, Attrs, OpId};
 use tpurt_core::platform::Executable;
+use tpurt_core::precision;
 use tpurt_core::{DeviceTensor, Error, Result, Runtime};
 
 use crate::buffer::{buffer_of, tpurt_buffer, TPURT_MAX_DIMS};
@@ -35,6 +36,15 @@ pub const TPURT_DTYPE_F64: u32 = 8;
 pub const TPURT_EAGER_DEFER_NEVER: u32 = 0;
 pub const TPURT_EAGER_DEFER_NEVER_AND_LAUNCH_BLOCKING: u32 = 1;
 pub const TPURT_EAGER_DEFER_AND_FUSE: u32 = 2;
+
+/// The precision of f32 products (matmul, linear, attention, convolution):
+/// DEFAULT multiplies operands rounded to bf16 (a TPU matrix unit's one
+/// pass), HIGH three bf16 products (bf16_3x), HIGHEST full f32 (the
+/// default, torch's). The host emulates the TPU's rounding; on xla it is
+/// XLA's precision config.
+pub const TPURT_PRECISION_DEFAULT: u32 = 0;
+pub const TPURT_PRECISION_HIGH: u32 = 1;
+pub const TPURT_PRECISION_HIGHEST: u32 = 2;
 
 pub const TPURT_BUCKETS_EXACT: u32 = 0;
 pub const TPURT_BUCKETS_POWERS_OF_TWO: u32 = 1;
@@ -502,6 +512,48 @@ pub extern "C" fn tpurt_eager_mode_pop(popped: *mut u32) -> *mut tpurt_status {
         let m = eager::pop_mode()?;
         if !popped.is_null() {
             *out_ptr(popped, "popped")? = m as u32;
+        }
+        Ok(())
+    })
+}
+
+/// The precision of f32 products in force on the calling thread
+/// (TPURT_PRECISION_*); an op takes the one in force when it is called.
+#[no_mangle]
+pub extern "C" fn tpurt_matmul_precision_get(precision: *mut u32) -> *mut tpurt_status {
+    guard(|| {
+        *out_ptr(precision, "precision")? = precision::current() as u32;
+        Ok(())
+    })
+}
+
+/// Set the process-wide precision of f32 products.
+#[no_mangle]
+pub extern "C" fn tpurt_matmul_precision_set(precision: u32) -> *mut tpurt_status {
+    guard(|| {
+        precision::set_global(precision::from_code(precision)?);
+        Ok(())
+    })
+}
+
+/// Push a precision for the calling thread; pop it with
+/// `tpurt_matmul_precision_pop`.
+#[no_mangle]
+pub extern "C" fn tpurt_matmul_precision_push(precision: u32) -> *mut tpurt_status {
+    guard(|| {
+        precision::push(precision::from_code(precision)?);
+        Ok(())
+    })
+}
+
+/// Pop the calling thread's innermost pushed precision; `*popped` (may be
+/// NULL) gets it.
+#[no_mangle]
+pub extern "C" fn tpurt_matmul_precision_pop(popped: *mut u32) -> *mut tpurt_status {
+    guard(|| {
+        let p = precision::pop()?;
+        if !popped.is_null() {
+            *out_ptr(popped, "popped")? = p as u32;
         }
         Ok(())
     })

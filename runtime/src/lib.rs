@@ -14,6 +14,7 @@ mod lazy;
 pub mod memory;
 pub mod ops;
 pub mod platform;
+pub mod precision;
 pub mod profile;
 pub mod runtime;
 pub mod stream;

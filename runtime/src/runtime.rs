@@ -11,7 +11,7 @@ use crate::compile::{CacheConfig, CacheStats, CompileCache, Compiler};
 use crate::copy::{for_each_run, Layout};
 use crate::eager::{current_mode, EagerMode};
 use crate::error::{Error, Result};
-use crate::ir::{DType, Graph, TensorType};
+use crate::ir::{DType, Graph, Precision, TensorType};
 use crate::memory::{HbmPool, MemoryStats, PoolSnapshot};
 use crate::ops::{self, Attrs, OpId};
 use crate::platform::host::{HostConfig, HostPlatform};
@@ -102,6 +102,8 @@ struct OpEntry {
     op: OpId,
     inputs: Vec<TensorType>,
     attrs: Attrs,
+    /// Of its f32 products: the caller's when it was built.
+    precision: Precision,
     graph: Arc<Graph>,
     /// The graph's result types.
     outputs: Vec<TensorType>,
@@ -480,9 +482,11 @@ impl Runtime {
     where
         I: Iterator<Item = (DType, &'a [u64])> + Clone,
     {
-        let key = signature_hash(op, inputs.clone(), attrs);
+        let precision = crate::precision::current();
+        let key = signature_hash(op, inputs.clone(), attrs, precision);
         let matches = |e: &OpEntry| {
             e.op == op
+                && e.precision == precision
                 && e.inputs.len() == inputs.clone().count()
                 && e.inputs
                     .iter()
@@ -497,9 +501,10 @@ impl Runtime {
             }
         }
         let types: Vec<TensorType> = inputs.map(|(d, dims)| TensorType::new(d, dims)).collect();
-        let graph = ops::build_graph(op, &types, attrs)?;
+        let graph = ops::build_graph_at(op, &types, attrs, precision)?;
         let entry = Arc::new(OpEntry {
             op,
+            precision,
             outputs: graph.output_types(),
             graph: Arc::new(graph),
             inputs: types,
@@ -680,16 +685,18 @@ impl Drop for Runtime {
     }
 }
 
-/// The memo key of an op signature: op, each input's dtype and dims, and
-/// the attributes, hashed in place.
+/// The memo key of an op signature: op, each input's dtype and dims, the
+/// attributes and the precision of products, hashed in place.
 fn signature_hash<'a>(
     op: OpId,
     inputs: impl Iterator<Item = (DType, &'a [u64])>,
     attrs: &Attrs,
+    precision: Precision,
 ) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = crate::fxhash::FxHasher::default();
     op.0.hash(&mut h);
+    precision.hash(&mut h);
     for (d, dims) in inputs {
         d.hash(&mut h);
         dims.hash(&mut h);
@@ -1196,6 +1203,7 @@ mod tests {
                 rhs_batch: rb.to_vec(),
                 lhs_contract: lc.to_vec(),
                 rhs_contract: rc.to_vec(),
+                precision: Default::default(),
             };
             let out = g.op(prim.clone(), &params).unwrap();
             let exe = r.compile(&g.build(&[out]).unwrap()).unwrap();
@@ -1313,6 +1321,7 @@ mod tests {
             rhs_batch: vec![],
             lhs_contract: vec![1],
             rhs_contract: vec![0],
+            precision: Default::default(),
         };
         let y = g.op(mm, &[x, w]).unwrap();
         let e = g.unary(UnaryOp::Tanh, y).unwrap();

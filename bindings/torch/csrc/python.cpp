@@ -278,6 +278,15 @@ PYBIND11_MODULE(_C, m) {
     return mode;
   });
 
+  // The precision of f32 products.
+  m.def("matmul_precision", [] {
+    uint32_t precision = 0;
+    check(tpurt_matmul_precision_get(&precision), "matmul precision");
+    return precision;
+  });
+  m.def("set_matmul_precision",
+        [](uint32_t precision) { check(tpurt_matmul_precision_set(precision), "set matmul precision"); });
+
   // The compile cache.
   m.def("cache_stats", &cache_stats);
   m.def("cache_clear", [](bool memory, bool disk) {

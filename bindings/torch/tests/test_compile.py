@@ -25,6 +25,24 @@ def test_compiled_module_matches_eager_cpu_and_does_not_recompile(no_fallback):
     assert after["misses"] == before["misses"]
 
 
+def test_compiled_products_take_the_precision_in_force_when_called(no_fallback):
+    # The same compiled function, called under another precision, computes
+    # at that one (the host rounds the operands as a TPU does).
+    g = torch.Generator().manual_seed(5)
+    x, w = torch.randn(8, 64, generator=g), torch.randn(32, 64, generator=g)
+    f = torch.compile(lambda x, w: torch.nn.functional.linear(x, w).relu(), backend="tpu")
+    xt, wt = x.to("tpu"), w.to("tpu")
+    full = f(xt, wt).cpu()
+    with torch.tpu.precision("medium"):
+        low = f(xt, wt).cpu()
+    torch.testing.assert_close(full, torch.nn.functional.linear(x, w).relu())
+    if torch.tpu.platform() == "host":
+        bf = lambda v: v.to(torch.bfloat16).float()  # noqa: E731
+        torch.testing.assert_close(low, torch.nn.functional.linear(bf(x), bf(w)).relu(), rtol=1e-5, atol=1e-5)
+        assert (low - full).abs().max() > 1e-3
+    torch.testing.assert_close(f(xt, wt).cpu(), full)
+
+
 def _count_rewrites(monkeypatch) -> list[int]:
     """How many attention calls each compile rewrote to the runtime's op."""
     import tpurt.compiler as c

@@ -176,6 +176,63 @@ def test_matmul_family(mode, no_fallback):
     close(torch.matmul(q.to("tpu"), k.to("tpu")), torch.matmul(q, k))
 
 
+def _bf16(x):
+    """x rounded to bf16, as f32."""
+    return x.to(torch.bfloat16).float()
+
+
+def test_f32_products_take_the_precision_in_force_when_called(mode, no_fallback):
+    P = torch.tpu.Precision
+    g = torch.Generator().manual_seed(7)
+    a, b = torch.randn(16, 96, generator=g), torch.randn(96, 24, generator=g)
+    w, bias = torch.randn(24, 96, generator=g), torch.randn(24, generator=g)
+    t = lambda v: v.to("tpu")  # noqa: E731
+    assert torch.tpu.get_precision() == P.HIGHEST
+    with torch.tpu.precision(P.DEFAULT):
+        low = t(a) @ t(b)  # deferred in DEFER_AND_FUSE: runs after the exit
+        low_linear = F.linear(t(a), t(w), t(bias))
+    with torch.tpu.precision("high"):
+        high = t(a) @ t(b)
+    full = t(a) @ t(b)
+    assert torch.tpu.get_precision() == P.HIGHEST
+    torch.testing.assert_close(full.cpu(), a @ b)
+    if torch.tpu.platform() != "host":
+        # The XLA CPU plugin computes f32 products in full whatever their
+        # precision says (a TPU would not).
+        torch.testing.assert_close(low.cpu(), a @ b)
+        return
+    # The host rounds the operands as a TPU's matrix unit does.
+    ha, hb = _bf16(a), _bf16(b)
+    la, lb = _bf16(a - ha), _bf16(b - hb)
+    torch.testing.assert_close(low.cpu(), ha @ hb, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(low_linear.cpu(), F.linear(ha, _bf16(w), bias), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(high.cpu(), (la @ hb + ha @ lb) + ha @ hb, rtol=1e-5, atol=1e-5)
+    exact = a.double() @ b.double()
+    err = {k: (v.cpu().double() - exact).abs().max().item() for k, v in [("low", low), ("high", high)]}
+    assert err["low"] > 1e-2 and err["high"] < err["low"] / 50, err
+
+
+def test_precision_names_and_bad_values():
+    P = torch.tpu.Precision
+    assert [p.name for p in P] == ["DEFAULT", "HIGH", "HIGHEST"]
+    for name, want in [("medium", P.DEFAULT), ("HIGH", P.HIGH), ("highest", P.HIGHEST), (0, P.DEFAULT)]:
+        with torch.tpu.precision(name) as p:
+            assert p.value == want and torch.tpu.get_precision() == want
+        assert torch.tpu.get_precision() == P.HIGHEST
+    with pytest.raises(ValueError, match="precision 'fast'"):
+        torch.tpu.precision("fast")
+    with pytest.raises(ValueError, match="precision 7"):
+        torch.tpu.precision(7)
+    with pytest.raises(TypeError, match="not float"):
+        torch.tpu.precision(1.5)
+    # As a statement it stays until changed.
+    torch.tpu.precision(P.HIGH)
+    try:
+        assert torch.tpu.get_precision() == P.HIGH
+    finally:
+        torch.tpu.precision(P.HIGHEST)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 def test_half_products_with_a_bias_equal_cpu_bit_for_bit(dtype, mode, no_fallback):
     # torch's CPU kernels add the bias to the f32 product and round once; a

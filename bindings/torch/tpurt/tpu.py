@@ -184,6 +184,71 @@ class set_eager_mode:
         return False
 
 
+# --- precision of f32 products ----------------------------------------------------
+
+
+class Precision(enum.IntEnum):
+    """How f32 products (matmul, linear, attention's products, convolution)
+    are computed, as XLA's precision config names it. DEFAULT: the operands
+    rounded to bf16, one pass of a TPU's matrix unit (torch's "medium");
+    HIGH: three bf16 passes (bf16_3x, about 16 bits of mantissa; torch's
+    "high"); HIGHEST: full f32, the default (torch's "highest")."""
+
+    DEFAULT = 0
+    HIGH = 1
+    HIGHEST = 2
+
+
+_TORCH_PRECISION_NAMES = {"medium": Precision.DEFAULT, "high": Precision.HIGH, "highest": Precision.HIGHEST}
+
+
+def _as_precision(p: Union["Precision", str, int]) -> Precision:
+    if isinstance(p, str):
+        key = p.strip().lower()
+        if key.upper() in Precision.__members__:
+            return Precision[key.upper()]
+        if key in _TORCH_PRECISION_NAMES:
+            return _TORCH_PRECISION_NAMES[key]
+        raise ValueError(
+            f"precision {p!r}: use torch.tpu.Precision.DEFAULT, HIGH or HIGHEST "
+            "(or torch's names 'medium', 'high', 'highest')"
+        )
+    if isinstance(p, bool) or not isinstance(p, int):
+        raise TypeError(f"precision must be a torch.tpu.Precision or its name, not {type(p).__name__}")
+    try:
+        return Precision(p)
+    except ValueError:
+        raise ValueError(f"precision {p}: use torch.tpu.Precision.DEFAULT (0), HIGH (1) or HIGHEST (2)") from None
+
+
+def get_precision() -> Precision:
+    """The precision of f32 products in force on the calling thread."""
+    return Precision(_C.matmul_precision())
+
+
+class precision:
+    """Set the precision of f32 products on tpu (a `Precision`, its name,
+    or torch's "medium"/"high"/"highest"); also a context manager that
+    restores the previous one on exit. An op takes the precision in force
+    when it is called (a deferred op keeps it until it runs). The host
+    platform rounds the operands as a TPU's matrix unit does, so it shows
+    the numbers a TPU would give; on xla, XLA's precision config (the XLA
+    CPU plugin computes f32 in full regardless). torch's
+    `set_float32_matmul_precision` does not change it."""
+
+    def __init__(self, value: Union[Precision, str, int]):
+        self.value = _as_precision(value)
+        self.prev = get_precision()
+        _C.set_matmul_precision(int(self.value))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        _C.set_matmul_precision(int(self.prev))
+        return False
+
+
 # --- streams and events ------------------------------------------------------------
 
 

@@ -504,6 +504,43 @@ static void test_ops_modes_graphs_and_cache(void) {
   ERR(tpurt_eager_mode_set(7), TPURT_CODE_INVALID_ARGUMENT, "eager mode 7");
   OK(tpurt_op_launch(rt, log_id, &tx, 1, &to, 1, NULL, 0, none)); /* strict: no check */
 
+  /* The precision of f32 products: HIGHEST unless set; an op takes the
+     one in force when it is called. 1 + 2^-10 is 1 in bf16, so its square
+     is 1 at DEFAULT (operands rounded to bf16) and 1 + 2^-9 + 2^-20 at
+     HIGHEST. */
+  uint32_t precision = 99;
+  OK(tpurt_matmul_precision_get(&precision));
+  CHECK(precision == TPURT_PRECISION_HIGHEST);
+  uint32_t mm_id;
+  OK(tpurt_op_lookup("mm", &mm_id));
+  float one_ish[6] = {1.0f + 1.0f / 1024, 0, 0, 0, 0, 0};
+  OK(tpurt_copy_host_to_device(one_ish, sizeof one_ish, bx, NULL, none, 0));
+  uint64_t s22[2] = {2, 2};
+  tpurt_tensor mm_in[2] = {tx, tensor_of(bx, TPURT_DTYPE_F32, 2, s32, NULL, 0)};
+  tpurt_tensor mm_out = tensor_of(bo, TPURT_DTYPE_F32, 2, s22, NULL, 0);
+  float squares[2];
+  OK(tpurt_matmul_precision_push(TPURT_PRECISION_DEFAULT));
+  OK(tpurt_matmul_precision_get(&precision));
+  CHECK(precision == TPURT_PRECISION_DEFAULT);
+  OK(tpurt_op_launch(rt, mm_id, mm_in, 2, &mm_out, 1, NULL, 0, none));
+  OK(tpurt_copy_device_to_host(bo, NULL, out, sizeof out, none, 0));
+  squares[0] = out[0];
+  OK(tpurt_matmul_precision_pop(&precision));
+  CHECK(precision == TPURT_PRECISION_DEFAULT);
+  OK(tpurt_op_launch(rt, mm_id, mm_in, 2, &mm_out, 1, NULL, 0, none));
+  OK(tpurt_copy_device_to_host(bo, NULL, out, sizeof out, none, 0));
+  squares[1] = out[0];
+  CHECK(squares[0] == 1.0f);
+  CHECK(squares[1] == (1.0f + 1.0f / 1024) * (1.0f + 1.0f / 1024));
+  ERR(tpurt_matmul_precision_pop(&precision), TPURT_CODE_FAILED_PRECONDITION, "without a matching push");
+  ERR(tpurt_matmul_precision_set(3), TPURT_CODE_INVALID_ARGUMENT, "matmul precision 3");
+  ERR(tpurt_matmul_precision_push(3), TPURT_CODE_INVALID_ARGUMENT, "matmul precision 3");
+  ERR(tpurt_matmul_precision_get(NULL), TPURT_CODE_INVALID_ARGUMENT, "precision");
+  OK(tpurt_matmul_precision_set(TPURT_PRECISION_HIGH));
+  OK(tpurt_matmul_precision_get(&precision));
+  CHECK(precision == TPURT_PRECISION_HIGH);
+  OK(tpurt_matmul_precision_set(TPURT_PRECISION_HIGHEST));
+
   /* Deferred ops wait for a flush; tpurt_stream_flush launches them and
      says how many there were. */
   tpurt_stream def;

@@ -22,7 +22,9 @@
 use std::collections::HashMap;
 
 use crate::error::Result;
-use crate::ir::{BinaryOp, DType, Graph, GraphBuilder, Prim, ReduceOp, UnaryOp, ValueId};
+use crate::ir::{
+    BinaryOp, DType, Graph, GraphBuilder, Precision, Prim, ReduceOp, UnaryOp, ValueId,
+};
 
 /// How the scores are scaled before the softmax.
 #[derive(Clone, Copy, Debug)]
@@ -120,6 +122,8 @@ impl Walk<'_> {
             rhs_batch,
             lhs_contract,
             rhs_contract,
+            // The fused attention computes its products in full f32.
+            precision: Precision::Highest,
         } = &n.prim
         else {
             return None;
@@ -402,6 +406,7 @@ mod tests {
                 rhs_batch: vec![0],
                 lhs_contract: vec![2],
                 rhs_contract: vec![rhs],
+                precision: Default::default(),
             },
             &[a, b],
         )

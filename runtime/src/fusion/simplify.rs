@@ -154,6 +154,7 @@ fn fold_transposes(graph: &Graph) -> Result<Graph> {
             rhs_batch,
             lhs_contract,
             rhs_contract,
+            precision,
         } = &n.prim
         else {
             continue;
@@ -199,6 +200,7 @@ fn fold_transposes(graph: &Graph) -> Result<Graph> {
                         rhs_batch: rb,
                         lhs_contract: lc,
                         rhs_contract: rc,
+                        precision: *precision,
                     },
                     inputs,
                 ),
@@ -765,6 +767,7 @@ mod tests {
                     rhs_batch: vec![0, 1],
                     lhs_contract: vec![3],
                     rhs_contract: vec![2],
+                    precision: Default::default(),
                 },
                 &[q, kt],
             )
@@ -818,6 +821,7 @@ mod tests {
                     rhs_batch: vec![],
                     lhs_contract: vec![1],
                     rhs_contract: vec![0],
+                    precision: Default::default(),
                 },
                 &[xt, y],
             )
@@ -845,6 +849,7 @@ mod tests {
                     rhs_batch: vec![],
                     lhs_contract: vec![2],
                     rhs_contract: vec![0],
+                    precision: Default::default(),
                 },
                 &[xt, y],
             )

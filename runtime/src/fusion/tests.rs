@@ -14,6 +14,7 @@ fn matmul(g: &mut GraphBuilder, a: ValueId, b: ValueId) -> ValueId {
             rhs_batch: vec![],
             lhs_contract: vec![1],
             rhs_contract: vec![0],
+            precision: Default::default(),
         },
         &[a, b],
     )
@@ -345,6 +346,7 @@ fn values_die_after_the_last_kernel_that_reads_them() {
         rhs_batch: vec![],
         lhs_contract: vec![1],
         rhs_contract: vec![0],
+        precision: Default::default(),
     };
     let a = g.op(dot(), &[x, y]).unwrap(); // kernel: product
     let e = g.unary(UnaryOp::Exp, a).unwrap(); // a pass reading a
@@ -732,6 +734,7 @@ fn concatenated_views_read_in_pieces_equal_the_reference() {
                                 rhs_batch: vec![],
                                 lhs_contract: vec![dims.len() - 1],
                                 rhs_contract: vec![0],
+                                precision: Default::default(),
                             },
                             &[c, w],
                         )

@@ -355,6 +355,7 @@ pub(super) fn infer(prim: &Prim, ins: &[TensorType]) -> Result<Vec<TensorType>> 
             rhs_batch,
             lhs_contract,
             rhs_contract,
+            ..
         } => {
             arity(ins, 2)?;
             let (l, r) = (&ins[0], &ins[1]);
@@ -474,6 +475,7 @@ pub(super) fn infer(prim: &Prim, ins: &[TensorType]) -> Result<Vec<TensorType>> 
             padding,
             dilation,
             groups,
+            ..
         } => {
             arity(ins, 2)?;
             let (x, w) = (&ins[0], &ins[1]);

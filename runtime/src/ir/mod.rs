@@ -11,4 +11,6 @@ mod tests;
 
 pub use dtype::DType;
 pub use graph::{fingerprint_bytes, Alias, Graph, GraphBuilder, Node, TensorType, ValueId};
-pub use prim::{BinaryOp, CompareOp, Prim, ReduceOp, RngDistribution, ScatterCombiner, UnaryOp};
+pub use prim::{
+    BinaryOp, CompareOp, Precision, Prim, ReduceOp, RngDistribution, ScatterCombiner, UnaryOp,
+};

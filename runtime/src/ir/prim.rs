@@ -89,6 +89,51 @@ pub enum ScatterCombiner {
     Min,
 }
 
+/// How exactly a product (`DotGeneral`, `Convolution`) of f32 operands is
+/// computed, as StableHLO's precision config and XLA's TPU backend read it:
+/// `Default` multiplies the operands rounded to bf16 (one pass of the
+/// matrix unit), `High` splits each operand into a bf16 head and a bf16
+/// tail and sums three such products (bf16_3x, about 16 bits of the
+/// mantissa), `Highest` is full f32 (torch's default,
+/// `torch.get_float32_matmul_precision() == "highest"`). Products of other
+/// dtypes ignore it. Every accumulation is f32.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[repr(u32)]
+pub enum Precision {
+    Default = 0,
+    High = 1,
+    #[default]
+    Highest = 2,
+}
+
+impl Precision {
+    /// From the C ABI's and the bindings' code: 0 DEFAULT, 1 HIGH,
+    /// 2 HIGHEST.
+    pub fn from_code(code: u32) -> Option<Precision> {
+        match code {
+            0 => Some(Precision::Default),
+            1 => Some(Precision::High),
+            2 => Some(Precision::Highest),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::Default => "DEFAULT",
+            Precision::High => "HIGH",
+            Precision::Highest => "HIGHEST",
+        }
+    }
+
+    /// Left out of a graph's canonical form, so that the fingerprints of
+    /// graphs without reduced-precision products never changed.
+    pub fn is_highest(&self) -> bool {
+        *self == Precision::Highest
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RngDistribution {
@@ -175,6 +220,9 @@ pub enum Prim {
         rhs_batch: Vec<usize>,
         lhs_contract: Vec<usize>,
         rhs_contract: Vec<usize>,
+        /// Of f32 operands (see [`Precision`]).
+        #[serde(default, skip_serializing_if = "Precision::is_highest")]
+        precision: Precision,
     },
     /// (x, index: integer, same rank) -> index's dims; out[i] = x[i with
     /// i[axis] replaced by index[i]] (torch.gather).
@@ -211,6 +259,9 @@ pub enum Prim {
         padding: Vec<(u64, u64)>,
         dilation: Vec<u64>,
         groups: u64,
+        /// Of f32 operands (see [`Precision`]).
+        #[serde(default, skip_serializing_if = "Precision::is_highest")]
+        precision: Precision,
     },
     /// Scaled dot-product attention, a composite: the op library emits it
     /// for the plain case (f32, no mask, no dropout), and a platform that

@@ -161,6 +161,7 @@ fn bad_nodes_are_errors_naming_the_primitive() {
                 rhs_batch: vec![],
                 lhs_contract: vec![0],
                 rhs_contract: vec![1],
+                precision: Default::default(),
             },
             vec![x, x],
             "dot_general: lhs dimension 0 (size 2) and rhs dimension 1 (size 3) differ",
@@ -209,6 +210,7 @@ fn shape_rules_of_structural_primitives() {
                 rhs_batch: vec![0],
                 lhs_contract: vec![2],
                 rhs_contract: vec![1],
+                precision: Default::default(),
             },
             &[x, w],
         )
@@ -264,4 +266,52 @@ impl GraphBuilder {
         }))
         .is_err()
     }
+}
+
+/// A product's precision is in the canonical form, and so in the
+/// fingerprint, only when it is below HIGHEST: graphs of full-precision
+/// products (all graphs before precisions existed) keep their text and
+/// fingerprint, and a reduced one reads back as it was written.
+#[test]
+fn product_precision_is_canonical_only_below_highest() {
+    let product = |precision: Precision| {
+        let mut b = GraphBuilder::new();
+        let x = b.param(TensorType::new(DType::F32, &[2, 3]));
+        let y = b.param(TensorType::new(DType::F32, &[3, 4]));
+        let d = b
+            .op(
+                Prim::DotGeneral {
+                    lhs_batch: vec![],
+                    rhs_batch: vec![],
+                    lhs_contract: vec![1],
+                    rhs_contract: vec![0],
+                    precision,
+                },
+                &[x, y],
+            )
+            .unwrap();
+        b.build(&[d]).unwrap()
+    };
+    let full = product(Precision::Highest);
+    assert!(
+        !full.canonical().contains("precision"),
+        "{}",
+        full.canonical()
+    );
+    let mut fingerprints = vec![full.fingerprint()];
+    for p in [Precision::Default, Precision::High] {
+        let g = product(p);
+        let text = g.canonical();
+        assert!(
+            text.contains(&format!("\"precision\":\"{}\"", p.name().to_lowercase())),
+            "{text}"
+        );
+        assert_eq!(Graph::from_canonical(&text).unwrap(), g);
+        fingerprints.push(g.fingerprint());
+    }
+    fingerprints.sort();
+    fingerprints.dedup();
+    assert_eq!(fingerprints.len(), 3);
+    // A graph written before precisions existed reads as HIGHEST.
+    assert_eq!(Graph::from_canonical(&full.canonical()).unwrap(), full);
 }

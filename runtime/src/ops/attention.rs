@@ -30,7 +30,9 @@ use super::emit::{broadcast_shapes, Emitter};
 use super::support::{compute_dtype, need_float, rng_keys, sum_to};
 use super::{Arity, OpDef};
 use crate::error::{Error, Result};
-use crate::ir::{BinaryOp, CompareOp, DType, Prim, ReduceOp, TensorType, UnaryOp, ValueId};
+use crate::ir::{
+    BinaryOp, CompareOp, DType, Precision, Prim, ReduceOp, TensorType, UnaryOp, ValueId,
+};
 
 /// q, k, v prepared: in the compute dtype, k and v repeated for GQA, all
 /// broadcast to the common batch dimensions.
@@ -209,12 +211,14 @@ fn prepare(
 fn bdot(e: &mut Emitter, x: ValueId, y: ValueId, ca: usize, cb: usize) -> Result<ValueId> {
     let nb = e.rank(x) - 2;
     let batch: Vec<usize> = (0..nb).collect();
+    let precision = e.product_precision(e.dtype(x));
     e.op(
         Prim::DotGeneral {
             lhs_batch: batch.clone(),
             rhs_batch: batch,
             lhs_contract: vec![nb + ca],
             rhs_contract: vec![nb + cb],
+            precision,
         },
         &[x, y],
     )
@@ -326,7 +330,9 @@ fn composite_case(
     o: &Options,
     a: &Attrs,
 ) -> Result<Option<f64>> {
-    if mask.is_some() || o.dropout_p != 0.0 {
+    // The primitive's products are full f32: reduced precision (on f32,
+    // the only dtype it takes) runs the math below, whose products carry it.
+    if mask.is_some() || o.dropout_p != 0.0 || e.precision != Precision::Highest {
         return Ok(None);
     }
     let (qd, kd) = (e.dims(q), e.dims(k));

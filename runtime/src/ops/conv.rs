@@ -119,12 +119,14 @@ fn convolution_prim(e: &mut Emitter, x: ValueId, w: ValueId, g: &Geometry) -> Re
             )));
         }
     }
+    let precision = e.product_precision(e.dtype(x));
     e.op(
         Prim::Convolution {
             stride: g.stride.clone(),
             padding: g.padding.clone(),
             dilation: g.dilation.clone(),
             groups: g.groups,
+            precision,
         },
         &[x, w],
     )

@@ -4,11 +4,15 @@
 
 use crate::error::{Error, Result};
 use crate::ir::{
-    BinaryOp, CompareOp, DType, GraphBuilder, Prim, ReduceOp, TensorType, UnaryOp, ValueId,
+    BinaryOp, CompareOp, DType, GraphBuilder, Precision, Prim, ReduceOp, TensorType, UnaryOp,
+    ValueId,
 };
 
 pub struct Emitter {
     pub g: GraphBuilder,
+    /// The precision of the f32 products this op emits (the caller's
+    /// setting when the op was built: `crate::precision`).
+    pub precision: Precision,
 }
 
 /// Wrap a possibly negative dimension into 0..rank (rank 0 accepts 0 and -1).
@@ -67,8 +71,24 @@ pub fn broadcast_shapes(a: &[u64], b: &[u64]) -> Result<Vec<u64>> {
 
 impl Emitter {
     pub fn new() -> Self {
+        Self::with_precision(Precision::Highest)
+    }
+
+    pub fn with_precision(precision: Precision) -> Self {
         Emitter {
             g: GraphBuilder::new(),
+            precision,
+        }
+    }
+
+    /// The precision attribute of a product of `dtype` operands: the
+    /// emitter's for f32, HIGHEST (the attribute left out) for the rest,
+    /// which it does not change.
+    pub fn product_precision(&self, dtype: DType) -> Precision {
+        if dtype == DType::F32 {
+            self.precision
+        } else {
+            Precision::Highest
         }
     }
 

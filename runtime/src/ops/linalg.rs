@@ -38,12 +38,14 @@ fn batched(e: &mut Emitter, a: ValueId, b: ValueId) -> Result<ValueId> {
     let a = e.broadcast_to(a, &at)?;
     let b = e.broadcast_to(b, &bt)?;
     let bdims: Vec<usize> = (0..nb).collect();
+    let precision = e.product_precision(e.dtype(a));
     e.op(
         Prim::DotGeneral {
             lhs_batch: bdims.clone(),
             rhs_batch: bdims,
             lhs_contract: vec![nb + 1],
             rhs_contract: vec![nb],
+            precision,
         },
         &[a, b],
     )

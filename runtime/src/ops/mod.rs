@@ -41,7 +41,7 @@ pub use attrs::{Attr, Attrs};
 pub use emit::{broadcast_shapes, wrap_dim, Emitter};
 
 use crate::error::{Error, Result};
-use crate::ir::{Graph, TensorType, ValueId};
+use crate::ir::{DType, Graph, Precision, Prim, TensorType, ValueId};
 
 pub type BuildFn = fn(&mut Emitter, &[ValueId], &Attrs) -> Result<Vec<ValueId>>;
 
@@ -167,6 +167,16 @@ fn def(id: OpId) -> Result<&'static OpDef> {
 /// The graph of `op` for these input types and attributes: its parameters
 /// are the inputs, its outputs the op's results.
 pub fn build_graph(op: OpId, inputs: &[TensorType], attrs: &Attrs) -> Result<Graph> {
+    build_graph_at(op, inputs, attrs, Precision::Highest)
+}
+
+/// `build_graph` with the op's f32 products at `precision`.
+pub fn build_graph_at(
+    op: OpId,
+    inputs: &[TensorType],
+    attrs: &Attrs,
+    precision: Precision,
+) -> Result<Graph> {
     let d = def(op)?;
     let name = d.name;
     if !d.arity.accepts(inputs.len()) {
@@ -176,7 +186,7 @@ pub fn build_graph(op: OpId, inputs: &[TensorType], attrs: &Attrs) -> Result<Gra
             inputs.len()
         )));
     }
-    let mut e = Emitter::new();
+    let mut e = Emitter::with_precision(precision);
     let params: Vec<ValueId> = inputs.iter().map(|t| e.g.param(t.clone())).collect();
     let outs = (d.build)(&mut e, &params, attrs).map_err(|err| match err {
         Error::InvalidArgument(m) => Error::InvalidArgument(format!("{name}: {m}")),
@@ -212,6 +222,76 @@ pub fn expand_composites(graph: &Graph) -> Result<Graph> {
     }
     let outputs: Vec<ValueId> = graph.outputs().iter().map(|o| map[o]).collect();
     e.g.build(&outputs)
+}
+
+/// A product below HIGHEST precision: its precision, and the product at
+/// HIGHEST.
+fn reduced(prim: &Prim) -> Option<(Precision, Prim)> {
+    let mut full = prim.clone();
+    let p = match &mut full {
+        Prim::DotGeneral { precision, .. } | Prim::Convolution { precision, .. } => {
+            std::mem::take(precision)
+        }
+        _ => return None,
+    };
+    (p != Precision::Highest).then_some((p, full))
+}
+
+/// Whether `graph` has a product below HIGHEST precision.
+pub fn has_reduced_precision(graph: &Graph) -> bool {
+    graph.nodes().iter().any(|n| reduced(&n.prim).is_some())
+}
+
+/// `graph` with every f32 product below HIGHEST precision (`Precision`)
+/// rewritten as a TPU's matrix unit computes it, from full-precision
+/// products of rounded operands, for a platform without such a unit (the
+/// host): DEFAULT multiplies the operands rounded to bf16; HIGH splits
+/// each operand x into hi = bf16(x) and lo = bf16(x - hi) and sums
+/// lo·hi + hi·lo, then hi·hi (bf16_3x). Every sum is f32, as on the chip;
+/// only the order of the three products' sums may differ from a TPU's.
+/// Parameters and outputs keep their order and types.
+pub fn expand_precision(graph: &Graph) -> Result<Graph> {
+    if !has_reduced_precision(graph) {
+        return Ok(graph.clone());
+    }
+    // x rounded to bf16 and read back as f32.
+    fn bf16(e: &mut Emitter, x: ValueId) -> Result<ValueId> {
+        let r = e.g.op(Prim::Convert { to: DType::BF16 }, &[x])?;
+        e.g.op(Prim::Convert { to: DType::F32 }, &[r])
+    }
+    let mut e = Emitter::new();
+    let mut map: HashMap<ValueId, ValueId> = HashMap::new();
+    for p in graph.params() {
+        map.insert(*p, e.g.param(graph.value_type(*p).clone()));
+    }
+    for n in graph.nodes() {
+        let ins: Vec<ValueId> = n.inputs.iter().map(|v| map[v]).collect();
+        let f32_operands = ins.iter().all(|&v| e.dtype(v) == DType::F32);
+        let outs = match reduced(&n.prim) {
+            Some((p, full)) if f32_operands => {
+                let (a, b) = (bf16(&mut e, ins[0])?, bf16(&mut e, ins[1])?);
+                if p == Precision::Default {
+                    vec![e.op(full, &[a, b])?]
+                } else {
+                    let a_lo = e.sub(ins[0], a)?;
+                    let a_lo = bf16(&mut e, a_lo)?;
+                    let b_lo = e.sub(ins[1], b)?;
+                    let b_lo = bf16(&mut e, b_lo)?;
+                    let lo_hi = e.op(full.clone(), &[a_lo, b])?;
+                    let hi_lo = e.op(full.clone(), &[a, b_lo])?;
+                    let hi_hi = e.op(full, &[a, b])?;
+                    let small = e.add(lo_hi, hi_lo)?;
+                    vec![e.add(small, hi_hi)?]
+                }
+            }
+            _ => e.g.node(n.prim.clone(), &ins)?,
+        };
+        for (o, v) in n.outputs.iter().zip(outs) {
+            map.insert(*o, v);
+        }
+    }
+    let outputs: Vec<ValueId> = graph.outputs().iter().map(|o| map[o]).collect();
+    e.g.build(&outputs)?.with_aliases(graph.aliases().to_vec())
 }
 
 /// A fresh copy of `v` (an op whose output must not be its input): a

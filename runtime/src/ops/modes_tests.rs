@@ -2765,3 +2765,115 @@ fn out_of_range_indices_are_errors_on_every_platform() {
         }
     }
 }
+
+// ---------------------------------------------------------------- precision
+
+/// Pops the pushed precision even when the body fails.
+struct AtPrecision;
+impl AtPrecision {
+    fn push(p: crate::ir::Precision) -> AtPrecision {
+        crate::precision::push(p);
+        AtPrecision
+    }
+}
+impl Drop for AtPrecision {
+    fn drop(&mut self) {
+        let _ = crate::precision::pop();
+    }
+}
+
+/// Largest |got - exact| over the elements, in f64.
+fn max_error(got: &HostTensor, exact: &HostTensor) -> f64 {
+    got.to_f64_vec()
+        .iter()
+        .zip(exact.to_f64_vec())
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f64::max)
+}
+
+/// An op's f32 products take the precision in force when it is called, in
+/// every mode (a deferred op keeps it after the pop, until its flush), and
+/// the host gives what a TPU would: the op's graph built at that precision
+/// with its products emulated (`ops::expand_precision`). DEFAULT is off
+/// the f64 product by about bf16's rounding, HIGH by far less, HIGHEST is
+/// f32.
+#[test]
+fn products_take_the_precision_in_force_when_called() {
+    use crate::ir::Precision;
+    let r = runtime();
+    let st = r.default_stream(0).unwrap();
+    let geo = [
+        ("stride", is(&[1, 1])),
+        ("padding", is(&[1, 0])),
+        ("dilation", is(&[1, 1])),
+        ("groups", i(1)),
+    ];
+    let cases = vec![
+        c(
+            "linear",
+            vec![f32s(&[6, 40], 31), f32s(&[24, 40], 32), f32s(&[24], 33)],
+            &[],
+        ),
+        c(
+            "bmm",
+            vec![f32s(&[3, 5, 33], 34), f32s(&[3, 33, 7], 35)],
+            &[],
+        ),
+        c(
+            "scaled_dot_product_attention",
+            vec![
+                f32s(&[2, 3, 5, 16], 36),
+                f32s(&[2, 3, 9, 16], 37),
+                f32s(&[2, 3, 9, 16], 38),
+            ],
+            &[("is_causal", b(true))],
+        ),
+        c(
+            "conv2d",
+            vec![f32s(&[1, 4, 6, 7], 39), f32s(&[5, 4, 3, 3], 40)],
+            &geo,
+        ),
+    ];
+    let mut problems = Vec::new();
+    for case in &cases {
+        let id = lookup(case.op).unwrap();
+        let types: Vec<TensorType> = case.inputs.iter().map(|t| t.ty.clone()).collect();
+        let wide: Vec<HostTensor> = case
+            .inputs
+            .iter()
+            .map(|t| h(DType::F64, t.dims(), &t.to_f64_vec()))
+            .collect();
+        let exact = reference(case.op, &wide, &case.attrs).unwrap().remove(0);
+        let dev: Vec<DeviceTensor> = case
+            .inputs
+            .iter()
+            .map(|t| upload(&r, &st, t, false).unwrap())
+            .collect();
+        let mut errors = Vec::new();
+        for p in [Precision::Default, Precision::High, Precision::Highest] {
+            let graph = build_graph_at(id, &types, &case.attrs, p).unwrap();
+            let want = eval_graph(&graph, &case.inputs).unwrap().remove(0);
+            errors.push(max_error(&want, &exact));
+            for mode in MODES {
+                let _mode = InMode::push(mode);
+                let outs = {
+                    let _p = AtPrecision::push(p);
+                    r.call_op_alloc(id, &dev, &case.attrs, &st).unwrap()
+                };
+                let got = download(&r, &st, &outs[0]).unwrap();
+                if let Some(m) = mismatch(&got, &want) {
+                    problems.push(format!("{} at {p:?} in {}: {m}", case.op, mode.name()));
+                }
+            }
+        }
+        // The rounding shows, and each step up removes most of it.
+        let [default, high, highest] = [errors[0], errors[1], errors[2]];
+        if !(default > 1e-3 && high < default / 50.0 && highest <= high.max(1e-5)) {
+            problems.push(format!(
+                "{}: errors against f64 DEFAULT {default:e}, HIGH {high:e}, HIGHEST {highest:e}",
+                case.op
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}

@@ -560,6 +560,7 @@ mod store_over_tests {
             rhs_batch: vec![],
             lhs_contract: vec![1],
             rhs_contract: vec![0],
+            precision: Default::default(),
         }
     }
 
@@ -623,6 +624,7 @@ mod store_over_tests {
                 rhs_batch: vec![],
                 lhs_contract: vec![1],
                 rhs_contract: vec![1],
+                precision: Default::default(),
             };
             vec![b.op(dot, &[m, m]).unwrap()]
         }));
@@ -911,6 +913,7 @@ mod serialize_tests {
             rhs_batch: vec![],
             lhs_contract: vec![1],
             rhs_contract: vec![0],
+            precision: Default::default(),
         };
         let y = b.op(dot, &[x, wt]).unwrap();
         b.build(&[y]).unwrap()

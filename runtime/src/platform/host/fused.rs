@@ -3751,6 +3751,7 @@ fn run_dot(
         rhs_batch,
         lhs_contract,
         rhs_contract,
+        precision,
     } = &n.prim
     else {
         return Ok(None);
@@ -3798,6 +3799,7 @@ fn run_dot(
         rhs_batch,
         lhs_contract,
         rhs_contract,
+        precision: *precision,
     };
     let ins = [operand(0)?, operand(1)?];
     let target = n.outputs.first().and_then(|o| io.outputs.get(o));
@@ -4067,6 +4069,7 @@ mod tests {
                     rhs_batch: vec![],
                     lhs_contract: vec![1],
                     rhs_contract: vec![0],
+                    precision: Default::default(),
                 },
                 &[l, r],
             )
@@ -5316,6 +5319,7 @@ mod tests {
                     rhs_batch: vec![],
                     lhs_contract: vec![1],
                     rhs_contract: vec![0],
+                    precision: Default::default(),
                 },
                 &[q, w],
             )

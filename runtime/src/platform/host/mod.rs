@@ -268,7 +268,10 @@ impl Platform for HostPlatform {
     }
 
     fn compile(&self, graph: &Graph) -> Result<Arc<dyn Executable>> {
-        Ok(Arc::new(HostExecutable::new(graph.clone())))
+        // No matrix unit here: reduced-precision products are emulated.
+        Ok(Arc::new(HostExecutable::new(crate::ops::expand_precision(
+            graph,
+        )?)))
     }
 
     fn load_executable(&self, bytes: &[u8]) -> Result<Arc<dyn Executable>> {

@@ -18,17 +18,22 @@ use std::fmt::Write;
 /// loaded). 2: f32 and f64 products at HIGHEST precision.
 pub const LOWERING_VERSION: u32 = 2;
 
-/// Whether a product or convolution of `d` is emitted at precision HIGHEST:
-/// f32 (and f64) in full, as torch computes them by default (`allow_tf32`
-/// off), where a GPU plugin would otherwise use TF32's 10-bit mantissa.
-/// (The CPU plugin computes f32 either way; bf16 and f16 lose nothing.)
-fn needs_highest_precision(d: DType) -> bool {
-    matches!(d, DType::F32 | DType::F64)
+/// The precision a product or convolution of `d` operands is emitted at,
+/// None for none given: f32 at the product's own (HIGHEST, full f32, as
+/// torch computes it by default, unless the caller asked for less; a TPU
+/// then takes bf16 passes and a GPU TF32), f64 at HIGHEST. (The CPU plugin
+/// computes f32 in full whatever it says; bf16 and f16 lose nothing.)
+fn product_precision(d: DType, p: Precision) -> Option<&'static str> {
+    match d {
+        DType::F32 => Some(p.name()),
+        DType::F64 => Some(Precision::Highest.name()),
+        _ => None,
+    }
 }
 
 use crate::error::{Error, Result};
 use crate::ir::{
-    BinaryOp, CompareOp, DType, Graph, Prim, ReduceOp, RngDistribution, ScatterCombiner,
+    BinaryOp, CompareOp, DType, Graph, Precision, Prim, ReduceOp, RngDistribution, ScatterCombiner,
     TensorType, UnaryOp, ValueId,
 };
 
@@ -942,6 +947,7 @@ fn lower_module(graph: &Graph, slots: &[OutputSlot]) -> Result<(String, Vec<Inde
                 padding,
                 dilation,
                 groups,
+                precision,
             } => {
                 // torch's cross-correlation: NC<spatial> input, OI<spatial>
                 // weight, NC<spatial> result.
@@ -955,11 +961,9 @@ fn lower_module(graph: &Graph, slots: &[OutputSlot]) -> Result<(String, Vec<Inde
                 let sp: Vec<String> = (0..xt.rank() - 2).map(|i| i.to_string()).collect();
                 let sp = sp.join(", ");
                 let pads: Vec<String> = padding.iter().map(|(lo, hi)| format!("[{lo}, {hi}]")).collect();
-                let precision = if needs_highest_precision(xt.dtype) {
-                    ", precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]"
-                } else {
-                    ""
-                };
+                let precision = product_precision(xt.dtype, *precision).map_or(String::new(), |p| {
+                    format!(", precision_config = [#stablehlo<precision {p}>, #stablehlo<precision {p}>]")
+                });
                 w(format!(
                     "{o} = \"stablehlo.convolution\"({}, {}) {{batch_group_count = 1 : i64, dimension_numbers = #stablehlo.conv<[b, f, {sp}]x[o, i, {sp}]->[b, f, {sp}]>, feature_group_count = {groups} : i64, lhs_dilation = array<i64: {}>, padding = dense<[{}]> : tensor<{}x2xi64>{precision}, rhs_dilation = array<i64: {}>, window_strides = array<i64: {}>}} : ({}, {}) -> {ot}",
                     ins[0],
@@ -1108,6 +1112,7 @@ fn lower_module(graph: &Graph, slots: &[OutputSlot]) -> Result<(String, Vec<Inde
                 rhs_batch,
                 lhs_contract,
                 rhs_contract,
+                precision,
             } => {
                 // An f32 product of two half-precision values widened to
                 // f32 (the op library's addmm and linear in bf16 and f16,
@@ -1125,10 +1130,9 @@ fn lower_module(graph: &Graph, slots: &[OutputSlot]) -> Result<(String, Vec<Inde
                     None => (ins, its),
                 };
                 let first = graph.value_type(n.inputs[0]).dtype;
-                let precision = if needs_highest_precision(first) && widened.is_none() {
-                    ", precision = [HIGHEST, HIGHEST]"
-                } else {
-                    ""
+                let precision = match product_precision(first, *precision) {
+                    Some(p) if widened.is_none() => format!(", precision = [{p}, {p}]"),
+                    _ => String::new(),
                 };
                 w(format!(
                     "{o} = stablehlo.dot_general {}, {}, batching_dims = [{}] x [{}], contracting_dims = [{}] x [{}]{precision} : ({}, {}) -> {ot}",
@@ -1231,6 +1235,50 @@ mod tests {
 
     fn op(name: &str, types: &[TensorType], attrs: Attrs) -> Graph {
         ops::build_graph(ops::lookup(name).unwrap(), types, &attrs).unwrap()
+    }
+
+    /// f32 products carry the caller's precision to XLA (a TPU takes bf16
+    /// passes for DEFAULT and HIGH); bf16 products carry none.
+    #[test]
+    fn products_carry_their_precision() {
+        let f = |dt: DType, d: &[u64]| TensorType::new(dt, d);
+        for (p, want) in [
+            (Precision::Default, "DEFAULT"),
+            (Precision::High, "HIGH"),
+            (Precision::Highest, "HIGHEST"),
+        ] {
+            for (name, types, attrs) in [
+                (
+                    "mm",
+                    vec![f(DType::F32, &[4, 8]), f(DType::F32, &[8, 3])],
+                    Attrs::new(),
+                ),
+                (
+                    "conv2d",
+                    vec![f(DType::F32, &[1, 2, 5, 5]), f(DType::F32, &[3, 2, 3, 3])],
+                    Attrs::new(),
+                ),
+            ] {
+                let g = ops::build_graph_at(ops::lookup(name).unwrap(), &types, &attrs, p).unwrap();
+                let text = lower(&g).unwrap();
+                let attr = if name == "mm" {
+                    format!("precision = [{want}, {want}]")
+                } else {
+                    format!(
+                        "precision_config = [#stablehlo<precision {want}>, #stablehlo<precision {want}>]"
+                    )
+                };
+                assert!(text.contains(&attr), "{name} at {p:?}: {text}");
+            }
+            let bf = ops::build_graph_at(
+                ops::lookup("mm").unwrap(),
+                &[f(DType::BF16, &[4, 8]), f(DType::BF16, &[8, 3])],
+                &Attrs::new(),
+                p,
+            )
+            .unwrap();
+            assert!(!lower(&bf).unwrap().contains("precision"));
+        }
     }
 
     #[test]

@@ -413,7 +413,8 @@ pub struct DotDims<'a> {
 }
 
 impl<'a> DotDims<'a> {
-    /// A product's dimension lists; None for another primitive.
+    /// A product's dimension lists; None for another primitive. (Its
+    /// precision was emulated before it got here: `ops::expand_precision`.)
     pub fn of(prim: &'a crate::ir::Prim) -> Option<Self> {
         match prim {
             crate::ir::Prim::DotGeneral {
@@ -421,6 +422,7 @@ impl<'a> DotDims<'a> {
                 rhs_batch,
                 lhs_contract,
                 rhs_contract,
+                ..
             } => Some(DotDims {
                 lhs_batch,
                 rhs_batch,
@@ -1074,6 +1076,7 @@ mod tests {
             rhs_batch: c.rhs_batch.to_vec(),
             lhs_contract: c.lhs_contract.to_vec(),
             rhs_contract: c.rhs_contract.to_vec(),
+            precision: Default::default(),
         };
         let out = eval(&prim, &[&lhs, &rhs]).unwrap_or_else(|e| panic!("{what}: {e}"));
         let (expected, magnitude) = dot_reference(&lhs, &rhs, c, out[0].dims());
@@ -1182,6 +1185,7 @@ mod tests {
                     rhs_batch: vec![],
                     lhs_contract: vec![1],
                     rhs_contract: vec![0],
+                    precision: Default::default(),
                 };
                 let out = eval(&prim, &[&lhs, &rhs]).unwrap();
                 let (expected, magnitude) = dot_reference(&lhs, &rhs, &c, out[0].dims());
@@ -1200,6 +1204,7 @@ mod tests {
             rhs_batch: vec![],
             lhs_contract: vec![1],
             rhs_contract: vec![0],
+            precision: Default::default(),
         };
         let out = eval(&prim, &[&lhs, &rhs]).unwrap();
         assert_eq!(out[0].as_slice::<i8>(), &[(300i32 as i8)]);
@@ -1210,6 +1215,7 @@ mod tests {
             rhs_batch: vec![],
             lhs_contract: vec![0],
             rhs_contract: vec![0],
+            precision: Default::default(),
         };
         assert_eq!(
             eval(&prim, &[&lhs, &rhs]).unwrap()[0].as_slice::<u8>(),
@@ -1384,6 +1390,7 @@ mod tests {
                     padding: c.padding.to_vec(),
                     dilation: c.dilation.to_vec(),
                     groups: c.groups,
+                    precision: Default::default(),
                 };
                 let out =
                     eval(&prim, &[&x, &w]).unwrap_or_else(|e| panic!("{dtype} case {seed}: {e}"));

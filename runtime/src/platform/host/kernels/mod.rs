@@ -519,6 +519,7 @@ pub fn eval(prim: &Prim, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>> {
             padding,
             dilation,
             groups,
+            ..
         } => one(dot::convolution(
             inputs[0],
             inputs[1],
@@ -559,6 +560,9 @@ pub fn eval(prim: &Prim, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>> {
 
 /// Evaluate a whole graph, node by node (the reference path).
 pub fn eval_graph(graph: &Graph, inputs: &[HostTensor]) -> Result<Vec<HostTensor>> {
+    if crate::ops::has_reduced_precision(graph) {
+        return eval_graph(&crate::ops::expand_precision(graph)?, inputs);
+    }
     if inputs.len() != graph.params().len() {
         return Err(Error::invalid(format!(
             "the graph takes {} inputs, got {}",

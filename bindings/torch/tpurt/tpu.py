@@ -583,6 +583,7 @@ def fused_attention_enabled() -> bool:
 from . import ops  # noqa: E402  (torch.tpu.ops: the SparseCore embedding ops)
 from . import profiler  # noqa: E402  (torch.tpu.profiler: device time per task and kernel)
 from . import distributed  # noqa: E402  (torch.tpu.distributed: the "tpurt" c10d backend)
+from . import optimizers  # noqa: E402  (torch.tpu.optimizers: AdamW, Sgd, Muon, a program a step)
 
 
 def _install_submodules() -> None:
@@ -597,7 +598,7 @@ def _install_submodules() -> None:
     me = sys.modules[__name__]
     if not hasattr(me, "__path__"):
         me.__path__ = []
-    for name in ("ops", "profiler", "distributed"):
+    for name in ("ops", "profiler", "distributed", "optimizers"):
         sys.modules[f"torch.tpu.{name}"] = getattr(me, name)
 
 

@@ -16,6 +16,7 @@ The backend registers itself at ``import tpurt``.
 from __future__ import annotations
 
 import datetime
+import math
 from typing import List, Sequence
 
 import torch
@@ -67,6 +68,19 @@ class TpuProcessGroup(dist.ProcessGroup):
 
     def getBackendName(self) -> str:
         return BACKEND
+
+    # torch names a group through the backends registered under it; this
+    # group is its own backend, so it keeps its name (a DeviceMesh's
+    # subgroups are looked up by it: "ProcessGroup name not set" before).
+    def _set_group_name(self, name: str) -> None:
+        self._tpurt_group_name = name
+
+    @property
+    def group_name(self) -> str:
+        name = getattr(self, "_tpurt_group_name", None)
+        if name is None:
+            raise RuntimeError("tpurt backend: the process group's name is not set yet")
+        return name
 
     def _check(self, tensors: Sequence[torch.Tensor], what: str) -> None:
         if not tensors:
@@ -189,3 +203,111 @@ def register() -> None:
     """Register the ``tpurt`` backend for device ``tpu`` (idempotent)."""
     if BACKEND.upper() not in dist.Backend._plugins:
         dist.Backend.register_backend(BACKEND, _create, devices=["tpu"])
+
+
+# --- topology-aware device meshes ---------------------------------------------
+
+
+def _snake(index: int, sizes: Sequence[int]) -> List[int]:
+    """The digits (fastest first) of the `index`-th point of a
+    boustrophedon walk over a grid of `sizes` (fastest first): each digit
+    runs backwards where the digits above it sum to an odd number, so
+    consecutive points differ by one step in one digit."""
+    digits = []
+    for s in sizes:
+        digits.append(index % s)
+        index //= s
+    for k in range(len(sizes) - 1, -1, -1):
+        if sum(digits[k + 1:]) % 2 == 1:
+            digits[k] = sizes[k] - 1 - digits[k]
+    return digits
+
+
+def _mesh_ranks(coords: Sequence[Sequence[int]], mesh_shape: Sequence[int]) -> List[int]:
+    """The ranks of a device mesh of `mesh_shape`, in row-major order, given
+    each rank's chip coordinates (x first). The chips must fill a box of
+    the slice. Mesh axes are laid over the box's axes from the last mesh
+    axis (the fastest, where tensor parallelism puts the most traffic) and
+    the box's x axis: a mesh axis takes whole box axes, or a run of
+    neighbours along one, and walks a box it spans in snake order, so
+    ranks next to each other along a mesh axis are chips next to each
+    other on the interconnect. A shape that does not split the box that
+    way gets the box's snake order, cut into the shape."""
+    n = len(coords)
+    if n == 0 or any(len(c) != len(coords[0]) for c in coords):
+        raise ValueError("topology_aware_mesh: every rank needs chip coordinates of the same rank")
+    lo = [min(c[a] for c in coords) for a in range(len(coords[0]))]
+    box = [max(c[a] for c in coords) - lo[a] + 1 for a in range(len(lo))]
+    where = {tuple(x - o for x, o in zip(c, lo)): r for r, c in enumerate(coords)}
+    if len(where) != n or math.prod(box) != n:
+        raise ValueError(
+            f"topology_aware_mesh: the ranks' chips {sorted(map(tuple, coords))} do not fill a box of the "
+            "slice (each rank one chip, no chip twice)"
+        )
+    # Box axes to cover, fastest first, each (axis, size, stride).
+    free = [(a, s, 1) for a, s in enumerate(box) if s > 1]
+    layout: List[List[tuple]] = []
+    for size in reversed(list(mesh_shape)):
+        pieces, need = [], size
+        while need > 1 and free:
+            a, s, stride = free[0]
+            if need % s == 0:
+                pieces.append((a, s, stride))
+                free.pop(0)
+                need //= s
+            elif s % need == 0:
+                pieces.append((a, need, stride))
+                free[0] = (a, s // need, stride * need)
+                need = 1
+            else:
+                break
+        if need != 1:
+            layout = []
+            break
+        layout.insert(0, pieces)
+    ranks = []
+    for flat in range(n):
+        point = [0] * len(box)
+        if layout:
+            rest = flat
+            idx = []
+            for size in reversed(list(mesh_shape)):
+                idx.insert(0, rest % size)
+                rest //= size
+            for i, pieces in zip(idx, layout):
+                for (a, _, stride), d in zip(pieces, _snake(i, [p[1] for p in pieces])):
+                    point[a] += d * stride
+        else:
+            for (a, _, stride), d in zip([(a, s, 1) for a, s in enumerate(box)], _snake(flat, box)):
+                point[a] += d * stride
+        ranks.append(where[tuple(point)])
+    return ranks
+
+
+def topology_aware_mesh(mesh_shape: Sequence[int], mesh_dim_names: Sequence[str] | None = None):
+    """A ``DeviceMesh`` over the ranks of the default process group (one
+    tpu device each, the current one) whose ranks are laid out by where
+    their chips sit in the slice: ranks next to each other along a mesh
+    axis, the last one first, are chips next to each other on the
+    interconnect (see ``_mesh_ranks``). The chips are each device's
+    ``get_device_properties().coords``, exchanged once over the default
+    group."""
+    from torch.distributed.device_mesh import DeviceMesh
+
+    shape = [int(s) for s in mesh_shape]
+    if not dist.is_initialized():
+        raise RuntimeError(
+            "topology_aware_mesh: torch.distributed is not initialized; call "
+            "torch.distributed.init_process_group('tpurt', ...) first (one rank per tpu device)"
+        )
+    world = dist.get_world_size()
+    if not shape or any(s < 1 for s in shape) or math.prod(shape) != world:
+        raise ValueError(f"topology_aware_mesh: mesh shape {shape} does not hold the {world} ranks")
+    from . import tpu
+
+    mine = list(tpu.get_device_properties(tpu.current_device()).coords)
+    coords: List[List[int]] = [None] * world  # type: ignore[list-item]
+    dist.all_gather_object(coords, mine)
+    ranks = torch.tensor(_mesh_ranks(coords, shape), dtype=torch.int64).reshape(shape)
+    names = tuple(mesh_dim_names) if mesh_dim_names is not None else None
+    return DeviceMesh("tpu", ranks, mesh_dim_names=names)

@@ -584,6 +584,7 @@ from . import ops  # noqa: E402  (torch.tpu.ops: the SparseCore embedding ops)
 from . import profiler  # noqa: E402  (torch.tpu.profiler: device time per task and kernel)
 from . import distributed  # noqa: E402  (torch.tpu.distributed: the "tpurt" c10d backend)
 from . import optimizers  # noqa: E402  (torch.tpu.optimizers: AdamW, Sgd, Muon, a program a step)
+from .distributed import topology_aware_mesh  # noqa: E402,F401  (a DeviceMesh laid out by the chips)
 
 
 def _install_submodules() -> None:

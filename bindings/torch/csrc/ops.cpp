@@ -115,11 +115,12 @@ Attrs dims_attrs(at::OptionalIntArrayRef dim, bool keepdim) {
 // of the compiled graph's key, so each new value would compile anew.
 bool is_one(const Scalar& s) { return s.isIntegral(true) ? s.toLong() == 1 : s.toDouble() == 1.0; }
 
-// b * alpha with alpha a wrapped number (as torch computes `a + alpha * b`).
-// (`b` itself is borrowed, not copied: see `In`.)
-In scaled(const Tensor& b, const Scalar& alpha) {
-  if (is_one(alpha)) return In(b);
-  return In(call1("mul", {b, S(alpha, b)}));
+// The inputs of a op b·alpha: alpha a third input, a wrapped number, which
+// the op library applies as torch does (rounded to the result dtype, and
+// for bf16 and f16 at f32 with one rounding of the sum).
+std::vector<Tensor> with_alpha(const Tensor& a, const Tensor& b, const Scalar& alpha) {
+  if (is_one(alpha)) return {a, b};
+  return {a, b, S(alpha, b)};
 }
 
 void check_alpha(const Tensor& a, const Tensor& b, const Scalar& alpha) {
@@ -129,11 +130,11 @@ void check_alpha(const Tensor& a, const Tensor& b, const Scalar& alpha) {
 }
 Tensor k_add(const Tensor& a, const Tensor& b, const Scalar& alpha) {
   check_alpha(a, b, alpha);
-  return call1("add", {a, scaled(b, alpha)});
+  return call1("add", with_alpha(a, b, alpha));
 }
 Tensor k_sub(const Tensor& a, const Tensor& b, const Scalar& alpha) {
   check_alpha(a, b, alpha);
-  return call1("sub", {a, scaled(b, alpha)});
+  return call1("sub", with_alpha(a, b, alpha));
 }
 
 // a += alpha·b or a -= alpha·b (`op` "add" or "sub"): straight into `a`
@@ -141,7 +142,7 @@ Tensor k_sub(const Tensor& a, const Tensor& b, const Scalar& alpha) {
 Tensor& inplace_add_sub(Tensor& a, const char* op, const Tensor& b, const Scalar& alpha) {
   check_alpha(a, b, alpha);
   if (is_one(alpha)) return inplace_binary(a, op, b);
-  return inplace(a, call1(op, {a, scaled(b, alpha)}));
+  return inplace(a, call1(op, with_alpha(a, b, alpha)));
 }
 Tensor k_div_mode(const Tensor& a, const Tensor& b, std::optional<c10::string_view> mode) {
   Attrs at;
@@ -178,12 +179,17 @@ Tensor k_gelu(const Tensor& x, c10::string_view approximate) {
 Tensor k_lerp_s(const Tensor& a, const Tensor& b, const Scalar& w) { return call1("lerp", {a, b, S(w, a)}); }
 Tensor k_lerp_t(const Tensor& a, const Tensor& b, const Tensor& w) { return call1("lerp", {a, b, w}); }
 // self + value * t1 * t2 and self + value * t1 / t2, in torch's order of
-// operations (value * t1 first).
+// operations (value * t1 first), the value a fourth input (a wrapped
+// number) that the op library applies at f32 for bf16 and f16, as torch.
+std::vector<Tensor> with_value(const Tensor& s, const Tensor& a, const Tensor& b, const Scalar& v) {
+  if (is_one(v)) return {s, a, b};
+  return {s, a, b, S(v, a)};
+}
 Tensor k_addcmul(const Tensor& s, const Tensor& a, const Tensor& b, const Scalar& v) {
-  return call1("addcmul", {s, scaled(a, v), b});
+  return call1("addcmul", with_value(s, a, b, v));
 }
 Tensor k_addcdiv(const Tensor& s, const Tensor& a, const Tensor& b, const Scalar& v) {
-  return call1("addcdiv", {s, scaled(a, v), b});
+  return call1("addcdiv", with_value(s, a, b, v));
 }
 
 // x ** s: the common exponents become cheaper ops (as torch's own kernel

@@ -469,7 +469,7 @@ static void test_ops_modes_graphs_and_cache(void) {
   CHECK(out[0] > 0.08f && out[0] < 0.1f && out[4] > 0.66f && out[4] < 0.67f);
 
   /* Errors name the op and the argument. */
-  ERR(tpurt_op_launch(rt, add_id, ins, 1, &to, 1, NULL, 0, none), TPURT_CODE_INVALID_ARGUMENT, "add: takes 2 inputs");
+  ERR(tpurt_op_launch(rt, add_id, ins, 1, &to, 1, NULL, 0, none), TPURT_CODE_INVALID_ARGUMENT, "add: takes 2 to 3 inputs, got 1");
   tpurt_tensor bad_out = tensor_of(bo, TPURT_DTYPE_F64, 2, s23, NULL, 0);
   ERR(tpurt_op_launch(rt, add_id, ins, 2, &bad_out, 1, NULL, 0, none), TPURT_CODE_INVALID_ARGUMENT, "outputs[0]");
   tpurt_tensor i32x = tensor_of(bx, TPURT_DTYPE_I32, 2, s23, NULL, 0);

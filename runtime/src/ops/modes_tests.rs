@@ -667,6 +667,51 @@ fn pointwise_cases() -> Vec<Case> {
             vec![ia.clone(), ia.clone(), range(F32, &[4], 55, 1.0, 2.0)],
             &[],
         ),
+        // Numbers as inputs (alpha, value, weight), and bf16 and f16 with
+        // numbers: computed at f32, rounded once.
+        c(
+            "add",
+            vec![
+                rnd(BF16, &[5, 7], 56),
+                rnd(BF16, &[5, 7], 57),
+                scalar(F64, 0.7),
+            ],
+            &[("wrapped", is(&[2]))],
+        ),
+        c(
+            "sub",
+            vec![x.clone(), y.clone(), scalar(F64, -1.25)],
+            &[("wrapped", is(&[2]))],
+        ),
+        c(
+            "mul",
+            vec![rnd(F16, &[5, 7], 58), scalar(F64, 0.7)],
+            &[("wrapped", is(&[1]))],
+        ),
+        c(
+            "div",
+            vec![rnd(BF16, &[5, 7], 59), scalar(F64, 3.3)],
+            &[("wrapped", is(&[1])), ("rounding_mode", s("floor"))],
+        ),
+        c(
+            "lerp",
+            vec![
+                rnd(BF16, &[5, 7], 60),
+                rnd(BF16, &[5, 7], 61),
+                scalar(F64, 0.8),
+            ],
+            &[("wrapped", is(&[2]))],
+        ),
+        c(
+            "addcmul",
+            vec![
+                rnd(F16, &[5, 7], 62),
+                rnd(F16, &[5, 7], 63),
+                rnd(F16, &[5, 7], 64),
+                scalar(F64, 0.3),
+            ],
+            &[("wrapped", is(&[3]))],
+        ),
     ];
     // Zero-size inputs, with the zero in the last dimension (a zero in
     // another dimension: `zero_rows_cases`).

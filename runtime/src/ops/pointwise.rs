@@ -14,27 +14,46 @@ pub(super) fn promote(
     xs: &[ValueId],
     attrs: &Attrs,
 ) -> Result<(Vec<ValueId>, DType)> {
-    let wrapped = attrs.ints_opt("wrapped")?.unwrap_or_default();
-    let ops: Vec<(DType, Priority)> = xs
-        .iter()
-        .enumerate()
-        .map(|(i, &x)| {
-            let p = if wrapped.contains(&(i as i64)) {
-                Priority::WrappedNumber
-            } else if e.rank(x) == 0 {
-                Priority::ZeroDim
-            } else {
-                Priority::Dimensioned
-            };
-            (e.dtype(x), p)
-        })
-        .collect();
-    let dt = result_type(&ops);
+    let dt = result_of(e, xs, attrs)?;
     let converted = xs
         .iter()
         .map(|&x| e.convert(x, dt))
         .collect::<Result<Vec<_>>>()?;
     Ok((converted, dt))
+}
+
+/// Promotion as torch's CPU kernels compute in "opmath": the inputs, the
+/// dtype to compute in, and the result dtype. For a bf16 or f16 result the
+/// computation is f32, rounded once at the end; a Python number or a 0-dim
+/// tensor (a CPU scalar in torch) enters at f32 precision (torch reads its
+/// original value, where a dimensioned tensor is cast to the result dtype
+/// first). Other results compute in their own dtype, as `promote`.
+pub(super) fn promote_opmath(
+    e: &mut Emitter,
+    xs: &[ValueId],
+    attrs: &Attrs,
+) -> Result<(Vec<ValueId>, DType, DType)> {
+    let wrapped = attrs.ints_opt("wrapped")?.unwrap_or_default();
+    let (promoted, dt) = promote(e, xs, attrs)?;
+    if !matches!(dt, DType::BF16 | DType::F16) {
+        return Ok((promoted, dt, dt));
+    }
+    let mut out = Vec::with_capacity(xs.len());
+    for (i, (&x, &p)) in xs.iter().zip(&promoted).enumerate() {
+        let scalar = wrapped.contains(&(i as i64)) || e.rank(x) == 0;
+        out.push(e.convert(if scalar { x } else { p }, DType::F32)?);
+    }
+    Ok((out, DType::F32, dt))
+}
+
+/// Whether input `i` of these is a Python number or a 0-dim tensor whose
+/// dtype is not `dt` (its value then enters an opmath computation at f32).
+fn has_wide_scalar(e: &Emitter, xs: &[ValueId], attrs: &Attrs, dt: DType) -> Result<bool> {
+    let wrapped = attrs.ints_opt("wrapped")?.unwrap_or_default();
+    Ok(xs
+        .iter()
+        .enumerate()
+        .any(|(i, &x)| (wrapped.contains(&(i as i64)) || e.rank(x) == 0) && e.dtype(x) != dt))
 }
 
 /// Promote, then move integer and bool results to the default float dtype
@@ -134,8 +153,33 @@ fn isnan(e: &mut Emitter, x: &[ValueId], _: &Attrs) -> Result<Vec<ValueId>> {
     Ok(vec![e.compare(CompareOp::Ne, x[0], x[0])?])
 }
 
-/// x + alpha * y (add), x - alpha * y (sub).
+/// x + alpha * y (add), x - alpha * y (sub). alpha is the attribute, or a
+/// third input (a Python number, so a new value compiles nothing), which
+/// torch rounds to the result dtype and, for bf16 and f16, applies in f32
+/// with the sum rounded once.
 fn add_like(e: &mut Emitter, x: &[ValueId], a: &Attrs, op: BinaryOp) -> Result<Vec<ValueId>> {
+    if x.len() == 3 {
+        let (xs, dt) = promote(e, &x[..2], a)?;
+        if dt == DType::Bool {
+            return Err(Error::invalid("alpha is not supported for bool tensors"));
+        }
+        if !dt.is_float() && e.dtype(x[2]).is_float() {
+            return Err(Error::invalid(
+                "for integer input tensors, alpha must not be a floating point number",
+            ));
+        }
+        let ct = if matches!(dt, DType::BF16 | DType::F16) {
+            DType::F32
+        } else {
+            dt
+        };
+        let alpha = e.convert(x[2], dt)?;
+        let alpha = e.convert(alpha, ct)?;
+        let (x0, x1) = (e.convert(xs[0], ct)?, e.convert(xs[1], ct)?);
+        let y = e.mul(x1, alpha)?;
+        let r = e.binary(op, x0, y)?;
+        return Ok(vec![e.convert(r, dt)?]);
+    }
     let (xs, dt) = promote(e, x, a)?;
     let alpha = a.float_or("alpha", 1.0)?;
     if dt == DType::Bool {
@@ -178,8 +222,36 @@ fn bool_aware(
     Ok(vec![e.binary(op, xs[0], xs[1])?])
 }
 
+/// x * y; a bf16 or f16 tensor times a number multiplies at f32 (torch's
+/// CPU kernel reads the number at f32, not rounded to the tensor's dtype).
 fn mul(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let dt = result_of(e, x, a)?;
+    if matches!(dt, DType::BF16 | DType::F16) && has_wide_scalar(e, x, a, dt)? {
+        let (xs, _, dt) = promote_opmath(e, x, a)?;
+        let r = e.mul(xs[0], xs[1])?;
+        return Ok(vec![e.convert(r, dt)?]);
+    }
     bool_aware(e, x, a, BinaryOp::Mul, BinaryOp::And)
+}
+
+/// The dtype these inputs promote to (torch.result_type).
+fn result_of(e: &Emitter, xs: &[ValueId], attrs: &Attrs) -> Result<DType> {
+    let wrapped = attrs.ints_opt("wrapped")?.unwrap_or_default();
+    let ops: Vec<(DType, Priority)> = xs
+        .iter()
+        .enumerate()
+        .map(|(i, &x)| {
+            let p = if wrapped.contains(&(i as i64)) {
+                Priority::WrappedNumber
+            } else if e.rank(x) == 0 {
+                Priority::ZeroDim
+            } else {
+                Priority::Dimensioned
+            };
+            (e.dtype(x), p)
+        })
+        .collect();
+    Ok(result_type(&ops))
 }
 
 /// The C remainder `r` of x / y (sign of x), and where Python's floor
@@ -198,6 +270,22 @@ fn remainder_with_fix(e: &mut Emitter, x: ValueId, y: ValueId) -> Result<(ValueI
 /// torch.div: true division, or rounding_mode "trunc" / "floor".
 fn div(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     let mode = a.str_or("rounding_mode", "none")?.to_string();
+    // A bf16 or f16 tensor and a number: the quotient (and its rounding
+    // down) at f32, rounded to the dtype once, as torch's CPU kernel.
+    let dt = result_of(e, x, a)?;
+    if matches!(dt, DType::BF16 | DType::F16)
+        && has_wide_scalar(e, x, a, dt)?
+        && matches!(mode.as_str(), "none" | "" | "trunc" | "floor")
+    {
+        let (xs, _, dt) = promote_opmath(e, x, a)?;
+        let q = e.div(xs[0], xs[1])?;
+        let q = match mode.as_str() {
+            "trunc" => trunc(e, q)?,
+            "floor" => e.unary(UnaryOp::Floor, q)?,
+            _ => q,
+        };
+        return Ok(vec![e.convert(q, dt)?]);
+    }
     match mode.as_str() {
         "none" | "" => {
             let (xs, _) = promote_float(e, x, a)?;
@@ -470,37 +558,62 @@ fn silu(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     Ok(vec![e.mul(xs[0], s)?])
 }
 
-/// lerp(start, end, weight): start + weight * (end - start)
+/// lerp(start, end, weight), as torch computes it: start + weight * (end -
+/// start) where |weight| < 0.5, else end - (end - start) * (1 - weight);
+/// for bf16 and f16 at f32, rounded once (the weight a number at f32).
 fn lerp(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
-    let (xs, _) = promote(e, x, a)?;
-    let d = e.sub(xs[1], xs[0])?;
-    let wd = e.mul(xs[2], d)?;
-    Ok(vec![e.add(xs[0], wd)?])
+    let (xs, ct, dt) = promote_opmath(e, x, a)?;
+    let (s, t, w) = (xs[0], xs[1], xs[2]);
+    let d = e.sub(t, s)?;
+    let wd = e.mul(w, d)?;
+    let low = e.add(s, wd)?;
+    let one = e.scalar(ct, 1.0)?;
+    let rest = e.sub(one, w)?;
+    let dr = e.mul(d, rest)?;
+    let high = e.sub(t, dr)?;
+    let aw = e.unary(UnaryOp::Abs, w)?;
+    let half = e.scalar(ct, 0.5)?;
+    let small = e.compare(CompareOp::Lt, aw, half)?;
+    let r = e.select(small, low, high)?;
+    Ok(vec![e.convert(r, dt)?])
 }
 
-/// addcmul(x, t1, t2, value): x + value * t1 * t2; addcdiv likewise with /.
+/// addcmul(x, t1, t2[, value]): x + (value * t1) * t2; addcdiv likewise
+/// with /. The value is the attribute or a fourth input (a Python
+/// number); for bf16 and f16 all of it at f32, rounded once, as torch's
+/// CPU kernels (which fuse the last multiply-add: one element in a few
+/// thousand may differ by a unit in the last place).
 fn addc(e: &mut Emitter, x: &[ValueId], a: &Attrs, op: BinaryOp) -> Result<Vec<ValueId>> {
-    let (xs, _) = promote(e, x, a)?;
-    let value = a.float_or("value", 1.0)?;
-    let p = e.binary(op, xs[1], xs[2])?;
-    let p = if value != 1.0 {
-        e.binary_scalar(BinaryOp::Mul, p, value)?
-    } else {
-        p
+    let (xs, ct, dt) = promote_opmath(e, &x[..3], a)?;
+    let t1 = match x.get(3) {
+        Some(&v) => {
+            let v = e.convert(v, ct)?;
+            e.mul(v, xs[1])?
+        }
+        None => {
+            let value = a.float_or("value", 1.0)?;
+            if value != 1.0 {
+                e.binary_scalar(BinaryOp::Mul, xs[1], value)?
+            } else {
+                xs[1]
+            }
+        }
     };
-    Ok(vec![e.add(xs[0], p)?])
+    let p = e.binary(op, t1, xs[2])?;
+    let r = e.add(xs[0], p)?;
+    Ok(vec![e.convert(r, dt)?])
 }
 fn addcmul(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     addc(e, x, a, BinaryOp::Mul)
 }
 fn addcdiv(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
-    let (xs, _) = promote_float(e, x, a)?;
-    addc(
-        e,
-        &xs,
-        &Attrs::new().with("value", super::Attr::Float(a.float_or("value", 1.0)?)),
-        BinaryOp::Div,
-    )
+    let dt = result_of(e, &x[..3], a)?;
+    if !dt.is_float() {
+        return Err(Error::invalid(format!(
+            "integer division with addcdiv is not supported (inputs promote to {dt})"
+        )));
+    }
+    addc(e, x, a, BinaryOp::Div)
 }
 
 macro_rules! def {
@@ -514,8 +627,8 @@ macro_rules! def {
 }
 
 pub(super) const OPS: &[OpDef] = &[
-    def!("add", Arity::Exactly(2), add),
-    def!("sub", Arity::Exactly(2), sub),
+    def!("add", Arity::Between(2, 3), add),
+    def!("sub", Arity::Between(2, 3), sub),
     def!("mul", Arity::Exactly(2), mul),
     def!("div", Arity::Exactly(2), div),
     def!("remainder", Arity::Exactly(2), remainder),
@@ -569,6 +682,6 @@ pub(super) const OPS: &[OpDef] = &[
     def!("gelu", Arity::Exactly(1), gelu),
     def!("silu", Arity::Exactly(1), silu),
     def!("lerp", Arity::Exactly(3), lerp),
-    def!("addcmul", Arity::Exactly(3), addcmul),
-    def!("addcdiv", Arity::Exactly(3), addcdiv),
+    def!("addcmul", Arity::Between(3, 4), addcmul),
+    def!("addcdiv", Arity::Between(3, 4), addcdiv),
 ];

@@ -53,8 +53,10 @@ fn lookup_errors_suggest_names() {
 #[test]
 fn arity_and_attribute_errors_name_the_op() {
     let x = f32s(&[2], &[1., 2.]);
+    let e = run("mul", &[&x], Attrs::new()).unwrap_err().to_string();
+    assert!(e.contains("mul: takes 2 inputs, got 1"), "{e}");
     let e = run("add", &[&x], Attrs::new()).unwrap_err().to_string();
-    assert!(e.contains("add: takes 2 inputs, got 1"), "{e}");
+    assert!(e.contains("add: takes 2 to 3 inputs, got 1"), "{e}");
     let e = run("softmax", &[&x], Attrs::new()).unwrap_err().to_string();
     assert!(
         e.contains("softmax: attribute dim (int) is required"),
@@ -535,6 +537,75 @@ fn half_precision_products_round_once_after_the_bias() {
         let refs: Vec<&HostTensor> = inputs.iter().collect();
         let got = run1(op, &refs, attrs).to_f64_vec();
         assert_eq!(got, want, "{op} {}", inputs[0].ty);
+    }
+}
+
+/// torch's CPU kernels compute bf16 and f16 at f32: a Python number
+/// enters a product or quotient at f32 (not rounded to the dtype), add's
+/// alpha is rounded to the dtype and the sum rounded once, lerp and
+/// addcdiv round once. Each case against the formula at f32, rounded.
+#[test]
+fn half_precision_arithmetic_with_numbers_computes_at_f32() {
+    let xs: Vec<f64> = (0..64).map(|i| (i as f64 - 31.5) * 0.173).collect();
+    let ys: Vec<f64> = (0..64)
+        .map(|i| ((i * 7 % 64) as f64 - 20.0) * 0.061)
+        .collect();
+    let wrapped = |idx: &[i64]| Attrs::new().with("wrapped", ints(idx));
+    for dt in [DType::BF16, DType::F16] {
+        let x = t(dt, &[64], &xs);
+        let y = t(dt, &[64], &ys);
+        let (xv, yv) = (x.to_f64_vec(), y.to_f64_vec());
+        let round = |v: f32| {
+            HostTensor::from_f64(dt, &[1], &[v as f64])
+                .unwrap()
+                .to_f64_vec()[0]
+        };
+        let num = |v: f64| t(DType::F64, &[], &[v]);
+        let to_dt = |v: f64| round(v as f32) as f32;
+        type Formula<'a> = Box<dyn Fn(f32, f32) -> f32 + 'a>;
+        let cases: Vec<(&str, Vec<HostTensor>, Attrs, Formula<'_>)> = vec![
+            (
+                "mul",
+                vec![x.clone(), num(0.7)],
+                wrapped(&[1]),
+                Box::new(|a, _| a * 0.7f32),
+            ),
+            (
+                "div",
+                vec![x.clone(), num(3.3)],
+                wrapped(&[1]),
+                Box::new(|a, _| a / 3.3f32),
+            ),
+            (
+                "add",
+                vec![x.clone(), y.clone(), num(0.7)],
+                wrapped(&[2]),
+                Box::new(move |a, b| a + to_dt(0.7) * b),
+            ),
+            (
+                "lerp",
+                vec![x.clone(), y.clone(), num(0.7)],
+                wrapped(&[2]),
+                Box::new(|a, b| b - (b - a) * (1.0 - 0.7f32)),
+            ),
+            (
+                "addcdiv",
+                vec![x.clone(), x.clone(), t(dt, &[64], &[1.7; 64]), num(0.7)],
+                wrapped(&[3]),
+                Box::new(move |a, _| a + (0.7f32 * a) / to_dt(1.7)),
+            ),
+        ];
+        for (op, inputs, attrs, f) in cases {
+            let refs: Vec<&HostTensor> = inputs.iter().collect();
+            let got = run1(op, &refs, attrs);
+            assert_eq!(got.ty.dtype, dt, "{op}");
+            let want: Vec<f64> = xv
+                .iter()
+                .zip(&yv)
+                .map(|(&a, &b)| round(f(a as f32, b as f32)))
+                .collect();
+            assert_eq!(got.to_f64_vec(), want, "{op} {dt}");
+        }
     }
 }
 

@@ -176,6 +176,49 @@ def test_matmul_family(mode, no_fallback):
     close(torch.matmul(q.to("tpu"), k.to("tpu")), torch.matmul(q, k))
 
 
+HALF_WITH_NUMBERS = {
+    "mul": lambda x, y: x * 0.7071, "mul_0d": lambda x, y: x * torch.tensor(0.7071), "div": lambda x, y: x / 3.3,
+    "rdiv": lambda x, y: 3.3 / (x.abs() + 0.1), "floordiv": lambda x, y: x // 0.7071, "add": lambda x, y: x + 0.3137,
+    "add_alpha": lambda x, y: torch.add(x, y, alpha=0.7071), "sub_alpha": lambda x, y: torch.sub(x, y, alpha=1.37),
+    "add_scalar_alpha": lambda x, y: torch.add(x, 0.3137, alpha=3.3), "lerp_low": lambda x, y: torch.lerp(x, y, 0.3137),
+    "lerp_high": lambda x, y: torch.lerp(x, y, 0.7071), "lerp_tensor": lambda x, y: torch.lerp(x, y, y.sigmoid()),
+    "addcdiv": lambda x, y: torch.addcdiv(x, x, y.abs() + 0.5, value=0.7071),
+    "chain": lambda x, y: ((x * 1.0013 + 0.3137) * 0.7071 / 1.7).exp(),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("name", list(HALF_WITH_NUMBERS))
+def test_arithmetic_with_numbers_equals_cpu_bit_for_bit(name, dtype, mode, no_fallback):
+    # torch's CPU kernels compute bf16 and f16 at f32 ("opmath"): a Python
+    # number (or a 0-dim tensor) enters at f32, not rounded to the tensor's
+    # dtype, and a compound op (add with alpha, lerp, addcdiv) rounds once.
+    # Rounding the number first made up to a third of the elements differ.
+    # (lerp's f32 is a fused multiply-add in torch, which the op library
+    # has not: an f16 element in thousands may round the other way. f32
+    # results of the fused ops differ so too, in the last place.)
+    g = torch.Generator().manual_seed(1)
+    x = (torch.randn(4096, generator=g) * 3).to(dtype)
+    y = torch.randn(4096, generator=g).to(dtype)
+    f = HALF_WITH_NUMBERS[name]
+    got, want = f(x.to("tpu"), y.to("tpu")).cpu(), f(x, y)
+    fused = name.startswith("lerp") and dtype == torch.float16
+    assert (got != want).sum().item() <= (2 if fused else 0), f"{(got != want).sum().item()} of {want.numel()} differ"
+    torch.testing.assert_close(got, want)
+
+
+def test_addcmul_rounds_once_at_f32(mode, no_fallback):
+    # torch fuses its last multiply-add: one element in thousands may be a
+    # unit in the last place off; rounding at every step made most differ.
+    g = torch.Generator().manual_seed(2)
+    for dtype in (torch.bfloat16, torch.float16):
+        x, y = (torch.randn(4096, generator=g) * 3).to(dtype), torch.randn(4096, generator=g).to(dtype)
+        got, want = torch.addcmul(x.to("tpu"), x.to("tpu"), y.to("tpu"), value=0.7071).cpu(), torch.addcmul(
+            x, x, y, value=0.7071)
+        assert (got != want).sum() <= 4
+        torch.testing.assert_close(got, want)
+
+
 def _bf16(x):
     """x rounded to bf16, as f32."""
     return x.to(torch.bfloat16).float()

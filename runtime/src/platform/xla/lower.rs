@@ -15,8 +15,10 @@ use std::fmt::Write;
 /// The version of what this module emits, part of the xla platform's
 /// version and so of every compile-cache key there: raise it when a module
 /// would compute differently (a disk cache written before then is not
-/// loaded). 2: f32 and f64 products at HIGHEST precision.
-pub const LOWERING_VERSION: u32 = 2;
+/// loaded). 2: f32 and f64 products at HIGHEST precision. 3: compiled
+/// without excess precision (`options::DEFAULTS`); bf16 and f16
+/// transcendental functions at f32.
+pub const LOWERING_VERSION: u32 = 3;
 
 /// The precision a product or convolution of `d` operands is emitted at,
 /// None for none given: f32 at the product's own (HIGHEST, full f32, as
@@ -241,6 +243,25 @@ fn unary_name(op: UnaryOp) -> Option<&'static str> {
         UnaryOp::Not => "stablehlo.not",
         UnaryOp::IsFinite => return None,
     })
+}
+
+/// Whether a bf16 or f16 `op` is lowered at f32: the functions whose
+/// result is not exact (neither a sign, a rounding nor a comparison).
+fn widened_unary(op: UnaryOp) -> bool {
+    matches!(
+        op,
+        UnaryOp::Exp
+            | UnaryOp::Expm1
+            | UnaryOp::Log
+            | UnaryOp::Log1p
+            | UnaryOp::Sqrt
+            | UnaryOp::Rsqrt
+            | UnaryOp::Tanh
+            | UnaryOp::Logistic
+            | UnaryOp::Sin
+            | UnaryOp::Cos
+            | UnaryOp::Erf
+    )
 }
 
 fn binary_name(op: BinaryOp) -> &'static str {
@@ -773,6 +794,22 @@ fn lower_module(graph: &Graph, slots: &[OutputSlot]) -> Result<(String, Vec<Inde
             Prim::Unary(UnaryOp::IsFinite) => {
                 w(format!("{o} = stablehlo.is_finite {} : ({}) -> {ot}", ins[0], its[0]));
             }
+            // A transcendental function of bf16 or f16 at f32, rounded
+            // once, as torch computes it (XLA's own f16 logistic differed
+            // from torch's in a third of the elements).
+            Prim::Unary(op)
+                if widened_unary(*op) && matches!(graph.value_type(out).dtype, DType::BF16 | DType::F16) =>
+            {
+                let wide = shaped(&graph.value_type(out).dims, "f32");
+                w(format!("{o}_in = stablehlo.convert {} : ({}) -> {wide}", ins[0], its[0]));
+                if *op == UnaryOp::Erf {
+                    w(format!("{o}_f32 = \"chlo.erf\"({o}_in) : ({wide}) -> {wide}"));
+                } else {
+                    let name = unary_name(*op).unwrap_or("stablehlo.abs");
+                    w(format!("{o}_f32 = {name} {o}_in : {wide}"));
+                }
+                w(format!("{o} = stablehlo.convert {o}_f32 : ({wide}) -> {ot}"));
+            }
             Prim::Unary(UnaryOp::Erf) => {
                 // chlo has no short form here: the generic one.
                 w(format!("{o} = \"chlo.erf\"({}) : ({}) -> {ot}", ins[0], its[0]));
@@ -1235,6 +1272,28 @@ mod tests {
 
     fn op(name: &str, types: &[TensorType], attrs: Attrs) -> Graph {
         ops::build_graph(ops::lookup(name).unwrap(), types, &attrs).unwrap()
+    }
+
+    /// A bf16 or f16 transcendental function is computed at f32 and
+    /// rounded once (torch's way); exact ones and f32 stay as they are.
+    #[test]
+    fn half_precision_functions_run_at_f32() {
+        for dt in [DType::BF16, DType::F16] {
+            let sig = lower(&op("sigmoid", &[TensorType::new(dt, &[4])], Attrs::new())).unwrap();
+            assert!(
+                sig.contains("stablehlo.logistic %v1_in : tensor<4xf32>"),
+                "{sig}"
+            );
+            let abs = lower(&op("abs", &[TensorType::new(dt, &[4])], Attrs::new())).unwrap();
+            assert!(!abs.contains("f32"), "{abs}");
+        }
+        let f = lower(&op(
+            "exp",
+            &[TensorType::new(DType::F32, &[4])],
+            Attrs::new(),
+        ))
+        .unwrap();
+        assert!(!f.contains("_in"), "{f}");
     }
 
     /// f32 products carry the caller's precision to XLA (a TPU takes bf16

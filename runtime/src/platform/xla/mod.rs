@@ -27,6 +27,7 @@ mod sys {
 }
 
 pub mod lower;
+pub mod options;
 mod resident;
 
 use std::ffi::CString;
@@ -745,9 +746,9 @@ impl XlaPlatform {
             format_size: format.len(),
             ..Default::default()
         };
-        // CompileOptionsProto { executable_build_options (3) { num_replicas (4) = 1,
-        // num_partitions (5) = 1 } }: empty options abort the plugin (ANCHORS).
-        let options: [u8; 6] = [0x1a, 4, 0x20, 1, 0x28, 1];
+        // Full build options (empty ones abort the plugin, ANCHORS) and the
+        // debug options every program gets (`options.rs`).
+        let options = options::compile_options_proto(&options::defaults());
         let mut args = args!(PJRT_Client_Compile_Args {
             client: self.client,
             program: &program,

@@ -552,6 +552,19 @@ struct tpurt_status *tpurt_matmul_precision_push(uint32_t precision);
 // NULL) gets it.
 struct tpurt_status *tpurt_matmul_precision_pop(uint32_t *popped);
 
+// Set the compiler options of every program compiled from now on, process
+// wide: a JSON object of names to booleans, numbers or strings (on xla,
+// XLA debug options by name, such as `xla_allow_excess_precision`; the
+// host ignores them). NULL, "" or "{}" clears them. They join every
+// compile-cache key. Ops recorded under defer-and-fuse compile when their
+// stream flushes: flush first (`tpurt_stream_flush`) for the options in
+// force when they were recorded.
+struct tpurt_status *tpurt_compiler_options_set(const char *json);
+
+// The compiler options set now, as a JSON object ("{}" for none); free
+// `*json` with `tpurt_string_free`.
+struct tpurt_status *tpurt_compiler_options_get(char **json);
+
 struct tpurt_status *tpurt_compile_cache_get_stats(struct tpurt_runtime rt,
                                                    struct tpurt_compile_cache_stats *out);
 

@@ -3,6 +3,7 @@
 use std::ffi::c_char;
 use std::sync::Arc;
 
+use tpurt_core::compile::options as compile_options;
 use tpurt_core::compile::BucketPolicy;
 use tpurt_core::eager::{self, EagerMode};
 use tpurt_core::ir::{DType, Graph, TensorType};
@@ -555,6 +556,42 @@ pub extern "C" fn tpurt_matmul_precision_pop(popped: *mut u32) -> *mut tpurt_sta
         if !popped.is_null() {
             *out_ptr(popped, "popped")? = p as u32;
         }
+        Ok(())
+    })
+}
+
+/// Set the compiler options of every program compiled from now on, process
+/// wide: a JSON object of names to booleans, numbers or strings (on xla,
+/// XLA debug options by name, such as `xla_allow_excess_precision`; the
+/// host ignores them). NULL, "" or "{}" clears them. They join every
+/// compile-cache key. Ops recorded under defer-and-fuse compile when their
+/// stream flushes: flush first (`tpurt_stream_flush`) for the options in
+/// force when they were recorded.
+#[no_mangle]
+pub extern "C" fn tpurt_compiler_options_set(json: *const c_char) -> *mut tpurt_status {
+    guard(|| {
+        let text = c_str(json, "json")?.unwrap_or_default();
+        let options = if text.trim().is_empty() {
+            Default::default()
+        } else {
+            compile_options::parse_json(&text)?
+        };
+        compile_options::set(options);
+        Ok(())
+    })
+}
+
+/// The compiler options set now, as a JSON object ("{}" for none); free
+/// `*json` with `tpurt_string_free`.
+#[no_mangle]
+pub extern "C" fn tpurt_compiler_options_get(json: *mut *mut c_char) -> *mut tpurt_status {
+    guard(|| {
+        let out = out_ptr(json, "json")?;
+        let text = match compile_options::canonical() {
+            t if t.is_empty() => "{}".to_string(),
+            t => t,
+        };
+        *out = std::ffi::CString::new(text).unwrap_or_default().into_raw();
         Ok(())
     })
 }

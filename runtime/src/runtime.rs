@@ -104,6 +104,9 @@ struct OpEntry {
     attrs: Attrs,
     /// Of its f32 products: the caller's when it was built.
     precision: Precision,
+    /// The compiler options' generation it was built under (its
+    /// executable was compiled with them).
+    options: u64,
     graph: Arc<Graph>,
     /// The graph's result types.
     outputs: Vec<TensorType>,
@@ -483,10 +486,12 @@ impl Runtime {
         I: Iterator<Item = (DType, &'a [u64])> + Clone,
     {
         let precision = crate::precision::current();
-        let key = signature_hash(op, inputs.clone(), attrs, precision);
+        let options = crate::compile::options::generation();
+        let key = signature_hash(op, inputs.clone(), attrs, precision) ^ options;
         let matches = |e: &OpEntry| {
             e.op == op
                 && e.precision == precision
+                && e.options == options
                 && e.inputs.len() == inputs.clone().count()
                 && e.inputs
                     .iter()
@@ -505,6 +510,7 @@ impl Runtime {
         let entry = Arc::new(OpEntry {
             op,
             precision,
+            options,
             outputs: graph.output_types(),
             graph: Arc::new(graph),
             inputs: types,

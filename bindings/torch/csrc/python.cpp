@@ -287,6 +287,17 @@ PYBIND11_MODULE(_C, m) {
   m.def("set_matmul_precision",
         [](uint32_t precision) { check(tpurt_matmul_precision_set(precision), "set matmul precision"); });
 
+  // Compiler options (a JSON object).
+  m.def("set_compiler_options",
+        [](const std::string& json) { check(tpurt_compiler_options_set(json.c_str()), "compiler options"); });
+  m.def("compiler_options", [] {
+    char* json = nullptr;
+    check(tpurt_compiler_options_get(&json), "compiler options");
+    std::string out(json);
+    tpurt_string_free(json);
+    return out;
+  });
+
   // The compile cache.
   m.def("cache_stats", &cache_stats);
   m.def("cache_clear", [](bool memory, bool disk) {

@@ -1,6 +1,7 @@
 """torch.compile(backend="tpu") and Transformers' static-cache generate,
 which compiles with it."""
 
+import pytest
 import torch
 
 import tpurt.compiler  # noqa: F401
@@ -141,3 +142,63 @@ def test_static_cache_generate_compiled_with_backend_tpu(no_fallback):
         compile_config=transformers.CompileConfig(backend="tpu"), **kw,
     )
     assert torch.equal(out.cpu(), ref)
+
+
+def test_compiler_options_merge_restore_and_reject_bad_values():
+    opts = torch.tpu.compiler
+    assert opts.compiler_options() == {}
+    with opts.custom_compiler_options({"xla_a": 1}):
+        with opts.custom_compiler_options({"xla_b": "x", "xla_a": 2.5}) as inner:
+            assert opts.compiler_options() == {"xla_a": 2.5, "xla_b": "x"}
+            assert inner.prev == {"xla_a": 1}
+        assert opts.compiler_options() == {"xla_a": 1}
+    assert opts.compiler_options() == {}
+    with pytest.raises(TypeError, match="dict of names"):
+        opts.custom_compiler_options(["xla_a"])
+    with pytest.raises(ValueError, match="compiler options"):
+        opts.custom_compiler_options({"xla_a": float("nan")})
+    with pytest.raises(RuntimeError, match="is not a boolean, a number or a string"):
+        opts.custom_compiler_options({"xla_a": [1]})
+    assert opts.compiler_options() == {}
+
+
+def _bf16_chain(x):
+    y = x * 1.0013
+    for _ in range(6):
+        y = (y + 0.3137) * 0.7071
+    return y
+
+
+def test_allow_excess_precision_is_xlas_and_off_by_default():
+    # Off, a fused bf16 chain rounds after every op, as torch; on, XLA
+    # keeps f32 inside the fusion (the host has no such option).
+    x = torch.randn(4096, generator=torch.Generator().manual_seed(0)).bfloat16()
+    want = _bf16_chain(x)
+    with torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_AND_FUSE):
+        exact = _bf16_chain(x.to("tpu")).cpu()
+        def not_in_memory():
+            st = torch.tpu.compile_cache_stats()
+            return st["requests"] - st["memory_hits"]
+
+        before = not_in_memory()
+        with torch.tpu.allow_excess_precision():
+            excess = _bf16_chain(x.to("tpu")).cpu()
+        assert not_in_memory() > before  # another key: compiled, or loaded from disk
+        again = _bf16_chain(x.to("tpu")).cpu()
+    assert torch.equal(exact, want) and torch.equal(again, want)
+    if torch.tpu.platform() == "xla":
+        assert (excess != want).sum() > 100
+        torch.testing.assert_close(excess, want, rtol=2e-2, atol=2e-2)
+    else:
+        assert torch.equal(excess, want)
+
+
+def test_an_unknown_xla_option_fails_naming_it():
+    x = torch.ones(3, device="tpu")
+    with torch.tpu.compiler.custom_compiler_options({"xla_no_such_option": 1}):
+        if torch.tpu.platform() == "xla":
+            with pytest.raises(RuntimeError, match="No such compile option: 'xla_no_such_option'"):
+                (x * 3.5).cpu()
+        else:
+            assert (x * 3.5).cpu().tolist() == [3.5] * 3
+    assert (x * 3.5).cpu().tolist() == [3.5] * 3

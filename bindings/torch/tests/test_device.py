@@ -27,7 +27,7 @@ def test_torch_tpu_submodules_import_by_their_dotted_names():
     # TorchTPU's torch.tpu is a package: code imports its submodules by name.
     import importlib
 
-    for name in ("ops", "profiler", "distributed", "optimizers"):
+    for name in ("ops", "profiler", "distributed", "optimizers", "compiler"):
         assert importlib.import_module(f"torch.tpu.{name}") is getattr(torch.tpu, name)
     from torch.tpu.profiler import profile
 

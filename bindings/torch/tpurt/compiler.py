@@ -10,6 +10,7 @@ sizes of a bucket share its programs.
 from __future__ import annotations
 
 import functools
+import json
 from typing import Optional
 
 import torch
@@ -20,6 +21,52 @@ from torch._dynamo.backends.registry import register_backend
 from . import _C, buckets
 
 _DEFER_AND_FUSE = 2
+
+
+# --- compiler options (torch.tpu.compiler) --------------------------------------
+
+
+def compiler_options() -> dict:
+    """The compiler options set now (see `custom_compiler_options`)."""
+    return json.loads(_C.compiler_options())
+
+
+class custom_compiler_options:
+    """Compile every program from now on with these options added to those
+    already set: on xla, XLA debug options by name, e.g.
+    ``{"xla_allow_excess_precision": True}`` or
+    ``{"xla_cpu_enable_fast_math": True}`` (a name XLA does not know makes
+    the next compile fail naming it); the host ignores them. Also a context
+    manager that restores the previous options on exit. What the devices'
+    current streams hold recorded under defer-and-fuse is launched first,
+    on entry and on exit, so it compiles with the options it was recorded
+    under. The options are part of every compile-cache key."""
+
+    def __init__(self, options: dict):
+        if not isinstance(options, dict):
+            raise TypeError(f"compiler options must be a dict of names to values, not {type(options).__name__}")
+        self.prev = compiler_options()
+        merged = dict(self.prev)
+        merged.update(options)
+        _set(merged)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        _set(self.prev)
+        return False
+
+
+def _set(options: dict) -> None:
+    try:
+        text = json.dumps(options, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"compiler options {options!r}: {e}") from None
+    if _C.is_initialized():
+        for d in range(_C.device_count()):
+            _C.launch_deferred(d)
+    _C.set_compiler_options(text)
 
 
 def _in_defer_mode(run):

@@ -249,6 +249,18 @@ class precision:
         return False
 
 
+def allow_excess_precision(enabled: bool = True):
+    """Let XLA keep bf16 and f16 intermediates of a fused program at f32
+    instead of rounding them where the program does (XLA's
+    ``xla_allow_excess_precision``): faster on a TPU, and more precise,
+    but no longer equal to torch's results, which round after every op.
+    Off by default. A setter and a context manager
+    (`torch.tpu.compiler.custom_compiler_options`); the host ignores it."""
+    from . import compiler
+
+    return compiler.custom_compiler_options({"xla_allow_excess_precision": bool(enabled)})
+
+
 # --- streams and events ------------------------------------------------------------
 
 
@@ -585,6 +597,7 @@ from . import profiler  # noqa: E402  (torch.tpu.profiler: device time per task 
 from . import distributed  # noqa: E402  (torch.tpu.distributed: the "tpurt" c10d backend)
 from . import optimizers  # noqa: E402  (torch.tpu.optimizers: AdamW, Sgd, Muon, a program a step)
 from .distributed import topology_aware_mesh  # noqa: E402,F401  (a DeviceMesh laid out by the chips)
+from . import compiler  # noqa: E402  (torch.tpu.compiler: the dynamo backend, compiler options)
 
 
 def _install_submodules() -> None:
@@ -599,7 +612,7 @@ def _install_submodules() -> None:
     me = sys.modules[__name__]
     if not hasattr(me, "__path__"):
         me.__path__ = []
-    for name in ("ops", "profiler", "distributed", "optimizers"):
+    for name in ("ops", "profiler", "distributed", "optimizers", "compiler"):
         sys.modules[f"torch.tpu.{name}"] = getattr(me, name)
 
 

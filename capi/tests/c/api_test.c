@@ -541,6 +541,23 @@ static void test_ops_modes_graphs_and_cache(void) {
   CHECK(precision == TPURT_PRECISION_HIGH);
   OK(tpurt_matmul_precision_set(TPURT_PRECISION_HIGHEST));
 
+  /* Compiler options: a JSON object in, the canonical one out. */
+  char *copts = NULL;
+  OK(tpurt_compiler_options_get(&copts));
+  CHECK(strcmp(copts, "{}") == 0);
+  tpurt_string_free(copts);
+  OK(tpurt_compiler_options_set("{\"xla_b\": 2, \"xla_a\": true}"));
+  OK(tpurt_compiler_options_get(&copts));
+  CHECK(strcmp(copts, "{\"xla_a\":true,\"xla_b\":2}") == 0);
+  tpurt_string_free(copts);
+  ERR(tpurt_compiler_options_set("{\"xla_a\": [1]}"), TPURT_CODE_INVALID_ARGUMENT, "compiler option \"xla_a\"");
+  ERR(tpurt_compiler_options_set("[1]"), TPURT_CODE_INVALID_ARGUMENT, "JSON object");
+  ERR(tpurt_compiler_options_get(NULL), TPURT_CODE_INVALID_ARGUMENT, "json");
+  OK(tpurt_compiler_options_set(NULL));
+  OK(tpurt_compiler_options_get(&copts));
+  CHECK(strcmp(copts, "{}") == 0);
+  tpurt_string_free(copts);
+
   /* Deferred ops wait for a flush; tpurt_stream_flush launches them and
      says how many there were. */
   tpurt_stream def;

@@ -33,12 +33,14 @@ impl Compiler {
     /// An executable for `graph`, from the cache (built on a miss).
     pub fn compile(&self, graph: &Graph) -> Result<Arc<dyn Executable>> {
         let platform = &self.platform;
-        let key = CacheKey::for_graph(
-            graph,
-            platform.name(),
-            platform.version(),
-            platform.compile_options(),
-        );
+        // The frontend's compiler options join the platform's settings in
+        // the key (only when there are any: keys made without them hold).
+        let mut options = platform.compile_options();
+        let asked = super::options::canonical();
+        if !asked.is_empty() {
+            options = format!("{options};compiler_options={asked}");
+        }
+        let key = CacheKey::for_graph(graph, platform.name(), platform.version(), options);
         self.cache.get_or_compile(
             &key,
             || graph.to_string(),
@@ -99,5 +101,27 @@ mod tests {
         );
         assert_eq!(stats_after_compile(""), (0, 1));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The frontend's compiler options are part of the key: a program
+    /// compiled under them is another entry, and the one compiled without
+    /// them is found again once they are cleared.
+    #[test]
+    fn the_cache_key_holds_the_frontends_compiler_options() {
+        use crate::compile::options;
+        let host: Arc<dyn Platform> = HostPlatform::new(HostConfig::default());
+        let compiler = Compiler::new(host, CacheConfig::memory_only(8));
+        let t = TensorType::new(DType::F32, &[3]);
+        let mut b = GraphBuilder::new();
+        let x = b.param(t);
+        let y = b.binary(BinaryOp::Mul, x, x).unwrap();
+        let graph = b.build(&[y]).unwrap();
+        compiler.compile(&graph).unwrap();
+        options::set(options::parse_json(r#"{"xla_cpu_enable_fast_math": true}"#).unwrap());
+        compiler.compile(&graph).unwrap();
+        options::set(Default::default());
+        compiler.compile(&graph).unwrap();
+        let st = compiler.cache().stats();
+        assert_eq!((st.misses, st.memory_hits), (2, 1));
     }
 }

@@ -70,6 +70,7 @@ mod compiler;
 mod disk;
 mod key;
 mod lru;
+pub mod options;
 mod stats;
 #[cfg(test)]
 mod tests;

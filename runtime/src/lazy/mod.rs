@@ -312,7 +312,8 @@ pub(crate) fn prepare(
     let mut view_of: FxHashMap<ViewKey, usize> = FxHashMap::default();
     let mut views: Vec<(Option<ViewState>, &DeviceTensor)> = Vec::new();
     let mut params: Vec<(usize, usize)> = Vec::new();
-    let mut key: Vec<u64> = vec![ops.len() as u64];
+    // (A program compiled under other compiler options is another one.)
+    let mut key: Vec<u64> = vec![ops.len() as u64, crate::compile::options::generation()];
     // Views written so far, by buffer (as in `LazyQueue::written`); the
     // inputs read from them, (op, input) -> (written view, primitives); and
     // the outputs written into them, (op, output) -> (written view, where).

@@ -748,7 +748,7 @@ impl XlaPlatform {
         };
         // Full build options (empty ones abort the plugin, ANCHORS) and the
         // debug options every program gets (`options.rs`).
-        let options = options::compile_options_proto(&options::defaults());
+        let options = options::compile_options_proto(&options::in_force());
         let mut args = args!(PJRT_Client_Compile_Args {
             client: self.client,
             program: &program,

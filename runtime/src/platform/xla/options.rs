@@ -10,25 +10,7 @@
 //!   `int_field`, 4 `double_field` }, which PJRT applies to the program's
 //!   debug options by name (as `XLA_FLAGS` would, but per program).
 
-/// A value for an XLA debug option.
-#[derive(Clone, Debug, PartialEq)]
-pub enum OptionValue {
-    Bool(bool),
-    Int(i64),
-    Float(f64),
-    Str(String),
-}
-
-impl std::fmt::Display for OptionValue {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            OptionValue::Bool(b) => write!(f, "{b}"),
-            OptionValue::Int(i) => write!(f, "{i}"),
-            OptionValue::Float(x) => write!(f, "{x}"),
-            OptionValue::Str(s) => write!(f, "{s:?}"),
-        }
-    }
-}
+pub use crate::compile::options::OptionValue;
 
 /// What every program is compiled with unless overridden: no excess
 /// precision, so that XLA rounds a bf16 or f16 value wherever the program
@@ -86,11 +68,13 @@ pub fn compile_options_proto(overrides: &[(String, OptionValue)]) -> Vec<u8> {
     out
 }
 
-/// The default overrides, as `compile_options_proto` takes them.
-pub fn defaults() -> Vec<(String, OptionValue)> {
+/// The overrides of a program compiled now: the defaults, then the
+/// frontend's compiler options (`compile::options`), which win.
+pub fn in_force() -> Vec<(String, OptionValue)> {
     DEFAULTS
         .iter()
         .map(|(n, b)| (n.to_string(), OptionValue::Bool(*b)))
+        .chain(crate::compile::options::current())
         .collect()
 }
 

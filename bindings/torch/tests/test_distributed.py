@@ -20,15 +20,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("backend", ["tpurt", "cpu:gloo,tpu:tpurt"])
-def test_ddp_over_two_processes_matches_full_batch_training(tmp_path, backend):
-    world, port = 2, _free_port()
-    outs = [tmp_path / f"rank{r}.pt" for r in range(world)]
-    env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+def _run_ranks(script: str, world: int, args, env) -> None:
+    """Runs `script` once per rank (args(r), env(r)) and waits for all;
+    each must succeed (its output is the failure's message)."""
     procs = [
         subprocess.Popen(
-            [sys.executable, str(HERE / "ddp_worker.py"), str(r), str(world), str(port), str(outs[r]), backend],
-            env=env,
+            [sys.executable, str(HERE / script), *args(r)],
+            env=env(r),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -38,6 +36,14 @@ def test_ddp_over_two_processes_matches_full_batch_training(tmp_path, backend):
     logs = [p.communicate(timeout=300)[0] for p in procs]
     for p, log in zip(procs, logs):
         assert p.returncode == 0, log
+
+
+@pytest.mark.parametrize("backend", ["tpurt", "cpu:gloo,tpu:tpurt"])
+def test_ddp_over_two_processes_matches_full_batch_training(tmp_path, backend):
+    world, port = 2, _free_port()
+    outs = [tmp_path / f"rank{r}.pt" for r in range(world)]
+    env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    _run_ranks("ddp_worker.py", world, lambda r: [str(r), str(world), str(port), str(outs[r]), backend], lambda r: env)
     got = [torch.load(o) for o in outs]
 
     # The same training on the CPU, one process, the whole batch.
@@ -64,19 +70,12 @@ def test_topology_aware_mesh_over_four_chips_of_a_slice(tmp_path):
         TPU_ACCELERATOR_TYPE="v5litepod-4", TPU_TOPOLOGY="2x2", TPU_CHIPS_PER_HOST_BOUNDS="2,2,1",
         TPU_HOST_BOUNDS="1,1,1", TPU_WORKER_ID="0", TPU_SKIP_MDS_QUERY="1",
     )
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(HERE / "mesh_worker.py"), str(r), str(world), str(port), str(outs[r])],
-            env=dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0", TPU_VISIBLE_CHIPS=str(3 - r), **slice_env),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for r in range(world)
-    ]
-    logs = [p.communicate(timeout=300)[0] for p in procs]
-    for p, log in zip(procs, logs):
-        assert p.returncode == 0, log
+    _run_ranks(
+        "mesh_worker.py",
+        world,
+        lambda r: [str(r), str(world), str(port), str(outs[r])],
+        lambda r: dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0", TPU_VISIBLE_CHIPS=str(3 - r), **slice_env),
+    )
     import json
 
     got = [json.loads(o.read_text()) for o in outs]

@@ -204,6 +204,22 @@ pub fn expand_composites(graph: &Graph) -> Result<Graph> {
     if !graph.nodes().iter().any(|n| n.prim.is_composite()) {
         return Ok(graph.clone());
     }
+    rewrite_nodes(graph, |e, prim, ins| {
+        if prim.is_composite() {
+            attention::expand(e, prim, ins)
+        } else {
+            e.g.node(prim.clone(), ins)
+        }
+    })
+}
+
+/// `graph` rebuilt node by node: `each` emits a node's results from its
+/// primitive and its (rebuilt) inputs. Parameters, outputs and aliases
+/// keep their order and types.
+fn rewrite_nodes(
+    graph: &Graph,
+    mut each: impl FnMut(&mut Emitter, &Prim, &[ValueId]) -> Result<Vec<ValueId>>,
+) -> Result<Graph> {
     let mut e = Emitter::new();
     let mut map: HashMap<ValueId, ValueId> = HashMap::new();
     for p in graph.params() {
@@ -211,17 +227,13 @@ pub fn expand_composites(graph: &Graph) -> Result<Graph> {
     }
     for n in graph.nodes() {
         let ins: Vec<ValueId> = n.inputs.iter().map(|v| map[v]).collect();
-        let outs = if n.prim.is_composite() {
-            attention::expand(&mut e, &n.prim, &ins)?
-        } else {
-            e.g.node(n.prim.clone(), &ins)?
-        };
+        let outs = each(&mut e, &n.prim, &ins)?;
         for (o, v) in n.outputs.iter().zip(outs) {
             map.insert(*o, v);
         }
     }
     let outputs: Vec<ValueId> = graph.outputs().iter().map(|o| map[o]).collect();
-    e.g.build(&outputs)
+    e.g.build(&outputs)?.with_aliases(graph.aliases().to_vec())
 }
 
 /// A product below HIGHEST precision: its precision, and the product at
@@ -259,39 +271,27 @@ pub fn expand_precision(graph: &Graph) -> Result<Graph> {
         let r = e.g.op(Prim::Convert { to: DType::BF16 }, &[x])?;
         e.g.op(Prim::Convert { to: DType::F32 }, &[r])
     }
-    let mut e = Emitter::new();
-    let mut map: HashMap<ValueId, ValueId> = HashMap::new();
-    for p in graph.params() {
-        map.insert(*p, e.g.param(graph.value_type(*p).clone()));
-    }
-    for n in graph.nodes() {
-        let ins: Vec<ValueId> = n.inputs.iter().map(|v| map[v]).collect();
+    rewrite_nodes(graph, |e, prim, ins| {
         let f32_operands = ins.iter().all(|&v| e.dtype(v) == DType::F32);
-        let outs = match reduced(&n.prim) {
+        match reduced(prim) {
             Some((p, full)) if f32_operands => {
-                let (a, b) = (bf16(&mut e, ins[0])?, bf16(&mut e, ins[1])?);
+                let (a, b) = (bf16(e, ins[0])?, bf16(e, ins[1])?);
                 if p == Precision::Default {
-                    vec![e.op(full, &[a, b])?]
-                } else {
-                    let a_lo = e.sub(ins[0], a)?;
-                    let a_lo = bf16(&mut e, a_lo)?;
-                    let b_lo = e.sub(ins[1], b)?;
-                    let b_lo = bf16(&mut e, b_lo)?;
-                    let lo_hi = e.op(full.clone(), &[a_lo, b])?;
-                    let hi_lo = e.op(full.clone(), &[a, b_lo])?;
-                    let hi_hi = e.op(full, &[a, b])?;
-                    let small = e.add(lo_hi, hi_lo)?;
-                    vec![e.add(small, hi_hi)?]
+                    return Ok(vec![e.op(full, &[a, b])?]);
                 }
+                let a_lo = e.sub(ins[0], a)?;
+                let a_lo = bf16(e, a_lo)?;
+                let b_lo = e.sub(ins[1], b)?;
+                let b_lo = bf16(e, b_lo)?;
+                let lo_hi = e.op(full.clone(), &[a_lo, b])?;
+                let hi_lo = e.op(full.clone(), &[a, b_lo])?;
+                let hi_hi = e.op(full, &[a, b])?;
+                let small = e.add(lo_hi, hi_lo)?;
+                Ok(vec![e.add(small, hi_hi)?])
             }
-            _ => e.g.node(n.prim.clone(), &ins)?,
-        };
-        for (o, v) in n.outputs.iter().zip(outs) {
-            map.insert(*o, v);
+            _ => e.g.node(prim.clone(), ins),
         }
-    }
-    let outputs: Vec<ValueId> = graph.outputs().iter().map(|o| map[o]).collect();
-    e.g.build(&outputs)?.with_aliases(graph.aliases().to_vec())
+    })
 }
 
 /// A fresh copy of `v` (an op whose output must not be its input): a

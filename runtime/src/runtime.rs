@@ -487,7 +487,7 @@ impl Runtime {
     {
         let precision = crate::precision::current();
         let options = crate::compile::options::generation();
-        let key = signature_hash(op, inputs.clone(), attrs, precision) ^ options;
+        let key = signature_hash(op, inputs.clone(), attrs, precision, options);
         let matches = |e: &OpEntry| {
             e.op == op
                 && e.precision == precision
@@ -692,17 +692,20 @@ impl Drop for Runtime {
 }
 
 /// The memo key of an op signature: op, each input's dtype and dims, the
-/// attributes and the precision of products, hashed in place.
+/// attributes, the precision of products and the compiler options'
+/// generation, hashed in place.
 fn signature_hash<'a>(
     op: OpId,
     inputs: impl Iterator<Item = (DType, &'a [u64])>,
     attrs: &Attrs,
     precision: Precision,
+    options: u64,
 ) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = crate::fxhash::FxHasher::default();
     op.0.hash(&mut h);
     precision.hash(&mut h);
+    options.hash(&mut h);
     for (d, dims) in inputs {
         d.hash(&mut h);
         dims.hash(&mut h);

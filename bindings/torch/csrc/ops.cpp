@@ -115,7 +115,7 @@ Attrs dims_attrs(at::OptionalIntArrayRef dim, bool keepdim) {
 // of the compiled graph's key, so each new value would compile anew.
 bool is_one(const Scalar& s) { return s.isIntegral(true) ? s.toLong() == 1 : s.toDouble() == 1.0; }
 
-// The inputs of a op b·alpha: alpha a third input, a wrapped number, which
+// The inputs of a ± b·alpha: alpha a third input, a wrapped number, which
 // the op library applies as torch does (rounded to the result dtype, and
 // for bf16 and f16 at f32 with one rounding of the sum).
 std::vector<Tensor> with_alpha(const Tensor& a, const Tensor& b, const Scalar& alpha) {

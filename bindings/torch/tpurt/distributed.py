@@ -267,18 +267,17 @@ def _mesh_ranks(coords: Sequence[Sequence[int]], mesh_shape: Sequence[int]) -> L
         layout.insert(0, pieces)
     ranks = []
     for flat in range(n):
+        if not layout:
+            ranks.append(where[tuple(_snake(flat, box))])
+            continue
         point = [0] * len(box)
-        if layout:
-            rest = flat
-            idx = []
-            for size in reversed(list(mesh_shape)):
-                idx.insert(0, rest % size)
-                rest //= size
-            for i, pieces in zip(idx, layout):
-                for (a, _, stride), d in zip(pieces, _snake(i, [p[1] for p in pieces])):
-                    point[a] += d * stride
-        else:
-            for (a, _, stride), d in zip([(a, s, 1) for a, s in enumerate(box)], _snake(flat, box)):
+        rest = flat
+        idx = []
+        for size in reversed(list(mesh_shape)):
+            idx.insert(0, rest % size)
+            rest //= size
+        for i, pieces in zip(idx, layout):
+            for (a, _, stride), d in zip(pieces, _snake(i, [p[1] for p in pieces])):
                 point[a] += d * stride
         ranks.append(where[tuple(point)])
     return ranks

@@ -256,8 +256,6 @@ def allow_excess_precision(enabled: bool = True):
     but no longer equal to torch's results, which round after every op.
     Off by default. A setter and a context manager
     (`torch.tpu.compiler.custom_compiler_options`); the host ignores it."""
-    from . import compiler
-
     return compiler.custom_compiler_options({"xla_allow_excess_precision": bool(enabled)})
 
 

@@ -33,27 +33,49 @@ pub(super) fn promote_opmath(
     xs: &[ValueId],
     attrs: &Attrs,
 ) -> Result<(Vec<ValueId>, DType, DType)> {
-    let wrapped = attrs.ints_opt("wrapped")?.unwrap_or_default();
-    let (promoted, dt) = promote(e, xs, attrs)?;
-    if !matches!(dt, DType::BF16 | DType::F16) {
-        return Ok((promoted, dt, dt));
-    }
+    let places = priorities(e, xs, attrs)?;
+    let dt = result_type(&places);
+    let ct = opmath(dt);
     let mut out = Vec::with_capacity(xs.len());
-    for (i, (&x, &p)) in xs.iter().zip(&promoted).enumerate() {
-        let scalar = wrapped.contains(&(i as i64)) || e.rank(x) == 0;
-        out.push(e.convert(if scalar { x } else { p }, DType::F32)?);
+    for (&x, &(_, place)) in xs.iter().zip(&places) {
+        let x = if place == Priority::Dimensioned || ct == dt {
+            e.convert(x, dt)?
+        } else {
+            x
+        };
+        out.push(e.convert(x, ct)?);
     }
-    Ok((out, DType::F32, dt))
+    Ok((out, ct, dt))
 }
 
-/// Whether input `i` of these is a Python number or a 0-dim tensor whose
-/// dtype is not `dt` (its value then enters an opmath computation at f32).
-fn has_wide_scalar(e: &Emitter, xs: &[ValueId], attrs: &Attrs, dt: DType) -> Result<bool> {
-    let wrapped = attrs.ints_opt("wrapped")?.unwrap_or_default();
-    Ok(xs
-        .iter()
-        .enumerate()
-        .any(|(i, &x)| (wrapped.contains(&(i as i64)) || e.rank(x) == 0) && e.dtype(x) != dt))
+/// `promote_opmath`'s inputs and result dtype where a bf16 or f16 result
+/// takes a Python number or a 0-dim tensor of another dtype (which torch's
+/// CPU kernels read at f32); None elsewhere, for the op's usual path.
+fn with_wide_number(
+    e: &mut Emitter,
+    xs: &[ValueId],
+    attrs: &Attrs,
+) -> Result<Option<(Vec<ValueId>, DType)>> {
+    let places = priorities(e, xs, attrs)?;
+    let dt = result_type(&places);
+    let wide = opmath(dt) != dt
+        && places
+            .iter()
+            .any(|&(d, place)| place != Priority::Dimensioned && d != dt);
+    if !wide {
+        return Ok(None);
+    }
+    let (xs, _, dt) = promote_opmath(e, xs, attrs)?;
+    Ok(Some((xs, dt)))
+}
+
+/// The dtype torch's CPU kernels compute a `dt` result in: f32 for bf16
+/// and f16, `dt` itself otherwise.
+fn opmath(dt: DType) -> DType {
+    match dt {
+        DType::BF16 | DType::F16 => DType::F32,
+        other => other,
+    }
 }
 
 /// Promote, then move integer and bool results to the default float dtype
@@ -168,11 +190,7 @@ fn add_like(e: &mut Emitter, x: &[ValueId], a: &Attrs, op: BinaryOp) -> Result<V
                 "for integer input tensors, alpha must not be a floating point number",
             ));
         }
-        let ct = if matches!(dt, DType::BF16 | DType::F16) {
-            DType::F32
-        } else {
-            dt
-        };
+        let ct = opmath(dt);
         let alpha = e.convert(x[2], dt)?;
         let alpha = e.convert(alpha, ct)?;
         let (x0, x1) = (e.convert(xs[0], ct)?, e.convert(xs[1], ct)?);
@@ -225,19 +243,18 @@ fn bool_aware(
 /// x * y; a bf16 or f16 tensor times a number multiplies at f32 (torch's
 /// CPU kernel reads the number at f32, not rounded to the tensor's dtype).
 fn mul(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
-    let dt = result_of(e, x, a)?;
-    if matches!(dt, DType::BF16 | DType::F16) && has_wide_scalar(e, x, a, dt)? {
-        let (xs, _, dt) = promote_opmath(e, x, a)?;
+    if let Some((xs, dt)) = with_wide_number(e, x, a)? {
         let r = e.mul(xs[0], xs[1])?;
         return Ok(vec![e.convert(r, dt)?]);
     }
     bool_aware(e, x, a, BinaryOp::Mul, BinaryOp::And)
 }
 
-/// The dtype these inputs promote to (torch.result_type).
-fn result_of(e: &Emitter, xs: &[ValueId], attrs: &Attrs) -> Result<DType> {
+/// Each input's dtype and its standing in torch's promotion: a Python
+/// number (listed in `wrapped`), a 0-dim tensor, or a dimensioned one.
+fn priorities(e: &Emitter, xs: &[ValueId], attrs: &Attrs) -> Result<Vec<(DType, Priority)>> {
     let wrapped = attrs.ints_opt("wrapped")?.unwrap_or_default();
-    let ops: Vec<(DType, Priority)> = xs
+    Ok(xs
         .iter()
         .enumerate()
         .map(|(i, &x)| {
@@ -250,8 +267,12 @@ fn result_of(e: &Emitter, xs: &[ValueId], attrs: &Attrs) -> Result<DType> {
             };
             (e.dtype(x), p)
         })
-        .collect();
-    Ok(result_type(&ops))
+        .collect())
+}
+
+/// The dtype these inputs promote to (torch.result_type).
+fn result_of(e: &Emitter, xs: &[ValueId], attrs: &Attrs) -> Result<DType> {
+    Ok(result_type(&priorities(e, xs, attrs)?))
 }
 
 /// The C remainder `r` of x / y (sign of x), and where Python's floor
@@ -272,12 +293,12 @@ fn div(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     let mode = a.str_or("rounding_mode", "none")?.to_string();
     // A bf16 or f16 tensor and a number: the quotient (and its rounding
     // down) at f32, rounded to the dtype once, as torch's CPU kernel.
-    let dt = result_of(e, x, a)?;
-    if matches!(dt, DType::BF16 | DType::F16)
-        && has_wide_scalar(e, x, a, dt)?
-        && matches!(mode.as_str(), "none" | "" | "trunc" | "floor")
-    {
-        let (xs, _, dt) = promote_opmath(e, x, a)?;
+    let wide = if matches!(mode.as_str(), "none" | "" | "trunc" | "floor") {
+        with_wide_number(e, x, a)?
+    } else {
+        None
+    };
+    if let Some((xs, dt)) = wide {
         let q = e.div(xs[0], xs[1])?;
         let q = match mode.as_str() {
             "trunc" => trunc(e, q)?,

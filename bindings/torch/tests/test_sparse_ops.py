@@ -1,6 +1,8 @@
 """torch.tpu.ops: the SparseCore embedding ops against CPU loops, in every
 eager mode; their stream order (they run on the SparseCore queue); input
-checks that name the input and position; and _C.call_op's errors."""
+checks that name the input and position; _C.call_op's errors; ragged_dot
+against per-group products (the collectives along a dim run across
+processes in test_distributed.py)."""
 
 import pytest
 import torch
@@ -190,3 +192,69 @@ def test_call_op_errors_name_the_op_and_the_attribute():
         _C.call_op("sparse_dense_matmul", [x], {"batch_size": object()})
     (y,) = _C.call_op("add", [x, x], {})
     assert y.cpu().tolist() == [2.0, 2.0]
+
+
+def _ragged_ref(lhs, rhs, sizes):
+    """ragged_dot by slices (differentiable): negative sizes are empty,
+    groups are cut at the last row, rows past them are zero."""
+    m = lhs.shape[0]
+    parts, start = [], 0
+    for j, s in enumerate(sizes):
+        end = min(start + max(s, 0), m)
+        if end > start:
+            parts.append(lhs[start:end] @ rhs[j])
+        start = max(start, end)
+    rest = m - sum(p.shape[0] for p in parts)
+    parts.append(lhs.new_zeros(rest, rhs.shape[2]))
+    return torch.cat(parts)
+
+
+@pytest.mark.parametrize("sizes", [[3, 0, 4, 1], [2, 2, 2, 2], [0, 0, 8, 0], [5, -1, 2, 9], [1, 1, 1]])
+def test_ragged_dot_matches_per_group_products_and_gradients(mode, no_fallback, sizes):
+    g = torch.Generator().manual_seed(len(sizes) + sum(sizes))
+    m, k, n = 8, 5, 3
+    lhs, rhs = torch.randn(m, k, generator=g), torch.randn(len(sizes), k, n, generator=g)
+    grad = torch.randn(m, n, generator=g)
+    lt, rt = lhs.to(TPU).requires_grad_(), rhs.to(TPU).requires_grad_()
+    out = torch.tpu.ops.ragged_dot(lt, rt, torch.tensor(sizes, dtype=torch.int32, device=TPU))
+    out.backward(grad.to(TPU))
+    l64, r64 = lhs.double().requires_grad_(), rhs.double().requires_grad_()
+    want = _ragged_ref(l64, r64, sizes)
+    want.backward(grad.double())
+    torch.testing.assert_close(out.detach().cpu().double(), want.detach(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(lt.grad.cpu().double(), l64.grad, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(rt.grad.cpu().double(), r64.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_ragged_dot_in_bf16_and_its_errors(no_fallback):
+    g = torch.Generator().manual_seed(5)
+    lhs = torch.randn(6, 4, generator=g).bfloat16()
+    rhs = torch.randn(2, 4, 3, generator=g).bfloat16()
+    sizes = torch.tensor([4, 2])
+    want = _ragged_ref(lhs.float(), rhs.float(), [4, 2])
+    wide = torch.tpu.ops.ragged_dot(lhs.to(TPU), rhs.to(TPU), sizes.to(TPU), preferred_element_type=torch.float32)
+    assert wide.dtype == torch.float32
+    torch.testing.assert_close(wide.cpu(), want, rtol=1e-6, atol=1e-6)
+    half = torch.tpu.ops.ragged_dot(lhs.to(TPU), rhs.to(TPU), sizes.to(TPU))
+    assert half.dtype == torch.bfloat16
+    torch.testing.assert_close(half.cpu(), want.bfloat16(), rtol=0, atol=0)
+    ops = torch.tpu.ops
+    with pytest.raises(ValueError, match="group_sizes must be an integer tensor"):
+        ops.ragged_dot(lhs.to(TPU), rhs.to(TPU), sizes.float().to(TPU))
+    with pytest.raises(ValueError, match="rhs is on cpu"):
+        ops.ragged_dot(lhs.to(TPU), rhs, sizes.to(TPU))
+    with pytest.raises(ValueError, match="group_sizes has 3 entries for 2 groups"):
+        ops.ragged_dot(lhs.to(TPU), rhs.to(TPU), torch.tensor([1, 2, 3], device=TPU))
+    with pytest.raises(ValueError, match="cannot be multiplied"):
+        ops.ragged_dot(lhs.to(TPU), rhs.to(TPU).transpose(1, 2), sizes.to(TPU))
+
+
+def test_collectives_along_a_dim_check_their_arguments():
+    import torch.distributed as dist
+
+    x = torch.ones(2, 3, device=TPU)
+    if not dist.is_initialized():
+        with pytest.raises(RuntimeError, match="init_process_group"):
+            torch.tpu.ops.all_gather_dim(x, 0)
+    with pytest.raises(ValueError, match="dim 2 is out of range for a 2-D tensor"):
+        torch.tpu.ops.reduce_scatter_dim(x, 2)

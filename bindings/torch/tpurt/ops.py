@@ -1,5 +1,10 @@
 """torch.tpu.ops: TorchTPU's SparseCore embedding ops, on the runtime's
-``sparse_dense_matmul*`` ops.
+``sparse_dense_matmul*`` ops; ``ragged_dot``, the grouped product of
+mixture-of-experts layers; and ``all_gather_dim`` / ``reduce_scatter_dim``,
+collectives along a tensor dimension. (TorchTPU publishes these names but
+not their signatures; ours follow JAX's ``lax.ragged_dot`` and
+``lax.all_gather(..., axis=, tiled=True)`` / ``lax.psum_scatter(...,
+scatter_dimension=, tiled=True)``.)
 
 The sparse input is a matrix of samples by table rows in four tensors
 (what TorchRec's SparseCore input preprocessing makes):
@@ -49,6 +54,9 @@ __all__ = [
     "sparse_dense_matmul_grad_with_rowwise_adagrad",
     "sparse_dense_matmul_grad_with_adam",
     "sparse_dense_matmul_activation_unstack",
+    "ragged_dot",
+    "all_gather_dim",
+    "reduce_scatter_dim",
     "set_validate_inputs",
     "sparse_cores",
     "validate_inputs_enabled",
@@ -381,3 +389,150 @@ def sparse_dense_matmul_activation_unstack(
         raise ValueError(f"torch.tpu.ops.{op}: a feature dim in {dims} exceeds the activations' {d}")
     x = activations.reshape(nsc, f, b // nsc, d).transpose(0, 1).reshape(f, b, d)
     return [x[i, :, : dims[i]] for i in range(f)]
+
+
+class _RaggedDot(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, lhs, rhs, group_sizes):
+        ctx.save_for_backward(lhs, rhs, group_sizes)
+        (out,) = _C.call_op("ragged_dot", [lhs, rhs, group_sizes], {})
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        lhs, rhs, group_sizes = ctx.saved_tensors
+        d_lhs = d_rhs = None
+        if ctx.needs_input_grad[0]:
+            (d_lhs,) = _C.call_op("ragged_dot", [grad, rhs.transpose(1, 2), group_sizes], {})
+            d_lhs = d_lhs.to(lhs.dtype)
+        if ctx.needs_input_grad[1]:
+            (d_rhs,) = _C.call_op("ragged_dot_rhs_grad", [lhs, grad, group_sizes], {})
+            d_rhs = d_rhs.to(rhs.dtype)
+        return d_lhs, d_rhs, None
+
+
+def ragged_dot(
+    lhs: torch.Tensor,
+    rhs: torch.Tensor,
+    group_sizes: torch.Tensor,
+    *,
+    preferred_element_type: Optional[torch.dtype] = None,
+) -> torch.Tensor:
+    """The grouped product of a mixture-of-experts layer, as JAX's
+    ``lax.ragged_dot``: ``lhs`` [m, k] holds rows sorted by group (expert),
+    ``rhs`` [g, k, n] one matrix per group, ``group_sizes`` [g] (int32 or
+    int64) how many consecutive rows each group has. Group j's rows are
+    multiplied by ``rhs[j]``; the result is [m, n], zero in rows past the
+    groups' total (a group with a negative size has no rows; sizes that run
+    past m are cut at m). Differentiable in ``lhs`` and ``rhs``; one program
+    on the device whatever the sizes (nothing is read back).
+
+    ``preferred_element_type=torch.float32`` with bf16 or f16 operands
+    returns the f32 sums unrounded. The product is computed over every
+    (group, k) pair with the other groups' entries zero, g times the work
+    of a kernel that skips them: exact, though a weight that is inf or NaN
+    in one group makes every row NaN."""
+    op = "ragged_dot"
+    for name, t in (("lhs", lhs), ("rhs", rhs), ("group_sizes", group_sizes)):
+        _tensor(op, name, t)
+        if t.device.type != "tpu" or t.device != lhs.device:
+            raise ValueError(
+                f"torch.tpu.ops.{op}: {name} is on {t.device}; all three operands must be on one tpu device"
+            )
+    if group_sizes.dtype.is_floating_point or group_sizes.dtype.is_complex or group_sizes.dtype == torch.bool:
+        raise ValueError(f"torch.tpu.ops.{op}: group_sizes must be an integer tensor, got {group_sizes.dtype}")
+    if preferred_element_type is not None:
+        lhs = lhs.to(preferred_element_type)
+        rhs = rhs.to(preferred_element_type)
+    try:
+        return _RaggedDot.apply(lhs, rhs, group_sizes)
+    except RuntimeError as e:
+        raise ValueError(f"torch.tpu.ops.{op}: {e}") from None
+
+
+def _dim(op: str, t: torch.Tensor, dim: int) -> int:
+    if not -t.dim() <= dim < max(t.dim(), 1):
+        raise ValueError(f"torch.tpu.ops.{op}: dim {dim} is out of range for a {t.dim()}-D tensor")
+    return dim % t.dim()
+
+
+def _world(group) -> int:
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        raise RuntimeError("torch.tpu.ops: collectives need torch.distributed.init_process_group first")
+    return dist.get_world_size(group)
+
+
+def _gather(t: torch.Tensor, dim: int, group) -> torch.Tensor:
+    import torch.distributed as dist
+
+    world = _world(group)
+    moved = t.movedim(dim, 0).contiguous()
+    out = moved.new_empty((world * moved.shape[0], *moved.shape[1:]))
+    dist.all_gather_into_tensor(out, moved, group=group)
+    return out.movedim(0, dim).contiguous()
+
+
+def _scatter(t: torch.Tensor, dim: int, op, group) -> torch.Tensor:
+    import torch.distributed as dist
+
+    world = _world(group)
+    if t.shape[dim] % world:
+        raise ValueError(
+            f"torch.tpu.ops.reduce_scatter_dim: dim {dim} of {tuple(t.shape)} does not split "
+            f"into the group's {world} ranks"
+        )
+    moved = t.movedim(dim, 0).contiguous()
+    out = moved.new_empty((moved.shape[0] // world, *moved.shape[1:]))
+    dist.reduce_scatter_tensor(out, moved, op=op, group=group)
+    return out.movedim(0, dim).contiguous()
+
+
+class _AllGatherDim(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, t, dim, group):
+        ctx.dim, ctx.group = dim, group
+        return _gather(t, dim, group)
+
+    @staticmethod
+    def backward(ctx, grad):
+        import torch.distributed as dist
+
+        return _scatter(grad, ctx.dim, dist.ReduceOp.SUM, ctx.group), None, None
+
+
+class _ReduceScatterDim(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, t, dim, op, group):
+        ctx.dim, ctx.group = dim, group
+        return _scatter(t, dim, op, group)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _gather(grad, ctx.dim, ctx.group), None, None, None
+
+
+def all_gather_dim(tensor: torch.Tensor, dim: int, group=None) -> torch.Tensor:
+    """Every rank's ``tensor`` concatenated along ``dim`` in rank order (as
+    ``lax.all_gather(x, axis, axis=dim, tiled=True)``): from [.., s, ..] on
+    each of W ranks, [.., W*s, ..] on all. Differentiable: the gradient is
+    the sum over ranks of each rank's slice (``reduce_scatter_dim``)."""
+    dim = _dim("all_gather_dim", tensor, dim)
+    return _AllGatherDim.apply(tensor, dim, group)
+
+
+def reduce_scatter_dim(tensor: torch.Tensor, dim: int, op=None, group=None) -> torch.Tensor:
+    """``tensor`` reduced over the ranks (``op``: a ``torch.distributed.ReduceOp``,
+    SUM by default) and split along ``dim``: rank r keeps the r-th of W
+    equal slices (as ``lax.psum_scatter(x, axis, scatter_dimension=dim,
+    tiled=True)``). ``dim``'s size must divide by W. Differentiable for SUM:
+    the gradient is ``all_gather_dim`` of the output's."""
+    import torch.distributed as dist
+
+    dim = _dim("reduce_scatter_dim", tensor, dim)
+    if op is None:
+        op = dist.ReduceOp.SUM
+    if op != dist.ReduceOp.SUM and torch.is_grad_enabled() and tensor.requires_grad:
+        raise ValueError("torch.tpu.ops.reduce_scatter_dim: only a SUM reduction is differentiable")
+    return _ReduceScatterDim.apply(tensor, dim, op, group)

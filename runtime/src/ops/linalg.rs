@@ -1,11 +1,11 @@
 //! Matrix products: matmul (torch semantics), mm, bmm, addmm, baddbmm,
-//! linear, dot, outer.
+//! linear, dot, outer, and JAX's ragged_dot (grouped products).
 
 use super::attrs::Attrs;
 use super::emit::{broadcast_shapes, Emitter};
 use super::{Arity, OpDef};
 use crate::error::{Error, Result};
-use crate::ir::{BinaryOp, DType, Prim, ValueId};
+use crate::ir::{BinaryOp, CompareOp, DType, Prim, ReduceOp, ValueId};
 
 fn check_numeric(e: &Emitter, x: ValueId) -> Result<()> {
     if e.dtype(x) == DType::Bool {
@@ -237,6 +237,136 @@ fn outer(e: &mut Emitter, x: &[ValueId], _: &Attrs) -> Result<Vec<ValueId>> {
     Ok(vec![e.mul(xs[0], xs[1])?])
 }
 
+/// Which of `m` rows each of the `g` groups holds: bool [m, g], row `r`
+/// in group `j` when `sizes[0..j].sum() <= r < sizes[0..=j].sum()`. The
+/// groups take consecutive rows from the first; rows past their total
+/// belong to none, and a group with a negative size holds no row (nor
+/// moves the groups after it back).
+fn group_membership(e: &mut Emitter, sizes: ValueId, m: u64) -> Result<ValueId> {
+    let g = e.dims(sizes)[0];
+    let sizes = e.convert(sizes, DType::I64)?;
+    let zero = e.full(DType::I64, &[g], 0.0)?;
+    let sizes = e.max(sizes, zero)?;
+    let ends = e.op(
+        Prim::Cumulative {
+            op: ReduceOp::Sum,
+            dimension: 0,
+            reverse: false,
+        },
+        &[sizes],
+    )?;
+    let starts = e.sub(ends, sizes)?;
+    let rows = super::support::iota(e, &[m, g], 0)?;
+    let starts = e.broadcast_to(starts, &[m, g])?;
+    let ends = e.broadcast_to(ends, &[m, g])?;
+    let after_start = e.compare(CompareOp::Ge, rows, starts)?;
+    let before_end = e.compare(CompareOp::Lt, rows, ends)?;
+    e.binary(BinaryOp::And, after_start, before_end)
+}
+
+/// The operands of a ragged product checked (`what` names the one the
+/// rows of `lhs` meet): `sizes` a 1-D integer tensor of `groups` entries.
+fn check_group_sizes(e: &Emitter, sizes: ValueId, groups: u64) -> Result<()> {
+    need_rank(e, sizes, 1, "group_sizes")?;
+    if !e.dtype(sizes).is_integer() {
+        return Err(Error::invalid(format!(
+            "group_sizes must be an integer tensor, got {:?}",
+            e.dtype(sizes)
+        )));
+    }
+    if e.dims(sizes)[0] != groups {
+        return Err(Error::invalid(format!(
+            "group_sizes has {} entries for {groups} groups",
+            e.dims(sizes)[0]
+        )));
+    }
+    Ok(())
+}
+
+/// `lhs` [m, k] as [m, g, k]: row r's values in its group's slot, zeros in
+/// the others.
+fn rows_by_group(e: &mut Emitter, lhs: ValueId, sizes: ValueId, g: u64) -> Result<ValueId> {
+    let (m, k) = (e.dims(lhs)[0], e.dims(lhs)[1]);
+    let member = group_membership(e, sizes, m)?;
+    let member = e.reshape(member, &[m, g, 1])?;
+    let member = e.broadcast_to(member, &[m, g, k])?;
+    let wide = e.reshape(lhs, &[m, 1, k])?;
+    let wide = e.broadcast_to(wide, &[m, g, k])?;
+    let zero = e.full(e.dtype(lhs), &[m, g, k], 0.0)?;
+    e.select(member, wide, zero)
+}
+
+/// JAX's `ragged_dot`, the grouped product of mixture-of-experts layers:
+/// `lhs` [m, k], `rhs` [g, k, n], `group_sizes` [g] integers; the rows of
+/// `lhs` fall into consecutive groups of those sizes and group j's rows
+/// are multiplied by `rhs[j]`, giving [m, n]; rows past the groups' total
+/// give zeros. One product over (group, k): each row's values sit in its
+/// group's slot of an [m, g·k] operand, zeros elsewhere (g times the work
+/// of a kernel that skips the zeros, exact: a zero times a finite weight
+/// adds nothing).
+fn ragged_dot(e: &mut Emitter, x: &[ValueId], _: &Attrs) -> Result<Vec<ValueId>> {
+    need_rank(e, x[0], 2, "lhs")?;
+    need_rank(e, x[1], 3, "rhs")?;
+    check_numeric(e, x[0])?;
+    check_numeric(e, x[1])?;
+    let (ld, rd) = (e.dims(x[0]), e.dims(x[1]));
+    if ld[1] != rd[1] {
+        return Err(Error::invalid(format!(
+            "lhs {ld:?} and rhs {rd:?} cannot be multiplied: lhs has {} columns, each group of rhs {} rows",
+            ld[1], rd[1]
+        )));
+    }
+    check_group_sizes(e, x[2], rd[0])?;
+    let (xs, _) = super::pointwise::promote(e, &x[..2], &Attrs::new())?;
+    let (lhs, rhs) = (xs[0], xs[1]);
+    let masked = rows_by_group(e, lhs, x[2], rd[0])?;
+    let precision = e.product_precision(e.dtype(lhs));
+    Ok(vec![e.op(
+        Prim::DotGeneral {
+            lhs_batch: vec![],
+            rhs_batch: vec![],
+            lhs_contract: vec![1, 2],
+            rhs_contract: vec![0, 1],
+            precision,
+        },
+        &[masked, rhs],
+    )?])
+}
+
+/// The gradient of `ragged_dot` with respect to `rhs`: `lhs` [m, k],
+/// `grad` [m, n], `group_sizes` [g] give [g, k, n], group j's rows of
+/// `lhs` transposed times the same rows of `grad`. (With respect to `lhs`
+/// it is `ragged_dot(grad, rhs transposed to [g, n, k], group_sizes)`.)
+fn ragged_dot_rhs_grad(e: &mut Emitter, x: &[ValueId], _: &Attrs) -> Result<Vec<ValueId>> {
+    need_rank(e, x[0], 2, "lhs")?;
+    need_rank(e, x[1], 2, "grad")?;
+    check_numeric(e, x[0])?;
+    check_numeric(e, x[1])?;
+    let (ld, gd) = (e.dims(x[0]), e.dims(x[1]));
+    if ld[0] != gd[0] {
+        return Err(Error::invalid(format!(
+            "lhs {ld:?} and grad {gd:?} have different numbers of rows"
+        )));
+    }
+    need_rank(e, x[2], 1, "group_sizes")?;
+    let g = e.dims(x[2])[0];
+    check_group_sizes(e, x[2], g)?;
+    let (xs, _) = super::pointwise::promote(e, &x[..2], &Attrs::new())?;
+    let (lhs, grad) = (xs[0], xs[1]);
+    let masked = rows_by_group(e, lhs, x[2], g)?;
+    let precision = e.product_precision(e.dtype(lhs));
+    Ok(vec![e.op(
+        Prim::DotGeneral {
+            lhs_batch: vec![],
+            rhs_batch: vec![],
+            lhs_contract: vec![0],
+            rhs_contract: vec![0],
+            precision,
+        },
+        &[masked, grad],
+    )?])
+}
+
 macro_rules! def {
     ($name:literal, $n:expr, $f:ident) => {
         OpDef {
@@ -256,4 +386,10 @@ pub(super) const OPS: &[OpDef] = &[
     def!("linear", Arity::Between(2, 3), linear),
     def!("dot", Arity::Exactly(2), dot),
     def!("outer", Arity::Exactly(2), outer),
+    def!("ragged_dot", Arity::Exactly(3), ragged_dot),
+    def!(
+        "ragged_dot_rhs_grad",
+        Arity::Exactly(3),
+        ragged_dot_rhs_grad
+    ),
 ];

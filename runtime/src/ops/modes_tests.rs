@@ -1117,6 +1117,35 @@ fn linalg_cases() -> Vec<Case> {
         c("dot", vec![f32s(&[9], 327), f32s(&[9], 328)], &[]),
         c("dot", vec![f32s(&[0], 329), f32s(&[0], 330)], &[]),
         c("outer", vec![f32s(&[4], 331), f32s(&[6], 332)], &[]),
+        // Groups of 3, 0 and 4 rows of 9 (the last two rows in none), and
+        // sizes that overrun the rows or go negative.
+        c(
+            "ragged_dot",
+            vec![
+                f32s(&[9, 5], 333),
+                f32s(&[3, 5, 4], 334),
+                i64s(&[3], &[3, 0, 4]),
+            ],
+            &[],
+        ),
+        c(
+            "ragged_dot",
+            vec![
+                f32s(&[6, 5], 335),
+                f32s(&[3, 5, 4], 336),
+                idx(DType::I32, &[3], &[-2, 4, 9]),
+            ],
+            &[],
+        ),
+        c(
+            "ragged_dot_rhs_grad",
+            vec![
+                f32s(&[9, 5], 337),
+                f32s(&[9, 4], 338),
+                i64s(&[3], &[3, 0, 4]),
+            ],
+            &[],
+        ),
     ]
 }
 
@@ -2229,6 +2258,24 @@ fn zero_size_cases() -> Vec<Case> {
             &[],
         ),
         c("outer", vec![f32s(&[0], 1515), f32s(&[4], 1516)], &[]),
+        c(
+            "ragged_dot",
+            vec![
+                f32s(&[0, 5], 1530),
+                f32s(&[2, 5, 3], 1531),
+                i64s(&[2], &[0, 0]),
+            ],
+            &[],
+        ),
+        c(
+            "ragged_dot_rhs_grad",
+            vec![
+                f32s(&[0, 5], 1532),
+                f32s(&[0, 3], 1533),
+                i64s(&[2], &[0, 0]),
+            ],
+            &[],
+        ),
         c("log_softmax", vec![f32s(&[0, 5], 1517)], &[("dim", i(1))]),
         c(
             "conv2d",

@@ -382,6 +382,84 @@ fn naive_mm(a: &[f64], b: &[f64], m: usize, k: usize, n: usize) -> Vec<f64> {
     c
 }
 
+/// ragged_dot and its rhs gradient by loops: rows in consecutive groups
+/// (negative sizes count as empty, rows past the total in no group).
+fn naive_ragged(
+    lhs: &[f64],
+    other: &[f64],
+    sizes: &[i64],
+    (m, k, n): (usize, usize, usize),
+    rhs_grad: bool,
+) -> Vec<f64> {
+    let g = sizes.len();
+    let mut out = vec![0.0; if rhs_grad { g * k * n } else { m * n }];
+    let mut start = 0usize;
+    for (j, &size) in sizes.iter().enumerate() {
+        let end = (start + size.max(0) as usize).min(m);
+        for r in start.min(m)..end {
+            for p in 0..k {
+                for c in 0..n {
+                    if rhs_grad {
+                        // other is grad [m, n]
+                        out[(j * k + p) * n + c] += lhs[r * k + p] * other[r * n + c];
+                    } else {
+                        // other is rhs [g, k, n]
+                        out[r * n + c] += lhs[r * k + p] * other[(j * k + p) * n + c];
+                    }
+                }
+            }
+        }
+        start += size.max(0) as usize;
+    }
+    out
+}
+
+#[test]
+fn ragged_dot_multiplies_each_group_of_rows_by_its_matrix() {
+    let (m, k, n) = (7usize, 3usize, 2usize);
+    let lv: Vec<f64> = (0..m * k).map(|i| (i % 5) as f64 - 1.5).collect();
+    let rv: Vec<f64> = (0..4 * k * n)
+        .map(|i| (i % 7) as f64 * 0.25 - 0.5)
+        .collect();
+    let gv: Vec<f64> = (0..m * n).map(|i| (i % 3) as f64 - 1.0).collect();
+    let lhs = f32s(&[m as u64, k as u64], &lv);
+    let rhs = f32s(&[4, k as u64, n as u64], &rv);
+    let grad = f32s(&[m as u64, n as u64], &gv);
+    for sizes in [[2i64, 0, 3, 2], [1, 1, 1, 1], [0, 7, 0, 0], [3, -1, 9, 2]] {
+        let gs = t(DType::I32, &[4], &sizes.map(|v| v as f64));
+        let out = run1("ragged_dot", &[&lhs, &rhs, &gs], Attrs::new());
+        assert_eq!(out.ty.dims, vec![m as u64, n as u64]);
+        close(
+            &out,
+            &naive_ragged(&lv, &rv, &sizes, (m, k, n), false),
+            1e-6,
+        );
+        let dr = run1("ragged_dot_rhs_grad", &[&lhs, &grad, &gs], Attrs::new());
+        assert_eq!(dr.ty.dims, vec![4, k as u64, n as u64]);
+        close(&dr, &naive_ragged(&lv, &gv, &sizes, (m, k, n), true), 1e-6);
+    }
+    // Group sizes of another count, a float, and mismatched k.
+    let bad = t(DType::I64, &[3], &[1., 1., 1.]);
+    let e = run("ragged_dot", &[&lhs, &rhs, &bad], Attrs::new())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("ragged_dot") && e.contains("group_sizes has 3 entries for 4 groups"),
+        "{e}"
+    );
+    let fl = f32s(&[4], &[1., 1., 1., 1.]);
+    let e = run("ragged_dot", &[&lhs, &rhs, &fl], Attrs::new())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("group_sizes must be an integer tensor"), "{e}");
+    let wrong = f32s(&[4, 2, 2], &[0.0; 16]);
+    let gs = t(DType::I64, &[4], &[1., 1., 1., 1.]);
+    let e = run("ragged_dot", &[&lhs, &wrong, &gs], Attrs::new())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("cannot be multiplied"), "{e}");
+}
+
 #[test]
 fn matmul_family() {
     let av: Vec<f64> = (0..6).map(|i| i as f64 - 2.0).collect();

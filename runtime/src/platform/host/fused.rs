@@ -2384,7 +2384,9 @@ impl LoopProgram {
                 continue;
             };
             if t.dtype == DType::F32 && kernels::host_ptr(t).is_some() {
-                if t.is_contiguous() {
+                // A view with no elements is never read (its first
+                // element's index would divide by its zero-size dimension).
+                if t.is_contiguous() || t.numel() == 0 {
                     continue;
                 }
                 if let Some(own) = strides_in_place(&self.shape, st, t.dims(), &t.layout.strides) {

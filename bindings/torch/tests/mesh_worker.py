@@ -1,6 +1,7 @@
 """One rank of the topology-aware mesh test (test_distributed.py): one chip
 of a 2x2 slice (TPU_VISIBLE_CHIPS picks it), builds meshes and sums over
-their axes. Arguments: rank world port out_path"""
+their axes, and runs torch.tpu.ops' collectives along a dimension.
+Arguments: rank world port out_path"""
 
 import json
 import sys
@@ -22,11 +23,25 @@ def main() -> None:
         t = torch.tensor([float(rank)], device="tpu")
         dist.all_reduce(t, group=mesh.get_group(name))
         sums[name] = t.item()
+    # torch.tpu.ops' collectives along a dimension, and their gradients.
+    x = (torch.arange(6.0).reshape(2, 3) + 100 * rank).to("tpu").requires_grad_()
+    gathered = torch.tpu.ops.all_gather_dim(x, 1)
+    w = torch.arange(float(2 * 3 * world)).reshape(2, 3 * world).to("tpu")
+    (gathered * w).sum().backward()
+    y = (torch.arange(float(2 * 2 * world)).reshape(2, 2 * world) * (rank + 1)).to("tpu").requires_grad_()
+    scattered = torch.tpu.ops.reduce_scatter_dim(y, -1)
+    (scattered * (rank + 1)).sum().backward()
+    tp = torch.tpu.ops.all_gather_dim(torch.tensor([[float(rank)]], device="tpu"), 0, group=mesh.get_group("tp"))
     result = {
         "coords": list(torch.tpu.get_device_properties(0).coords),
         "mesh": mesh.mesh.tolist(),
         "ring": ring.mesh.tolist(),
         "sums": sums,
+        "gathered": gathered.tolist(),
+        "x_grad": x.grad.tolist(),
+        "scattered": scattered.tolist(),
+        "y_grad": y.grad.tolist(),
+        "tp_gathered": tp.tolist(),
     }
     dist.barrier()
     dist.destroy_process_group()

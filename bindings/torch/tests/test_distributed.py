@@ -96,6 +96,16 @@ def test_topology_aware_mesh_over_four_chips_of_a_slice(tmp_path):
         row = next(row for row in mesh if r in row)
         col = [row_[row.index(r)] for row_ in mesh]
         assert g["sums"] == {"tp": float(sum(row)), "dp": float(sum(col))}
+        assert sorted(v for (v,) in g["tp_gathered"]) == sorted(float(q) for q in row)
+    # torch.tpu.ops.all_gather_dim / reduce_scatter_dim and their gradients.
+    base = torch.arange(6.0).reshape(2, 3)
+    w = torch.arange(float(2 * 3 * world)).reshape(2, 3 * world)
+    y = torch.arange(float(2 * 2 * world)).reshape(2, 2 * world)
+    for r, g in enumerate(got):
+        assert g["gathered"] == torch.cat([base + 100 * q for q in range(world)], 1).tolist()
+        assert g["x_grad"] == (world * w[:, 3 * r : 3 * r + 3]).tolist()
+        assert g["scattered"] == (sum(range(1, world + 1)) * y[:, 2 * r : 2 * r + 2]).tolist()
+        assert g["y_grad"] == torch.cat([torch.full((2, 2), float(q + 1)) for q in range(world)], 1).tolist()
 
 
 def test_mesh_layout_follows_the_torus():

@@ -179,6 +179,14 @@ class TpuProcessGroup(dist.ProcessGroup):
         chunks = list(input.reshape(self.size(), *output.shape).unbind(0))
         return self.reduce_scatter([output], [chunks], opts)
 
+    # torch 2.14 reaches the two above under these names
+    # (all_gather_into_tensor, reduce_scatter_tensor; FSDP2 uses both).
+    def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts=None):
+        return self._allgather_base(output, input, opts)
+
+    def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts=None):
+        return self._reduce_scatter_base(output, input, opts)
+
     def barrier(self, opts=None):
         self._gloo.barrier().wait()
         return _done(None)

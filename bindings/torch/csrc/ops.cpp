@@ -699,6 +699,30 @@ std::tuple<Tensor, Tensor> k_topk(const Tensor& x, int64_t k, int64_t dim, bool 
   auto r = call("topk", {x}, Attrs().i("k", k).i("dim", dim).b("largest", largest));
   return {r[0], r[1]};
 }
+// max_pool{2,3}d_with_indices and their backward: the runtime's max_pool
+// over the last `n` dims (max_pool1d reaches the 2-D op through aten's
+// unsqueeze); indices are flat in the input's spatial dims, as aten's.
+Attrs pool_attrs(int64_t n, at::IntArrayRef kernel, at::IntArrayRef stride, at::IntArrayRef padding,
+                 at::IntArrayRef dilation, bool ceil_mode) {
+  return Attrs()
+      .i("spatial_dims", n)
+      .ints("kernel_size", kernel)
+      .ints("stride", stride)
+      .ints("padding", padding)
+      .ints("dilation", dilation)
+      .b("ceil_mode", ceil_mode);
+}
+template <int64_t N>
+std::tuple<Tensor, Tensor> k_max_pool(const Tensor& x, at::IntArrayRef kernel, at::IntArrayRef stride,
+                                      at::IntArrayRef padding, at::IntArrayRef dilation, bool ceil_mode) {
+  auto r = call("max_pool", {x}, pool_attrs(N, kernel, stride, padding, dilation, ceil_mode));
+  return {r[0], r[1]};
+}
+template <int64_t N>
+Tensor k_max_pool_bw(const Tensor& grad, const Tensor& x, at::IntArrayRef kernel, at::IntArrayRef stride,
+                     at::IntArrayRef padding, at::IntArrayRef dilation, bool ceil_mode, const Tensor& indices) {
+  return call1("max_pool_backward", {grad, x, indices}, pool_attrs(N, kernel, stride, padding, dilation, ceil_mode));
+}
 Tensor& k_arange_out(const Scalar& start, const Scalar& end, const Scalar& step, Tensor& out) {
   Tensor r = call("arange", {},
                   Attrs().f("start", start.toDouble()).f("end", end.toDouble()).f("step", step.toDouble())
@@ -1590,6 +1614,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("sort", k_sort);
   m.impl("sort.stable", k_sort_stable);
   m.impl("topk", k_topk);
+  m.impl("max_pool2d_with_indices", k_max_pool<2>);
+  m.impl("max_pool2d_with_indices_backward", k_max_pool_bw<2>);
+  m.impl("max_pool3d_with_indices", k_max_pool<3>);
+  m.impl("max_pool3d_with_indices_backward", k_max_pool_bw<3>);
   m.impl("arange.start_out", k_arange_out);
   m.impl("index.Tensor", k_index);
   m.impl("index.Tensor_out", [](const Tensor& x, const c10::List<std::optional<Tensor>>& i, Tensor& out) -> Tensor& {

@@ -503,6 +503,49 @@ def test_convolution_forward_and_backward(mode, no_fallback):
         close(dev.bias.grad, conv.bias.grad, tol=1e-4)
 
 
+@pytest.mark.parametrize(
+    "shape,kwargs",
+    [
+        ((2, 3, 9, 8), dict(kernel_size=3, stride=2, padding=1)),
+        ((2, 3, 9, 8), dict(kernel_size=(2, 3), stride=(1, 2), dilation=(2, 1), ceil_mode=True)),
+        ((3, 7, 6), dict(kernel_size=2)),  # unbatched 2-D
+        ((2, 4, 11), dict(kernel_size=(3,), stride=(2,), padding=(1,))),  # 1-D
+        ((1, 2, 5, 6, 7), dict(kernel_size=(2, 2, 3), stride=(1, 2, 2), ceil_mode=True)),  # 3-D
+    ],
+)
+def test_max_pool_forward_indices_and_backward(mode, no_fallback, shape, kwargs):
+    """nn.functional.max_pool{1,2,3}d (and torch.tpu.ops.max_pool) run the
+    runtime's op: CPU's values, indices and gradients bit for bit (NaN and
+    -inf included; bf16 grads of overlapping windows rounded sum by sum in
+    torch's order), in f32 and bf16."""
+    g = torch.Generator().manual_seed(len(shape))
+    x = torch.randn(*shape, generator=g)
+    x.view(-1)[3] = float("nan")
+    x.view(-1)[7] = float("-inf")
+    for dt in (torch.float32, torch.bfloat16):
+        xc = x.to(dt).clone().requires_grad_()
+        xt = x.to(dt).to("tpu").requires_grad_()
+        ref, ref_i = torch.tpu.ops.max_pool(xc, return_indices=True, **kwargs)
+        out, out_i = torch.tpu.ops.max_pool(xt, return_indices=True, **kwargs)
+        assert out.dtype == dt and out.shape == ref.shape
+        torch.testing.assert_close(out.cpu(), ref.detach(), rtol=0, atol=0, equal_nan=True)
+        assert torch.equal(out_i.cpu(), ref_i)
+        grad = torch.randn(ref.shape, generator=g).to(dt)
+        ref.backward(grad)
+        out.backward(grad.to("tpu"))
+        torch.testing.assert_close(xt.grad.cpu(), xc.grad, rtol=0, atol=0)
+
+
+def test_max_pool_errors_name_the_problem(no_fallback):
+    x = torch.randn(1, 2, 5, 5, device="tpu")
+    with pytest.raises(RuntimeError, match="at most half"):
+        torch.nn.functional.max_pool2d(x, 2, padding=2)
+    with pytest.raises(RuntimeError, match="too small"):
+        torch.nn.functional.max_pool2d(x, 6)
+    with pytest.raises(ValueError, match="1, 2 or 3 spatial dims"):
+        torch.tpu.ops.max_pool(x, (2, 2, 2, 2))
+
+
 def test_rms_norm_forward_and_backward(mode, no_fallback):
     """torch's rms_norm (F.rms_norm, nn.RMSNorm) runs `_fused_rms_norm` and
     its backward natively: CPU's values and gradients, with and without a

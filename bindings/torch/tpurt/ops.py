@@ -1,6 +1,6 @@
 """torch.tpu.ops: TorchTPU's SparseCore embedding ops, on the runtime's
 ``sparse_dense_matmul*`` ops; ``ragged_dot``, the grouped product of
-mixture-of-experts layers; and ``all_gather_dim`` / ``reduce_scatter_dim``,
+mixture-of-experts layers; ``max_pool`` over 1 to 3 spatial dims; and ``all_gather_dim`` / ``reduce_scatter_dim``,
 collectives along a tensor dimension. (TorchTPU publishes these names but
 not their signatures; ours follow JAX's ``lax.ragged_dot`` and
 ``lax.all_gather(..., axis=, tiled=True)`` / ``lax.psum_scatter(...,
@@ -55,6 +55,7 @@ __all__ = [
     "sparse_dense_matmul_grad_with_adam",
     "sparse_dense_matmul_activation_unstack",
     "ragged_dot",
+    "max_pool",
     "all_gather_dim",
     "reduce_scatter_dim",
     "set_validate_inputs",
@@ -448,6 +449,35 @@ def ragged_dot(
         return _RaggedDot.apply(lhs, rhs, group_sizes)
     except RuntimeError as e:
         raise ValueError(f"torch.tpu.ops.{op}: {e}") from None
+
+
+def max_pool(
+    x: torch.Tensor,
+    kernel_size,
+    stride=None,
+    padding=0,
+    dilation=1,
+    ceil_mode: bool = False,
+    return_indices: bool = False,
+):
+    """Max pooling over the last 1, 2 or 3 dims of ``x`` (as many as
+    ``kernel_size`` has entries; an int kernel pools over all dims after
+    batch and channels): ``torch.nn.functional.max_pool{1,2,3}d``'s
+    arguments and results (indices flat in the input's spatial dims), run
+    by the runtime's ``max_pool`` op, forward and backward, on any device
+    torch's functions run on."""
+    n = len(kernel_size) if isinstance(kernel_size, (list, tuple)) else x.dim() - 2
+    if n not in (1, 2, 3):
+        raise ValueError(
+            f"torch.tpu.ops.max_pool: pools over 1, 2 or 3 spatial dims; kernel_size {kernel_size} "
+            f"on a {x.dim()}-D input gives {n}"
+        )
+    f = (
+        torch.nn.functional.max_pool1d,
+        torch.nn.functional.max_pool2d,
+        torch.nn.functional.max_pool3d,
+    )[n - 1]
+    return f(x, kernel_size, stride, padding, dilation, ceil_mode=ceil_mode, return_indices=return_indices)
 
 
 def _dim(op: str, t: torch.Tensor, dim: int) -> int:

@@ -21,6 +21,7 @@ mod modes_tests;
 mod nn;
 mod optim;
 mod pointwise;
+mod pool;
 pub mod promote;
 mod random;
 mod reduction;
@@ -103,6 +104,7 @@ fn registry() -> &'static Registry {
             index::OPS,
             optim::OPS,
             sparse::OPS,
+            pool::OPS,
         ] {
             defs.extend(group.iter());
         }

@@ -1146,6 +1146,58 @@ fn linalg_cases() -> Vec<Case> {
             ],
             &[],
         ),
+        c(
+            "max_pool",
+            vec![f32s(&[2, 3, 7, 6], 339)],
+            &[
+                ("kernel_size", is(&[3])),
+                ("stride", is(&[2])),
+                ("padding", is(&[1])),
+                ("spatial_dims", i(2)),
+            ],
+        ),
+        c(
+            "max_pool",
+            vec![h(DType::BF16, &[3, 9], &vals(340, 27, -3.0, 3.0))],
+            &[
+                ("kernel_size", is(&[2])),
+                ("dilation", is(&[3])),
+                ("ceil_mode", b(true)),
+            ],
+        ),
+        c(
+            "max_pool",
+            vec![whole(DType::I32, &[1, 2, 4, 4, 5], 341, -50, 50)],
+            &[("kernel_size", is(&[2, 2, 3])), ("stride", is(&[1, 2, 2]))],
+        ),
+        c(
+            "max_pool_backward",
+            vec![
+                f32s(&[2, 2, 3], 342),
+                f32s(&[2, 5, 6], 343),
+                idx(
+                    DType::I64,
+                    &[2, 2, 3],
+                    &[0, 3, 5, 12, 15, 17, 7, 8, 10, 19, 20, 29],
+                ),
+            ],
+            &[("kernel_size", is(&[2])), ("spatial_dims", i(2))],
+        ),
+        // bf16 with overlapping windows (the grads added in output order).
+        c(
+            "max_pool_backward",
+            vec![
+                h(DType::BF16, &[1, 3, 3], &vals(344, 9, -1.0, 1.0)),
+                f32s(&[1, 5, 6], 345),
+                idx(DType::I64, &[1, 3, 3], &[7, 7, 10, 7, 7, 15, 25, 26, 27]),
+            ],
+            &[
+                ("kernel_size", is(&[3])),
+                ("stride", is(&[2])),
+                ("padding", is(&[1])),
+                ("spatial_dims", i(2)),
+            ],
+        ),
     ]
 }
 
@@ -2275,6 +2327,20 @@ fn zero_size_cases() -> Vec<Case> {
                 i64s(&[2], &[0, 0]),
             ],
             &[],
+        ),
+        c(
+            "max_pool",
+            vec![f32s(&[0, 3, 4, 4], 1534)],
+            &[("kernel_size", is(&[2, 2]))],
+        ),
+        c(
+            "max_pool_backward",
+            vec![
+                f32s(&[0, 3, 2, 2], 1535),
+                f32s(&[0, 3, 4, 4], 1536),
+                i64s(&[0, 3, 2, 2], &[]),
+            ],
+            &[("kernel_size", is(&[2, 2]))],
         ),
         c("log_softmax", vec![f32s(&[0, 5], 1517)], &[("dim", i(1))]),
         c(

@@ -872,3 +872,102 @@ fn scalar_and_empty_inputs_are_errors_or_graphs_never_panics() {
         panics.join("\n")
     );
 }
+
+/// 2-D max pooling by loops, as torch's CPU kernel: per window the first
+/// real element, then any greater or NaN one; indices flat in h × w.
+#[allow(clippy::too_many_arguments)]
+fn naive_max_pool2d(
+    x: &[f64],
+    (c, h, w): (usize, usize, usize),
+    k: [usize; 2],
+    s: [usize; 2],
+    p: [usize; 2],
+    d: [usize; 2],
+    (oh, ow): (usize, usize),
+) -> (Vec<f64>, Vec<f64>) {
+    let (mut vals, mut idxs) = (Vec::new(), Vec::new());
+    for ch in 0..c {
+        for oy in 0..oh {
+            for ox in 0..ow {
+                let mut best: Option<(f64, usize)> = None;
+                for ky in 0..k[0] {
+                    for kx in 0..k[1] {
+                        let y = (oy * s[0] + ky * d[0]) as i64 - p[0] as i64;
+                        let xx = (ox * s[1] + kx * d[1]) as i64 - p[1] as i64;
+                        if y < 0 || xx < 0 || y >= h as i64 || xx >= w as i64 {
+                            continue;
+                        }
+                        let at = y as usize * w + xx as usize;
+                        let v = x[ch * h * w + at];
+                        if best.is_none_or(|(b, _)| v > b || v.is_nan()) {
+                            best = Some((v, at));
+                        }
+                    }
+                }
+                let (v, at) = best.unwrap();
+                vals.push(v);
+                idxs.push(at as f64);
+            }
+        }
+    }
+    (vals, idxs)
+}
+
+#[test]
+fn max_pool_matches_loops_and_its_backward_adds_at_the_indices() {
+    let (c, h, w) = (2usize, 7usize, 6usize);
+    let mut xv: Vec<f64> = (0..c * h * w)
+        .map(|i| ((i * 37) % 23) as f64 - 9.0)
+        .collect();
+    xv[5] = f64::NAN;
+    xv[50] = f64::NEG_INFINITY;
+    let x = f32s(&[c as u64, h as u64, w as u64], &xv);
+    // (kernel, stride, padding, dilation, ceil_mode, output)
+    let cases = [
+        ([2, 2], [2, 2], [0, 0], [1, 1], false, (3, 3)),
+        ([3, 3], [2, 2], [1, 1], [1, 1], false, (4, 3)),
+        ([3, 2], [2, 3], [1, 1], [1, 1], true, (4, 3)),
+        ([2, 2], [1, 2], [1, 0], [2, 2], false, (7, 2)),
+        ([3, 3], [3, 3], [0, 0], [1, 1], true, (3, 2)),
+    ];
+    for (k, s, p, d, ceil, (oh, ow)) in cases {
+        let mut a = Attrs::new();
+        a.set("kernel_size", ints(&k.map(|v| v as i64)));
+        a.set("stride", ints(&s.map(|v| v as i64)));
+        a.set("padding", ints(&p.map(|v| v as i64)));
+        a.set("dilation", ints(&d.map(|v| v as i64)));
+        a.set("ceil_mode", Attr::Bool(ceil));
+        let out = run("max_pool", &[&x], a.clone()).unwrap();
+        assert_eq!(
+            out[0].ty.dims,
+            vec![c as u64, oh as u64, ow as u64],
+            "{k:?} {s:?}"
+        );
+        let (want_v, want_i) = naive_max_pool2d(&xv, (c, h, w), k, s, p, d, (oh, ow));
+        close(&out[0], &want_v, 0.0);
+        close(&out[1], &want_i, 0.0);
+        // The backward puts each grad element at its index.
+        let gv: Vec<f64> = (0..c * oh * ow).map(|i| i as f64 + 1.0).collect();
+        let g = f32s(&[c as u64, oh as u64, ow as u64], &gv);
+        let dx = run1("max_pool_backward", &[&g, &x, &out[1]], a);
+        let mut want = vec![0.0; c * h * w];
+        for (j, &at) in want_i.iter().enumerate() {
+            want[(j / (oh * ow)) * h * w + at as usize] += gv[j];
+        }
+        close(&dx, &want, 0.0);
+    }
+    // Errors name what is wrong.
+    let mut a = Attrs::new();
+    a.set("kernel_size", ints(&[2, 2]));
+    a.set("padding", ints(&[2, 2]));
+    let e = run("max_pool", &[&x], a).unwrap_err().to_string();
+    assert!(e.contains("max_pool") && e.contains("at most half"), "{e}");
+    let mut a = Attrs::new();
+    a.set("kernel_size", ints(&[8, 2]));
+    let e = run("max_pool", &[&x], a).unwrap_err().to_string();
+    assert!(e.contains("too small"), "{e}");
+    let mut a = Attrs::new();
+    a.set("kernel_size", ints(&[2, 2, 2, 2]));
+    let e = run("max_pool", &[&x], a).unwrap_err().to_string();
+    assert!(e.contains("1, 2 or 3 spatial dims"), "{e}");
+}

@@ -462,6 +462,12 @@ void tpurt_string_free(char *s);
 // The id of the op named `name` (for example "add", "softmax").
 struct tpurt_status *tpurt_op_lookup(const char *name, uint32_t *op_id);
 
+// Whether op `op` (an id) reads the precision of f32 products in force when it
+// is called (`tpurt_matmul_precision_set`): its graphs may hold products.
+// A frontend that follows its framework's precision setting need only pass
+// it on before these ops.
+struct tpurt_status *tpurt_op_reads_precision(uint32_t op, bool *reads);
+
 // The output types of an op for inputs of these types (so a frontend can
 // allocate outputs). `inputs` carry types only: their buffers are ignored.
 struct tpurt_status *tpurt_op_infer(uint32_t op,

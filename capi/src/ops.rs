@@ -270,6 +270,19 @@ pub extern "C" fn tpurt_op_lookup(name: *const c_char, op_id: *mut u32) -> *mut 
     })
 }
 
+/// Whether op `op` (an id) reads the precision of f32 products in force when it
+/// is called (`tpurt_matmul_precision_set`): its graphs may hold products.
+/// A frontend that follows its framework's precision setting need only pass
+/// it on before these ops.
+#[no_mangle]
+pub extern "C" fn tpurt_op_reads_precision(op: u32, reads: *mut bool) -> *mut tpurt_status {
+    guard(|| {
+        let out = out_ptr(reads, "reads")?;
+        *out = ops::reads_precision(op_id(op)?);
+        Ok(())
+    })
+}
+
 fn op_id(id: u32) -> Result<OpId> {
     let n = ops::op_count() as u32;
     if id >= n {

@@ -55,6 +55,11 @@ at::Tensor wrap_output(tpurt_buffer buffer, uint64_t address, const tpurt_tensor
 
 // --- devices and streams ------------------------------------------------
 int current_device();
+// The precision of f32 products: torch's float32 matmul precision followed
+// until set here (nullopt: follow torch's again).
+uint32_t matmul_precision();
+void set_matmul_precision(std::optional<uint32_t> precision);
+bool matmul_precision_follows_torch();
 void set_current_device(int device);
 void check_device(int device);
 // Streams as torch sees them: id 0 is a device's default stream, others

@@ -279,13 +279,9 @@ PYBIND11_MODULE(_C, m) {
   });
 
   // The precision of f32 products.
-  m.def("matmul_precision", [] {
-    uint32_t precision = 0;
-    check(tpurt_matmul_precision_get(&precision), "matmul precision");
-    return precision;
-  });
-  m.def("set_matmul_precision",
-        [](uint32_t precision) { check(tpurt_matmul_precision_set(precision), "set matmul precision"); });
+  m.def("matmul_precision", &matmul_precision);
+  m.def("set_matmul_precision", &set_matmul_precision, py::arg("precision"));
+  m.def("matmul_precision_follows_torch", &matmul_precision_follows_torch);
 
   // Compiler options (a JSON object).
   m.def("set_compiler_options",

@@ -1,4 +1,5 @@
 // The runtime, errors, dtypes, devices, streams and op calls.
+#include <ATen/Context.h>
 #include <c10/util/Exception.h>
 #include <c10/util/SmallVector.h>
 
@@ -335,18 +336,25 @@ Attrs& Attrs::str(const char* name, const std::string& v) {
 
 namespace {
 
-uint32_t op_id(const char* name) {
+// An op's id, and whether it reads the precision of f32 products.
+struct OpInfo {
+  uint32_t id;
+  bool reads_precision;
+};
+
+OpInfo op_info(const char* name) {
   // Op names are string literals: a per-thread map keyed by their address
   // needs no lock and no string.
-  thread_local std::unordered_map<const char*, uint32_t> ids;
+  thread_local std::unordered_map<const char*, OpInfo> ids;
   auto it = ids.find(name);
   if (it != ids.end()) {
     return it->second;
   }
-  uint32_t id = 0;
-  check(tpurt_op_lookup(name, &id), std::string("looking up op ") + name);
-  ids.emplace(name, id);
-  return id;
+  OpInfo info{0, false};
+  check(tpurt_op_lookup(name, &info.id), std::string("looking up op ") + name);
+  check(tpurt_op_reads_precision(info.id, &info.reads_precision), std::string("looking up op ") + name);
+  ids.emplace(name, info);
+  return info;
 }
 
 // Tensors as the op calls see them: pointers, so nothing's reference count
@@ -439,9 +447,31 @@ class Descs {
   std::vector<tpurt_tensor> big_t_;
 };
 
+// The precision of f32 products follows torch's
+// set_float32_matmul_precision ("highest", "high", "medium": HIGHEST, HIGH,
+// DEFAULT) until torch.tpu.precision sets one; checked before each op that
+// reads it (torch's getter costs about 40 ns, 2% of a tiny op, so not
+// before every op), passed to the runtime when it changed.
+std::atomic<bool> g_precision_set{false};
+std::atomic<int> g_precision_followed{-1};
+
+void follow_torch_precision() {
+  if (g_precision_set.load(std::memory_order_relaxed)) return;
+  auto torch_p = at::globalContext().float32MatmulPrecision();
+  int p = static_cast<int>(torch_p);
+  if (g_precision_followed.load(std::memory_order_relaxed) == p) return;
+  uint32_t code = torch_p == at::Float32MatmulPrecision::HIGHEST ? TPURT_PRECISION_HIGHEST
+                  : torch_p == at::Float32MatmulPrecision::HIGH  ? TPURT_PRECISION_HIGH
+                                                                 : TPURT_PRECISION_DEFAULT;
+  check(tpurt_matmul_precision_set(code), "matmul precision (from torch.set_float32_matmul_precision)");
+  g_precision_followed.store(p, std::memory_order_relaxed);
+}
+
 std::vector<at::Tensor> call_ptrs(const char* op, const Ptrs& inputs, const Attrs& attrs) {
   int device = inputs.empty() ? current_device() : device_of(inputs, op);
-  uint32_t id = op_id(op);
+  OpInfo info = op_info(op);
+  if (info.reads_precision) follow_torch_precision();
+  uint32_t id = info.id;
   std::vector<int64_t> wrapped;
   std::vector<at::Tensor> moved;
   Ptrs ins = on_device(inputs, device, op, moved, wrapped);
@@ -474,6 +504,8 @@ at::Tensor only(const char* op, std::vector<at::Tensor> outs) {
 
 void call_into_ptrs(const char* op, const Ptrs& inputs, const std::vector<at::Tensor>& outputs,
                     const Attrs& attrs) {
+  OpInfo info = op_info(op);
+  if (info.reads_precision) follow_torch_precision();
   Ptrs outs = ptrs_of(outputs);
   int device = device_of(inputs.empty() ? outs : inputs, op);
   std::vector<int64_t> wrapped;
@@ -484,7 +516,7 @@ void call_into_ptrs(const char* op, const Ptrs& inputs, const std::vector<at::Te
   Descs in_d(ins);
   Descs out_d(outs);
   const auto& items = a.items();
-  check(tpurt_op_launch(runtime(), op_id(op), in_d.data(), in_d.size(), out_d.data(), out_d.size(), items.data(),
+  check(tpurt_op_launch(runtime(), info.id, in_d.data(), in_d.size(), out_d.data(), out_d.size(), items.data(),
                         items.size(), stream_handle(current_stream(device))),
         op);
 }
@@ -492,6 +524,24 @@ void call_into_ptrs(const char* op, const Ptrs& inputs, const std::vector<at::Te
 }  // namespace
 
 int device_of(const std::vector<at::Tensor>& inputs, const char* op) { return device_of(ptrs_of(inputs), op); }
+
+uint32_t matmul_precision() {
+  follow_torch_precision();
+  uint32_t precision = 0;
+  check(tpurt_matmul_precision_get(&precision), "matmul precision");
+  return precision;
+}
+void set_matmul_precision(std::optional<uint32_t> precision) {
+  if (!precision) {
+    g_precision_set.store(false);
+    g_precision_followed.store(-1);
+    follow_torch_precision();
+    return;
+  }
+  check(tpurt_matmul_precision_set(*precision), "set matmul precision");
+  g_precision_set.store(true);
+}
+bool matmul_precision_follows_torch() { return !g_precision_set.load(); }
 
 std::vector<at::Tensor> call(const char* op, Ins inputs, const Attrs& attrs) {
   return call_ptrs(op, ptrs_of(inputs), attrs);

@@ -273,7 +273,39 @@ def test_precision_names_and_bad_values():
     try:
         assert torch.tpu.get_precision() == P.HIGH
     finally:
-        torch.tpu.precision(P.HIGHEST)
+        torch.tpu.precision(None)
+
+
+def test_precision_follows_torch_set_float32_matmul_precision_until_set(no_fallback):
+    """torch.set_float32_matmul_precision chooses the precision of f32
+    products on tpu ("medium" rounds the operands to bf16) until
+    torch.tpu.precision sets one; precision(None) follows torch again."""
+    P = torch.tpu.Precision
+    a = torch.full((1, 1), 1 + 2**-10, device="tpu")
+    exact, rounded = (1 + 2**-10) ** 2, 1.0
+    host = torch.tpu.platform() == "host"  # the XLA CPU plugin computes f32 in full
+    was = torch.get_float32_matmul_precision()
+    torch.tpu.precision(None)
+    try:
+        assert torch.tpu.get_precision() == P.HIGHEST and (a @ a).item() == exact
+        for name, want in [("medium", P.DEFAULT), ("high", P.HIGH), ("highest", P.HIGHEST)]:
+            torch.set_float32_matmul_precision(name)
+            assert torch.tpu.get_precision() == want
+        torch.set_float32_matmul_precision("medium")
+        assert (a @ a).item() == (rounded if host else exact)
+        with torch.tpu.precision("highest"):
+            assert (a @ a).item() == exact
+            torch.set_float32_matmul_precision("medium")
+            assert torch.tpu.get_precision() == P.HIGHEST and (a @ a).item() == exact
+        assert torch.tpu.get_precision() == P.DEFAULT  # following torch's again
+        torch.tpu.precision(P.HIGH)
+        torch.set_float32_matmul_precision("highest")
+        assert torch.tpu.get_precision() == P.HIGH
+        torch.tpu.precision(None)
+        assert torch.tpu.get_precision() == P.HIGHEST
+    finally:
+        torch.set_float32_matmul_precision(was)
+        torch.tpu.precision(None)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)

@@ -222,7 +222,8 @@ def _as_precision(p: Union["Precision", str, int]) -> Precision:
 
 
 def get_precision() -> Precision:
-    """The precision of f32 products in force on the calling thread."""
+    """The precision of f32 products in force on the calling thread (set by
+    `precision`, or torch's float32 matmul precision)."""
     return Precision(_C.matmul_precision())
 
 
@@ -233,19 +234,23 @@ class precision:
     when it is called (a deferred op keeps it until it runs). The host
     platform rounds the operands as a TPU's matrix unit does, so it shows
     the numbers a TPU would give; on xla, XLA's precision config (the XLA
-    CPU plugin computes f32 in full regardless). torch's
-    `set_float32_matmul_precision` does not change it."""
+    CPU plugin computes f32 in full regardless).
 
-    def __init__(self, value: Union[Precision, str, int]):
-        self.value = _as_precision(value)
-        self.prev = get_precision()
-        _C.set_matmul_precision(int(self.value))
+    Until it is set, the precision follows torch's
+    ``torch.set_float32_matmul_precision`` ("highest": HIGHEST, "high":
+    HIGH, "medium": DEFAULT, as its documentation describes them);
+    ``precision(None)`` follows torch's again."""
+
+    def __init__(self, value: Union[Precision, str, int, None]):
+        self.value = None if value is None else _as_precision(value)
+        self.prev = None if _C.matmul_precision_follows_torch() else get_precision()
+        _C.set_matmul_precision(None if self.value is None else int(self.value))
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
-        _C.set_matmul_precision(int(self.prev))
+        _C.set_matmul_precision(None if self.prev is None else int(self.prev))
         return False
 
 

@@ -513,6 +513,12 @@ static void test_ops_modes_graphs_and_cache(void) {
   CHECK(precision == TPURT_PRECISION_HIGHEST);
   uint32_t mm_id;
   OK(tpurt_op_lookup("mm", &mm_id));
+  bool reads = false;
+  OK(tpurt_op_reads_precision(mm_id, &reads));
+  CHECK(reads);
+  OK(tpurt_op_reads_precision(add_id, &reads));
+  CHECK(!reads);
+  ERR(tpurt_op_reads_precision(100000, &reads), TPURT_CODE_NOT_FOUND, "op id 100000");
   float one_ish[6] = {1.0f + 1.0f / 1024, 0, 0, 0, 0, 0};
   OK(tpurt_copy_host_to_device(one_ish, sizeof one_ish, bx, NULL, none, 0));
   uint64_t s22[2] = {2, 2};

@@ -83,6 +83,9 @@ pub struct OpId(pub u32);
 
 struct Registry {
     defs: Vec<&'static OpDef>,
+    /// Whether each op's graphs may hold products (dot_general,
+    /// convolution, attention): those read the precision in force.
+    products: Vec<bool>,
     by_name: HashMap<&'static str, OpId>,
 }
 
@@ -90,23 +93,27 @@ fn registry() -> &'static Registry {
     static REG: OnceLock<Registry> = OnceLock::new();
     REG.get_or_init(|| {
         let mut defs: Vec<&'static OpDef> = Vec::new();
-        for group in [
-            pointwise::OPS,
-            reduction::OPS,
-            shape::OPS,
-            linalg::OPS,
-            nn::OPS,
-            random::OPS,
-            loss::OPS,
-            attention::OPS,
-            backward::OPS,
-            conv::OPS,
-            index::OPS,
-            optim::OPS,
-            sparse::OPS,
-            pool::OPS,
+        let mut products = Vec::new();
+        // The product groups build every dot_general, convolution and
+        // attention primitive (a test checks every op's graphs).
+        for (group, with_products) in [
+            (pointwise::OPS, false),
+            (reduction::OPS, false),
+            (shape::OPS, false),
+            (linalg::OPS, true),
+            (nn::OPS, false),
+            (random::OPS, false),
+            (loss::OPS, false),
+            (attention::OPS, true),
+            (backward::OPS, false),
+            (conv::OPS, true),
+            (index::OPS, false),
+            (optim::OPS, false),
+            (sparse::OPS, false),
+            (pool::OPS, false),
         ] {
             defs.extend(group.iter());
+            products.extend(group.iter().map(|_| with_products));
         }
         let by_name = defs
             .iter()
@@ -114,7 +121,11 @@ fn registry() -> &'static Registry {
             .map(|(i, d)| (d.name, OpId(i as u32)))
             .collect::<HashMap<_, _>>();
         assert_eq!(by_name.len(), defs.len(), "op names are unique");
-        Registry { defs, by_name }
+        Registry {
+            defs,
+            products,
+            by_name,
+        }
     })
 }
 
@@ -146,6 +157,17 @@ pub fn op_name(id: OpId) -> &'static str {
         .defs
         .get(id.0 as usize)
         .map_or("<unknown op>", |d| d.name)
+}
+
+/// Whether the op's graphs may hold products, whose precision is the one in
+/// force when the op is called ([`crate::precision`]): a frontend that
+/// follows its framework's precision setting passes it on before these.
+pub fn reads_precision(id: OpId) -> bool {
+    registry()
+        .products
+        .get(id.0 as usize)
+        .copied()
+        .unwrap_or(false)
 }
 
 /// The number of ops (ids are 0 to this, exclusive).

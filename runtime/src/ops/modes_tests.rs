@@ -2706,6 +2706,33 @@ fn all_cases() -> Vec<Case> {
     .collect()
 }
 
+/// An op whose graph holds a product (dot_general, convolution, attention)
+/// says it reads the precision in force, so a frontend passes its
+/// framework's setting on before it.
+#[test]
+fn ops_with_products_say_they_read_the_precision() {
+    let mut wrong = Vec::new();
+    for case in all_cases() {
+        let id = lookup(case.op).unwrap();
+        let types: Vec<TensorType> = case.inputs.iter().map(|t| t.ty.clone()).collect();
+        let graph = build_graph(id, &types, &case.attrs).unwrap();
+        let products = graph.nodes().iter().any(|n| {
+            matches!(
+                n.prim,
+                Prim::DotGeneral { .. }
+                    | Prim::Convolution { .. }
+                    | Prim::Attention { .. }
+                    | Prim::AttentionBackward { .. }
+            )
+        });
+        if products && !reads_precision(id) {
+            wrong.push(case.op);
+        }
+    }
+    assert!(wrong.is_empty(), "ops with products not flagged: {wrong:?}");
+    assert!(reads_precision(lookup("mm").unwrap()) && !reads_precision(lookup("add").unwrap()));
+}
+
 /// The table has a case for every registered op (so every op file), and
 /// a zero-size case for every op.
 #[test]

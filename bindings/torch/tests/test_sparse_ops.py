@@ -1,8 +1,9 @@
 """torch.tpu.ops: the SparseCore embedding ops against CPU loops, in every
 eager mode; their stream order (they run on the SparseCore queue); input
 checks that name the input and position; _C.call_op's errors; ragged_dot
-against per-group products (the collectives along a dim run across
-processes in test_distributed.py)."""
+against per-group products, splash_sdpa's masks against loops,
+sparse_gather, optimization_barrier (the collectives along a dim run
+across processes in test_distributed.py)."""
 
 import pytest
 import torch
@@ -258,3 +259,110 @@ def test_collectives_along_a_dim_check_their_arguments():
             torch.tpu.ops.all_gather_dim(x, 0)
     with pytest.raises(ValueError, match="dim 2 is out of range for a 2-D tensor"):
         torch.tpu.ops.reduce_scatter_dim(x, 2)
+
+
+def _splash_ref(q, k, v, causal, window, seg, kv_seg, cap):
+    """Attention by loops in f64 over the allowed (query, key) pairs."""
+    b, h, s, d = q.shape
+    hkv, t = k.shape[1], k.shape[2]
+    out = torch.zeros(b, h, s, d, dtype=torch.float64)
+    for bi in range(b):
+        for hi in range(h):
+            kh = hi // (h // hkv)
+            for i in range(s):
+                allowed = []
+                for j in range(t):
+                    ok = (not causal or j <= i)
+                    if window is not None:
+                        ok = ok and (window[0] is None or j >= i - window[0]) and (window[1] is None or j <= i + window[1])
+                    if seg is not None:
+                        ok = ok and seg[bi, i] == (kv_seg if kv_seg is not None else seg)[bi, j]
+                    if ok:
+                        allowed.append(j)
+                if not allowed:
+                    continue
+                logits = torch.stack([q[bi, hi, i].double() @ k[bi, kh, j].double() / d**0.5 for j in allowed])
+                if cap is not None:
+                    logits = cap * torch.tanh(logits / cap)
+                p = torch.softmax(logits, 0)
+                out[bi, hi, i] = sum(p[n] * v[bi, kh, j].double() for n, j in enumerate(allowed))
+    return out
+
+
+@pytest.mark.parametrize(
+    "causal,window,segments,cap",
+    [
+        (True, None, False, None),
+        (False, (2, 1), False, None),
+        (True, (3, None), True, None),
+        (False, None, True, 30.0),
+        (True, (1, 0), False, 5.0),
+    ],
+)
+def test_splash_sdpa_masks_and_soft_cap_match_loops(mode, no_fallback, causal, window, segments, cap):
+    g = torch.Generator().manual_seed(11)
+    b, h, hkv, s, d = 2, 4, 2, 7, 8
+    q, k, v = (torch.randn(b, n, s, d, generator=g) for n in (h, hkv, hkv))
+    seg = torch.tensor([[0, 0, 0, 1, 1, 2, 2], [0, 1, 1, 1, 1, 1, 3]]) if segments else None
+    kw = dict(causal=causal, window_size=window, segment_ids=None if seg is None else seg.to(TPU), logits_soft_cap=cap)
+    qt, kt, vt = (x.to(TPU).requires_grad_() for x in (q, k, v))
+    out = torch.tpu.ops.splash_sdpa(qt, kt, vt, **kw)
+    want = _splash_ref(q, k, v, causal, window, seg, None, cap)
+    torch.testing.assert_close(out.detach().cpu().double(), want, rtol=1e-4, atol=1e-5)
+    # Gradients as the same function's on CPU.
+    qc, kc, vc = (x.clone().requires_grad_() for x in (q, k, v))
+    kw["segment_ids"] = seg
+    ref = torch.tpu.ops.splash_sdpa(qc, kc, vc, **kw)
+    grad = torch.randn(ref.shape, generator=g)
+    ref.backward(grad)
+    out.backward(grad.to(TPU))
+    for dev_t, cpu_t in ((qt, qc), (kt, kc), (vt, vc)):
+        torch.testing.assert_close(dev_t.grad.cpu(), cpu_t.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_splash_sdpa_errors_name_the_argument():
+    q = torch.randn(1, 2, 4, 8, device=TPU)
+    k = torch.randn(1, 3, 4, 8, device=TPU)
+    with pytest.raises(ValueError, match="H a multiple of Hkv"):
+        torch.tpu.ops.splash_sdpa(q, k, k)
+    with pytest.raises(ValueError, match=r"window_size must be \(left, right\)"):
+        torch.tpu.ops.splash_sdpa(q, q, q, window_size=3)
+    with pytest.raises(ValueError, match=r"segment_ids must be a \[1, 4\] tensor"):
+        torch.tpu.ops.splash_sdpa(q, q, q, segment_ids=torch.zeros(4, device=TPU))
+
+
+def test_sparse_gather_rows_gradient_and_bad_index(mode, no_fallback):
+    g = torch.Generator().manual_seed(12)
+    table = torch.randn(10, 4, generator=g)
+    idx = torch.tensor([[3, 0, 9], [3, 3, 1]], dtype=torch.int32)
+    tt = table.to(TPU).requires_grad_()
+    out = torch.tpu.ops.sparse_gather(tt, idx.to(TPU))
+    assert out.shape == (2, 3, 4)
+    torch.testing.assert_close(out.detach().cpu(), table[idx.long()], rtol=0, atol=0)
+    grad = torch.randn(2, 3, 4, generator=g)
+    out.backward(grad.to(TPU))
+    want = torch.zeros(10, 4).index_add_(0, idx.reshape(-1).long(), grad.reshape(-1, 4))
+    torch.testing.assert_close(tt.grad.cpu(), want, rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="index 10 at position 4 is outside the table's 10 rows"):
+        torch.tpu.ops.sparse_gather(tt, torch.tensor([0, 1, 2, 3, 10], device=TPU))
+    with pytest.raises(ValueError, match="int32 or int64"):
+        torch.tpu.ops.sparse_gather(tt, torch.zeros(2, device=TPU))
+
+
+def test_optimization_barrier_launches_what_is_recorded():
+    a = torch.randn(64, device=TPU)
+    with torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_AND_FUSE):
+        torch.tpu.mark_step()
+        y = a * 2 + 1
+        same = torch.tpu.ops.optimization_barrier(y)
+        assert same is y
+        assert torch.tpu.mark_step() == 0  # the barrier launched it
+        z = y.exp()
+        y2, z2 = torch.tpu.ops.optimization_barrier(y, z)
+        assert y2 is y and z2 is z
+        assert torch.tpu.mark_step() == 0
+        w = z + 1
+        assert torch.tpu.mark_step() > 0  # without a barrier it was still recorded
+    torch.testing.assert_close(w.cpu(), (a.cpu() * 2 + 1).exp() + 1)
+    with pytest.raises(TypeError, match="takes tensors"):
+        torch.tpu.ops.optimization_barrier(a, 3)

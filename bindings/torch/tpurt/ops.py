@@ -2,7 +2,8 @@
 ``sparse_dense_matmul*`` ops; ``ragged_dot``, the grouped product of
 mixture-of-experts layers; ``max_pool`` over 1 to 3 spatial dims; and ``all_gather_dim`` / ``reduce_scatter_dim``,
 collectives along a tensor dimension. (TorchTPU publishes these names but
-not their signatures; ours follow JAX's ``lax.ragged_dot`` and
+not their signatures; ours follow JAX's: ``lax.ragged_dot``, the splash
+attention kernels' masks, ``lax.optimization_barrier``,
 ``lax.all_gather(..., axis=, tiled=True)`` / ``lax.psum_scatter(...,
 scatter_dimension=, tiled=True)``.)
 
@@ -56,6 +57,9 @@ __all__ = [
     "sparse_dense_matmul_activation_unstack",
     "ragged_dot",
     "max_pool",
+    "splash_sdpa",
+    "sparse_gather",
+    "optimization_barrier",
     "all_gather_dim",
     "reduce_scatter_dim",
     "set_validate_inputs",
@@ -566,3 +570,157 @@ def reduce_scatter_dim(tensor: torch.Tensor, dim: int, op=None, group=None) -> t
     if op != dist.ReduceOp.SUM and torch.is_grad_enabled() and tensor.requires_grad:
         raise ValueError("torch.tpu.ops.reduce_scatter_dim: only a SUM reduction is differentiable")
     return _ReduceScatterDim.apply(tensor, dim, op, group)
+
+
+def sparse_gather(table: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+    """``table[indices]``: the rows of a 2-D table at integer ``indices`` of
+    any shape (result: ``indices.shape + (table.shape[1],)``), gathered on
+    the device's SparseCore queue in the current stream's order, as the
+    embedding ops are. Differentiable in ``table`` (its gradient adds each
+    row's grads, on the same queue). Indices are checked on the device
+    first (one read back; ``set_validate_inputs(False)`` skips it): one
+    outside the table raises ValueError naming its position and value."""
+    op = "sparse_gather"
+    _tensor(op, "table", table)
+    _tensor(op, "indices", indices, table.device)
+    if table.device.type != "tpu":
+        raise ValueError(f"torch.tpu.ops.{op}: table must be on a tpu device, got {table.device}")
+    if table.dim() != 2:
+        raise ValueError(f"torch.tpu.ops.{op}: table must be 2-D, got {tuple(table.shape)}")
+    if indices.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"torch.tpu.ops.{op}: indices must be int32 or int64, got {indices.dtype}")
+    rows = table.shape[0]
+    if _validate and indices.numel():
+        flat = indices.reshape(-1)
+        bad = (flat < 0) | (flat >= rows)
+        if bool(bad.any()):
+            pos = int(bad.nonzero()[0, 0])
+            value = int(flat[pos])
+            raise ValueError(f"torch.tpu.ops.{op}: index {value} at position {pos} is outside the table's {rows} rows")
+    dev = table.device
+    cur = torch.tpu.current_stream(dev)
+    if cur.core == "sparse":
+        return torch.nn.functional.embedding(indices, table)
+    sc = _sparse_stream(dev.index or 0)
+    sc.wait_stream(cur)
+    with torch.tpu.stream(sc):
+        out = torch.nn.functional.embedding(indices, table)
+    table.record_stream(sc)
+    indices.record_stream(sc)
+    cur.wait_stream(sc)
+    out.record_stream(cur)
+    return out
+
+
+def optimization_barrier(*tensors):
+    """The tensors, unchanged (one tensor for one argument, else a tuple),
+    with no op moved or fused across this point, as
+    ``lax.optimization_barrier``: under DEFER_AND_FUSE what each of their
+    devices' current streams has recorded so far is launched here as its
+    own program (without waiting), so the ops before and after never share
+    one; in the other modes every op is its own program already. Inside
+    ``torch.compile`` it breaks the graph, with the same effect."""
+    for t in tensors:
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"torch.tpu.ops.optimization_barrier takes tensors, got {type(t).__name__}")
+    for d in sorted({t.device.index or 0 for t in tensors if t.device.type == "tpu"}):
+        torch.tpu.mark_step(d)
+    return tensors[0] if len(tensors) == 1 else tensors
+
+
+def _splash_mask(q_len, kv_len, causal, window_size, segment_ids, kv_segment_ids, device):
+    """The allowed (query, key) pairs as a bool [B or 1, 1, S, T], or None
+    when every pair is allowed."""
+    mask = None
+    i = torch.arange(q_len, device=device).reshape(-1, 1)
+    j = torch.arange(kv_len, device=device).reshape(1, -1)
+
+    def both(m, extra):
+        return extra if m is None else m & extra
+
+    if causal:
+        mask = both(mask, j <= i)
+    if window_size is not None:
+        left, right = window_size
+        if left is not None:
+            mask = both(mask, j >= i - int(left))
+        if right is not None:
+            mask = both(mask, j <= i + int(right))
+    if mask is not None:
+        mask = mask.reshape(1, 1, q_len, kv_len)
+    if segment_ids is not None:
+        kv = segment_ids if kv_segment_ids is None else kv_segment_ids
+        same = segment_ids.unsqueeze(-1) == kv.unsqueeze(-2)  # [B, S, T]
+        mask = both(mask, same.unsqueeze(1))
+    return mask
+
+
+def splash_sdpa(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    *,
+    causal: bool = False,
+    window_size=None,
+    segment_ids: Optional[torch.Tensor] = None,
+    kv_segment_ids: Optional[torch.Tensor] = None,
+    scale: Optional[float] = None,
+    logits_soft_cap: Optional[float] = None,
+) -> torch.Tensor:
+    """Attention with the masks of JAX's splash attention kernels:
+    ``query`` [B, H, S, D], ``key`` and ``value`` [B, Hkv, T, D] (H a
+    multiple of Hkv: grouped-query attention). Query i may attend to key j
+    when every given mask allows it: ``causal`` (j <= i, torch's
+    ``is_causal`` alignment), a local ``window_size=(left, right)`` (i -
+    left <= j <= i + right; None leaves that side open), and
+    ``segment_ids`` [B, S] with ``kv_segment_ids`` [B, T] (the same ids
+    unless given: packed sequences attend within their segment).
+    ``logits_soft_cap`` c bounds the logits to c * tanh(logits / c) before
+    the softmax (Gemma 2's). A query with no allowed key gets zeros.
+    Runs ``scaled_dot_product_attention`` (the runtime's attention op with
+    no mask; torch's math over native kernels with one), or, with a soft
+    cap, the same math with the cap; differentiable; on any device."""
+    op = "splash_sdpa"
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        _tensor(op, name, t)
+        if t.dim() != 4:
+            raise ValueError(f"torch.tpu.ops.{op}: {name} must be [batch, heads, length, dim], got {tuple(t.shape)}")
+    b, h, s, d = query.shape
+    hkv, t_len = key.shape[1], key.shape[2]
+    if value.shape[:3] != key.shape[:3] or key.shape[0] != b or key.shape[3] != d or h % hkv:
+        raise ValueError(
+            f"torch.tpu.ops.{op}: query {tuple(query.shape)}, key {tuple(key.shape)} and value "
+            f"{tuple(value.shape)} do not fit [B, H, S, D], [B, Hkv, T, D] with H a multiple of Hkv"
+        )
+    if window_size is not None and (not isinstance(window_size, (tuple, list)) or len(window_size) != 2):
+        raise ValueError(f"torch.tpu.ops.{op}: window_size must be (left, right), got {window_size!r}")
+    for name, ids, length in (("segment_ids", segment_ids, s), ("kv_segment_ids", kv_segment_ids, t_len)):
+        if ids is not None and (not isinstance(ids, torch.Tensor) or tuple(ids.shape) != (b, length)):
+            raise ValueError(
+                f"torch.tpu.ops.{op}: {name} must be a [{b}, {length}] tensor, got "
+                f"{tuple(ids.shape) if isinstance(ids, torch.Tensor) else type(ids).__name__}"
+            )
+    if kv_segment_ids is not None and segment_ids is None:
+        raise ValueError(f"torch.tpu.ops.{op}: kv_segment_ids needs segment_ids")
+    if segment_ids is not None and kv_segment_ids is None and s != t_len:
+        raise ValueError(f"torch.tpu.ops.{op}: query and key lengths differ ({s}, {t_len}): give kv_segment_ids")
+    mask = _splash_mask(s, t_len, causal, window_size, segment_ids, kv_segment_ids, query.device)
+    scale = 1.0 / (d**0.5) if scale is None else float(scale)
+    if logits_soft_cap is None:
+        out = torch.nn.functional.scaled_dot_product_attention(
+            query, key, value, attn_mask=mask, scale=scale, enable_gqa=hkv != h
+        )
+    else:
+        cap = float(logits_soft_cap)
+        if hkv != h:
+            key = key.repeat_interleave(h // hkv, dim=1)
+            value = value.repeat_interleave(h // hkv, dim=1)
+        logits = torch.matmul(query, key.transpose(-2, -1)) * scale
+        logits = torch.tanh(logits / cap) * cap
+        if mask is not None:
+            logits = logits.masked_fill(~mask, float("-inf"))
+        out = torch.matmul(torch.softmax(logits, dim=-1), value)
+    if mask is not None:
+        # Rows with no allowed key: zeros (softmax over nothing).
+        out = out.masked_fill(~mask.any(-1, keepdim=True), 0.0)
+    return out

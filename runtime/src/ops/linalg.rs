@@ -317,19 +317,31 @@ fn ragged_dot(e: &mut Emitter, x: &[ValueId], _: &Attrs) -> Result<Vec<ValueId>>
         )));
     }
     check_group_sizes(e, x[2], rd[0])?;
+    // [m, g, k] · [g, k, n] over (g, k).
+    grouped_product(e, x, rd[0], (vec![1, 2], vec![0, 1]))
+}
+
+/// `x` = (lhs [m, k], other, group sizes [g]): lhs's rows spread over
+/// their groups' slots ([m, g, k]) times `other`, promoted to one dtype,
+/// contracting `contract` (lhs dims, other's dims).
+fn grouped_product(
+    e: &mut Emitter,
+    x: &[ValueId],
+    groups: u64,
+    (lhs_contract, rhs_contract): (Vec<usize>, Vec<usize>),
+) -> Result<Vec<ValueId>> {
     let (xs, _) = super::pointwise::promote(e, &x[..2], &Attrs::new())?;
-    let (lhs, rhs) = (xs[0], xs[1]);
-    let masked = rows_by_group(e, lhs, x[2], rd[0])?;
-    let precision = e.product_precision(e.dtype(lhs));
+    let masked = rows_by_group(e, xs[0], x[2], groups)?;
+    let precision = e.product_precision(e.dtype(xs[0]));
     Ok(vec![e.op(
         Prim::DotGeneral {
             lhs_batch: vec![],
             rhs_batch: vec![],
-            lhs_contract: vec![1, 2],
-            rhs_contract: vec![0, 1],
+            lhs_contract,
+            rhs_contract,
             precision,
         },
-        &[masked, rhs],
+        &[masked, xs[1]],
     )?])
 }
 
@@ -351,20 +363,8 @@ fn ragged_dot_rhs_grad(e: &mut Emitter, x: &[ValueId], _: &Attrs) -> Result<Vec<
     need_rank(e, x[2], 1, "group_sizes")?;
     let g = e.dims(x[2])[0];
     check_group_sizes(e, x[2], g)?;
-    let (xs, _) = super::pointwise::promote(e, &x[..2], &Attrs::new())?;
-    let (lhs, grad) = (xs[0], xs[1]);
-    let masked = rows_by_group(e, lhs, x[2], g)?;
-    let precision = e.product_precision(e.dtype(lhs));
-    Ok(vec![e.op(
-        Prim::DotGeneral {
-            lhs_batch: vec![],
-            rhs_batch: vec![],
-            lhs_contract: vec![0],
-            rhs_contract: vec![0],
-            precision,
-        },
-        &[masked, grad],
-    )?])
+    // [m, g, k] · [m, n] over m.
+    grouped_product(e, x, g, (vec![0], vec![0]))
 }
 
 macro_rules! def {

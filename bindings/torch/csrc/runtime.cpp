@@ -467,11 +467,16 @@ void follow_torch_precision() {
   g_precision_followed.store(p, std::memory_order_relaxed);
 }
 
-std::vector<at::Tensor> call_ptrs(const char* op, const Ptrs& inputs, const Attrs& attrs) {
-  int device = inputs.empty() ? current_device() : device_of(inputs, op);
+// The op's id, with torch's precision passed on first if the op reads it.
+uint32_t prepared_op(const char* op) {
   OpInfo info = op_info(op);
   if (info.reads_precision) follow_torch_precision();
-  uint32_t id = info.id;
+  return info.id;
+}
+
+std::vector<at::Tensor> call_ptrs(const char* op, const Ptrs& inputs, const Attrs& attrs) {
+  int device = inputs.empty() ? current_device() : device_of(inputs, op);
+  uint32_t id = prepared_op(op);
   std::vector<int64_t> wrapped;
   std::vector<at::Tensor> moved;
   Ptrs ins = on_device(inputs, device, op, moved, wrapped);
@@ -504,8 +509,7 @@ at::Tensor only(const char* op, std::vector<at::Tensor> outs) {
 
 void call_into_ptrs(const char* op, const Ptrs& inputs, const std::vector<at::Tensor>& outputs,
                     const Attrs& attrs) {
-  OpInfo info = op_info(op);
-  if (info.reads_precision) follow_torch_precision();
+  uint32_t id = prepared_op(op);
   Ptrs outs = ptrs_of(outputs);
   int device = device_of(inputs.empty() ? outs : inputs, op);
   std::vector<int64_t> wrapped;
@@ -516,7 +520,7 @@ void call_into_ptrs(const char* op, const Ptrs& inputs, const std::vector<at::Te
   Descs in_d(ins);
   Descs out_d(outs);
   const auto& items = a.items();
-  check(tpurt_op_launch(runtime(), info.id, in_d.data(), in_d.size(), out_d.data(), out_d.size(), items.data(),
+  check(tpurt_op_launch(runtime(), id, in_d.data(), in_d.size(), out_d.data(), out_d.size(), items.data(),
                         items.size(), stream_handle(current_stream(device))),
         op);
 }

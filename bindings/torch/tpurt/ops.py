@@ -140,19 +140,17 @@ def _sparse_stream(device_index: int) -> torch.Stream:
     return s
 
 
-def _run(op: str, inputs: List[torch.Tensor], attrs: dict) -> List[torch.Tensor]:
-    """The op on the SparseCore queue of the table's device, in the current
-    stream's order."""
-    dev = inputs[4].device
-    if dev.type != "tpu":
-        raise ValueError(f"torch.tpu.ops.{op}: the embedding table must be on a tpu device, got {dev}")
+def _on_sparse_queue(dev: torch.device, inputs: Sequence[torch.Tensor], run) -> List[torch.Tensor]:
+    """`run()` (which returns tensors) on the SparseCore queue of `dev`, in
+    the current stream's order: after what is queued on it, before what is
+    queued next; `inputs` are kept alive for the sparse queue."""
     cur = torch.tpu.current_stream(dev)
     if cur.core == "sparse":
-        return _C.call_op(op, inputs, attrs)
+        return run()
     sc = _sparse_stream(dev.index or 0)
     sc.wait_stream(cur)
     with torch.tpu.stream(sc):
-        outs = _C.call_op(op, inputs, attrs)
+        outs = run()
     for t in inputs:
         if t.device.type == "tpu":
             t.record_stream(sc)
@@ -160,6 +158,15 @@ def _run(op: str, inputs: List[torch.Tensor], attrs: dict) -> List[torch.Tensor]
     for o in outs:
         o.record_stream(cur)
     return outs
+
+
+def _run(op: str, inputs: List[torch.Tensor], attrs: dict) -> List[torch.Tensor]:
+    """The op on the SparseCore queue of the table's device, in the current
+    stream's order."""
+    dev = inputs[4].device
+    if dev.type != "tpu":
+        raise ValueError(f"torch.tpu.ops.{op}: the embedding table must be on a tpu device, got {dev}")
+    return _on_sparse_queue(dev, inputs, lambda: _C.call_op(op, inputs, attrs))
 
 
 def _csr(op: str, row_pointers, embedding_ids, sample_ids, gains, like: torch.Tensor):
@@ -597,18 +604,7 @@ def sparse_gather(table: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
             pos = int(bad.nonzero()[0, 0])
             value = int(flat[pos])
             raise ValueError(f"torch.tpu.ops.{op}: index {value} at position {pos} is outside the table's {rows} rows")
-    dev = table.device
-    cur = torch.tpu.current_stream(dev)
-    if cur.core == "sparse":
-        return torch.nn.functional.embedding(indices, table)
-    sc = _sparse_stream(dev.index or 0)
-    sc.wait_stream(cur)
-    with torch.tpu.stream(sc):
-        out = torch.nn.functional.embedding(indices, table)
-    table.record_stream(sc)
-    indices.record_stream(sc)
-    cur.wait_stream(sc)
-    out.record_stream(cur)
+    (out,) = _on_sparse_queue(table.device, [table, indices], lambda: [torch.nn.functional.embedding(indices, table)])
     return out
 
 

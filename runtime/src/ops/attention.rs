@@ -528,16 +528,6 @@ pub(super) fn expand(e: &mut Emitter, prim: &Prim, x: &[ValueId]) -> Result<Vec<
     }
 }
 
-macro_rules! def {
-    ($name:literal, $n:expr, $f:ident) => {
-        OpDef {
-            name: $name,
-            arity: $n,
-            build: $f,
-        }
-    };
-}
-
 pub(super) const OPS: &[OpDef] = &[
     def!("scaled_dot_product_attention", Arity::Between(3, 6), sdpa),
     def!(

@@ -568,16 +568,6 @@ fn cumsum_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<Valu
     )?])
 }
 
-macro_rules! def {
-    ($name:literal, $n:expr, $f:ident) => {
-        OpDef {
-            name: $name,
-            arity: $n,
-            build: $f,
-        }
-    };
-}
-
 pub(super) const OPS: &[OpDef] = &[
     def!("softmax_backward", Arity::Exactly(2), softmax_backward),
     def!(

@@ -469,16 +469,6 @@ fn convolution_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec
     Ok(vec![dx, dw, db])
 }
 
-macro_rules! def {
-    ($name:literal, $n:expr, $f:ident) => {
-        OpDef {
-            name: $name,
-            arity: $n,
-            build: $f,
-        }
-    };
-}
-
 pub(super) const OPS: &[OpDef] = &[
     def!("conv1d", Arity::Between(2, 3), conv1d),
     def!("conv2d", Arity::Between(2, 3), conv2d),

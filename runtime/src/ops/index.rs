@@ -585,16 +585,6 @@ fn index_put(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> 
     )?])
 }
 
-macro_rules! def {
-    ($name:literal, $n:expr, $f:ident) => {
-        OpDef {
-            name: $name,
-            arity: $n,
-            build: $f,
-        }
-    };
-}
-
 pub(super) const OPS: &[OpDef] = &[
     def!("sort", Arity::Exactly(1), sort),
     def!("topk", Arity::Exactly(1), topk),

@@ -367,16 +367,6 @@ fn ragged_dot_rhs_grad(e: &mut Emitter, x: &[ValueId], _: &Attrs) -> Result<Vec<
     grouped_product(e, x, g, (vec![0], vec![0]))
 }
 
-macro_rules! def {
-    ($name:literal, $n:expr, $f:ident) => {
-        OpDef {
-            name: $name,
-            arity: $n,
-            build: $f,
-        }
-    };
-}
-
 pub(super) const OPS: &[OpDef] = &[
     def!("matmul", Arity::Exactly(2), matmul),
     def!("mm", Arity::Exactly(2), mm),

@@ -394,16 +394,6 @@ fn mse_loss_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<Va
     Ok(vec![e.convert(grad, dt)?])
 }
 
-macro_rules! def {
-    ($name:literal, $n:expr, $f:ident) => {
-        OpDef {
-            name: $name,
-            arity: $n,
-            build: $f,
-        }
-    };
-}
-
 pub(super) const OPS: &[OpDef] = &[
     def!("nll_loss", Arity::Between(2, 3), nll_loss),
     def!("nll_loss_backward", Arity::Between(4, 5), nll_loss_backward),

@@ -8,6 +8,19 @@
 //! - Shapes broadcast as in numpy; negative dimensions count from the end.
 //! - Errors name the op, then what was wrong.
 
+/// An op's registry entry, as each op file lists its ops in `OPS`:
+/// `def!("name", arity, build_fn)`. (Defined before the op modules, so
+/// they all see it.)
+macro_rules! def {
+    ($name:expr, $n:expr, $f:expr) => {
+        OpDef {
+            name: $name,
+            arity: $n,
+            build: $f,
+        }
+    };
+}
+
 mod attention;
 mod attrs;
 mod backward;

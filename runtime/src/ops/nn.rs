@@ -156,16 +156,6 @@ pub(super) fn rms_rstd(
     e.unary(UnaryOp::Rsqrt, ms)
 }
 
-macro_rules! def {
-    ($name:literal, $n:expr, $f:ident) => {
-        OpDef {
-            name: $name,
-            arity: $n,
-            build: $f,
-        }
-    };
-}
-
 pub(super) const OPS: &[OpDef] = &[
     def!("softmax", Arity::Exactly(1), softmax),
     def!("log_softmax", Arity::Exactly(1), log_softmax),

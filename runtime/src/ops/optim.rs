@@ -240,16 +240,6 @@ fn adamw_step(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>>
     Ok(outs)
 }
 
-macro_rules! def {
-    ($name:literal, $n:expr, $f:ident) => {
-        OpDef {
-            name: $name,
-            arity: $n,
-            build: $f,
-        }
-    };
-}
-
 pub(super) const OPS: &[OpDef] = &[
     def!("sgd_step", Arity::Between(2, 4), sgd_step),
     def!("adamw_step", Arity::Between(4, 7), adamw_step),

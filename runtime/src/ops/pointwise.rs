@@ -637,16 +637,6 @@ fn addcdiv(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     addc(e, x, a, BinaryOp::Div)
 }
 
-macro_rules! def {
-    ($name:literal, $n:expr, $f:ident) => {
-        OpDef {
-            name: $name,
-            arity: $n,
-            build: $f,
-        }
-    };
-}
-
 pub(super) const OPS: &[OpDef] = &[
     def!("add", Arity::Between(2, 3), add),
     def!("sub", Arity::Between(2, 3), sub),

@@ -128,8 +128,8 @@ impl Window {
             .collect()
     }
 
-    /// For window element `offset`, over the output's spatial dims: whether
-    /// it lies inside the input (bool), and its flat input position (i64).
+    /// For window element `offset`, over the pooled shape: whether it lies
+    /// inside the input (bool), and its flat input position (i64).
     fn positions(
         &self,
         e: &mut Emitter,
@@ -158,7 +158,11 @@ impl Window {
                 }
             });
         }
-        Ok((valid.expect("1 to 3 dims"), index.expect("1 to 3 dims")))
+        let out_dims = self.out_dims();
+        Ok((
+            e.broadcast_to(valid.expect("1 to 3 dims"), &out_dims)?,
+            e.broadcast_to(index.expect("1 to 3 dims"), &out_dims)?,
+        ))
     }
 }
 
@@ -224,8 +228,6 @@ fn max_pool(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
             &[padded],
         )?;
         let (valid, index) = w.positions(e, &starts, &offset)?;
-        let valid = e.broadcast_to(valid, &out_dims)?;
-        let index = e.broadcast_to(index, &out_dims)?;
         best = Some(match best {
             // The first slice's padded positions are replaced by the
             // window's first real element (`seen` false there).
@@ -321,8 +323,6 @@ fn overlapping_half_grads(
     for flat in (0..w.kernel.iter().product::<u64>()).rev() {
         let offset = w.offset(flat);
         let (valid, index) = w.positions(e, &starts, &offset)?;
-        let valid = e.broadcast_to(valid, &out_dims)?;
-        let index = e.broadcast_to(index, &out_dims)?;
         let mine = e.compare(CompareOp::Eq, idx, index)?;
         let hit = e.binary(BinaryOp::And, valid, mine)?;
         let zeros = e.full(dt, &out_dims, 0.0)?;
@@ -348,16 +348,6 @@ fn overlapping_half_grads(
         acc = e.add(acc, placed)?;
     }
     Ok(acc)
-}
-
-macro_rules! def {
-    ($name:literal, $n:expr, $f:ident) => {
-        OpDef {
-            name: $name,
-            arity: $n,
-            build: $f,
-        }
-    };
 }
 
 pub(super) const OPS: &[OpDef] = &[

@@ -174,16 +174,6 @@ pub(super) fn keep_mask(
     e.compare(CompareOp::Lt, u, keep_p)
 }
 
-macro_rules! def {
-    ($name:literal, $n:expr, $f:ident) => {
-        OpDef {
-            name: $name,
-            arity: $n,
-            build: $f,
-        }
-    };
-}
-
 pub(super) const OPS: &[OpDef] = &[
     def!("uniform", Arity::Between(0, 2), uniform),
     def!("normal", Arity::Between(0, 2), normal),

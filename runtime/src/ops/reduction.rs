@@ -269,16 +269,6 @@ fn norm(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     Ok(vec![e.binary(BinaryOp::Pow, s, inv)?])
 }
 
-macro_rules! def {
-    ($name:literal, $n:expr, $f:ident) => {
-        OpDef {
-            name: $name,
-            arity: $n,
-            build: $f,
-        }
-    };
-}
-
 pub(super) const OPS: &[OpDef] = &[
     def!("sum", Arity::Exactly(1), sum),
     def!("prod", Arity::Exactly(1), prod),

@@ -500,16 +500,6 @@ fn scatter_add(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>
     scatter(e, x, &a.clone().with("reduce", Attr::Str("add".into())))
 }
 
-macro_rules! def {
-    ($name:literal, $n:expr, $f:ident) => {
-        OpDef {
-            name: $name,
-            arity: $n,
-            build: $f,
-        }
-    };
-}
-
 pub(super) const OPS: &[OpDef] = &[
     def!("reshape", Arity::Exactly(1), reshape),
     def!("flatten", Arity::Exactly(1), flatten),

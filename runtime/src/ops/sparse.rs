@@ -605,16 +605,6 @@ fn sparse_csr_check(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<Val
     Ok(vec![e.op(Prim::Concatenate { dimension: 0 }, &parts)?])
 }
 
-macro_rules! def {
-    ($name:expr, $n:expr, $f:expr) => {
-        OpDef {
-            name: $name,
-            arity: $n,
-            build: $f,
-        }
-    };
-}
-
 pub(super) const OPS: &[OpDef] = &[
     def!(
         "sparse_dense_matmul",

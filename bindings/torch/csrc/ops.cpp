@@ -723,6 +723,40 @@ Tensor k_max_pool_bw(const Tensor& grad, const Tensor& x, at::IntArrayRef kernel
                      at::IntArrayRef padding, at::IntArrayRef dilation, bool ceil_mode, const Tensor& indices) {
   return call1("max_pool_backward", {grad, x, indices}, pool_attrs(N, kernel, stride, padding, dilation, ceil_mode));
 }
+// avg_pool{2,3}d and their backward (avg_pool1d reaches the 2-D op through
+// aten's unsqueeze), and _adaptive_avg_pool{2,3}d and their backward
+// (adaptive_avg_pool{1,2,3}d reach them, or mean for a 1 x 1 output).
+Attrs avg_pool_attrs(int64_t n, at::IntArrayRef kernel, at::IntArrayRef stride, at::IntArrayRef padding,
+                     bool ceil_mode, bool count_include_pad, std::optional<int64_t> divisor_override) {
+  Attrs a = Attrs()
+                .i("spatial_dims", n)
+                .ints("kernel_size", kernel)
+                .ints("stride", stride)
+                .ints("padding", padding)
+                .b("ceil_mode", ceil_mode)
+                .b("count_include_pad", count_include_pad);
+  if (divisor_override) a.i("divisor_override", *divisor_override);
+  return a;
+}
+template <int64_t N>
+Tensor k_avg_pool(const Tensor& x, at::IntArrayRef kernel, at::IntArrayRef stride, at::IntArrayRef padding,
+                  bool ceil_mode, bool count_include_pad, std::optional<int64_t> divisor_override) {
+  return call1("avg_pool", {x}, avg_pool_attrs(N, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override));
+}
+template <int64_t N>
+Tensor k_avg_pool_bw(const Tensor& grad, const Tensor& x, at::IntArrayRef kernel, at::IntArrayRef stride,
+                     at::IntArrayRef padding, bool ceil_mode, bool count_include_pad,
+                     std::optional<int64_t> divisor_override) {
+  return call1("avg_pool_backward", {grad, x},
+               avg_pool_attrs(N, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override));
+}
+Tensor k_adaptive_avg_pool(const Tensor& x, c10::SymIntArrayRef output_size) {
+  return call1("adaptive_avg_pool", {x}, Attrs().ints("output_size", C10_AS_INTARRAYREF_SLOW(output_size)));
+}
+template <int64_t N>
+Tensor k_adaptive_avg_pool_bw(const Tensor& grad, const Tensor& x) {
+  return call1("adaptive_avg_pool_backward", {grad, x}, Attrs().i("spatial_dims", N));
+}
 Tensor& k_arange_out(const Scalar& start, const Scalar& end, const Scalar& step, Tensor& out) {
   Tensor r = call("arange", {},
                   Attrs().f("start", start.toDouble()).f("end", end.toDouble()).f("step", step.toDouble())
@@ -1618,6 +1652,14 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("max_pool2d_with_indices_backward", k_max_pool_bw<2>);
   m.impl("max_pool3d_with_indices", k_max_pool<3>);
   m.impl("max_pool3d_with_indices_backward", k_max_pool_bw<3>);
+  m.impl("avg_pool2d", k_avg_pool<2>);
+  m.impl("avg_pool2d_backward", k_avg_pool_bw<2>);
+  m.impl("avg_pool3d", k_avg_pool<3>);
+  m.impl("avg_pool3d_backward", k_avg_pool_bw<3>);
+  m.impl("_adaptive_avg_pool2d", k_adaptive_avg_pool);
+  m.impl("_adaptive_avg_pool2d_backward", k_adaptive_avg_pool_bw<2>);
+  m.impl("_adaptive_avg_pool3d", k_adaptive_avg_pool);
+  m.impl("_adaptive_avg_pool3d_backward", k_adaptive_avg_pool_bw<3>);
   m.impl("arange.start_out", k_arange_out);
   m.impl("index.Tensor", k_index);
   m.impl("index.Tensor_out", [](const Tensor& x, const c10::List<std::optional<Tensor>>& i, Tensor& out) -> Tensor& {

@@ -581,6 +581,96 @@ def test_max_pool_forward_indices_and_backward(mode, no_fallback, shape, kwargs)
         torch.testing.assert_close(xt.grad.cpu(), xc.grad, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize(
+    "n,shape,kwargs",
+    [
+        (2, (2, 3, 9, 8), dict(kernel_size=3, stride=2, padding=1)),
+        (2, (2, 3, 9, 8), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True, count_include_pad=False)),
+        (2, (2, 3, 9, 8), dict(kernel_size=(2, 3), stride=(1, 2), padding=(1, 0), divisor_override=5)),
+        (2, (3, 7, 6), dict(kernel_size=2)),  # unbatched
+        (1, (2, 4, 11), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True)),
+        (3, (1, 2, 5, 6, 7), dict(kernel_size=(2, 2, 3), stride=(1, 2, 2), ceil_mode=True)),
+        (2, (2, 3, 10, 10), dict(kernel_size=2, stride=3, padding=1, ceil_mode=True, count_include_pad=False)),
+    ],
+)
+def test_avg_pool_forward_and_backward(mode, no_fallback, n, shape, kwargs):
+    """nn.functional.avg_pool{1,2,3}d run the runtime's op: CPU's values and
+    gradients bit for bit in f32 and bf16 (sums in torch's order, the bf16
+    shares of overlapping windows added and rounded in output order),
+    count_include_pad, divisor_override and ceil_mode's windows that lie
+    in the padding included."""
+    pool = getattr(torch.nn.functional, f"avg_pool{n}d")
+    _check_average_pooling(lambda x: pool(x, **kwargs), n, shape, seed=len(shape) + len(kwargs))
+
+
+def _check_average_pooling(pool, n, shape, seed, global_mean=False, upsampled=False):
+    """`pool` on tpu against CPU in f32 and bf16, values and gradients, bit
+    for bit except where said. torch's CPU has no bf16 avg_pool3d and adds
+    adaptive_avg_pool3d's bf16 sums in bf16 (its CUDA kernels add at f32,
+    as the runtime does), so 3-D bf16 is checked against the f32 results
+    rounded (values) or within bf16's precision (gradients). A 1 x 1
+    adaptive pooling is aten's mean (the runtime's mean sums more
+    precisely than torch's: within f32's rounding). XLA turns a division
+    by a constant into a product with its reciprocal, so on xla averages
+    are within an f32 rounding of torch's (sums are exact)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(*shape, generator=g)
+    host = torch.tpu.platform() == "host"
+    exact = dict(rtol=0, atol=0) if host else dict(rtol=2.4e-7, atol=1e-7)
+    for dt in (torch.float32, torch.bfloat16):
+        via_f32 = n == 3 and dt == torch.bfloat16
+        xc = x.to(dt).clone()
+        if via_f32:
+            xc = xc.float()
+        xc.requires_grad_()
+        xt = x.to(dt).to("tpu").requires_grad_()
+        ref, out = pool(xc), pool(xt)
+        assert out.dtype == dt and out.shape == ref.shape
+        near = dict(rtol=1.6e-2, atol=1e-2)
+        ulps = near if dt == torch.bfloat16 and not host else exact
+        value_tol = (near if dt == torch.bfloat16 else dict(rtol=2e-6, atol=1e-7)) if global_mean else ulps
+        torch.testing.assert_close(out.cpu(), ref.detach().to(dt), **value_tol)
+        grad = torch.randn(ref.shape, generator=g).to(dt)
+        ref.backward(grad.to(ref.dtype))
+        out.backward(grad.to("tpu"))
+        grad_tol = near if via_f32 or (dt == torch.bfloat16 and upsampled) else ulps
+        torch.testing.assert_close(xt.grad.cpu(), xc.grad.to(dt), **grad_tol)
+
+
+@pytest.mark.parametrize(
+    "n,shape,size",
+    [
+        (2, (2, 3, 9, 8), (4, 3)),  # uneven bins, overlapping by one
+        (2, (2, 3, 9, 8), (3, 4)),  # even bins
+        (2, (3, 9, 8), (5, 7)),  # unbatched
+        (1, (2, 4, 11), 4),
+        (3, (1, 2, 5, 6, 7), (3, 4, 2)),
+        (2, (2, 3, 6, 5), (9, 8)),  # more outputs than inputs
+        (2, (2, 3, 9, 8), 1),  # global: aten takes the mean
+    ],
+)
+def test_adaptive_avg_pool_forward_and_backward(mode, no_fallback, n, shape, size):
+    """nn.functional.adaptive_avg_pool{1,2,3}d run the runtime's op: CPU's
+    values and gradients bit for bit in f32 and bf16 (bf16 grads of bins
+    that start together, with more outputs than inputs, within bf16's
+    rounding: torch rounds each sum, one scatter adds them at f32)."""
+    pool = getattr(torch.nn.functional, f"adaptive_avg_pool{n}d")
+    outs = (size,) * n if isinstance(size, int) else size
+    _check_average_pooling(lambda x: pool(x, size), n, shape, seed=len(shape) * 7,
+                           global_mean=set(outs) == {1},
+                           upsampled=any(o > i for o, i in zip(outs, shape[-n:])))
+
+
+def test_avg_pool_errors_name_the_problem(no_fallback):
+    x = torch.randn(1, 2, 5, 5, device="tpu")
+    with pytest.raises(RuntimeError, match="at most half"):
+        torch.nn.functional.avg_pool2d(x, 2, padding=2)
+    with pytest.raises(RuntimeError, match="divisor_override"):
+        torch.nn.functional.avg_pool2d(x, 2, divisor_override=0)
+    with pytest.raises(RuntimeError, match="floating-point"):
+        torch.nn.functional.avg_pool2d(torch.ones(1, 4, 4, dtype=torch.long, device="tpu"), 2)
+
+
 def test_max_pool_errors_name_the_problem(no_fallback):
     x = torch.randn(1, 2, 5, 5, device="tpu")
     with pytest.raises(RuntimeError, match="at most half"):

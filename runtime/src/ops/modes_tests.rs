@@ -1183,6 +1183,86 @@ fn linalg_cases() -> Vec<Case> {
             ],
             &[("kernel_size", is(&[2])), ("spatial_dims", i(2))],
         ),
+        c(
+            "avg_pool",
+            vec![f32s(&[2, 3, 7, 6], 346)],
+            &[
+                ("spatial_dims", i(2)),
+                ("kernel_size", is(&[3])),
+                ("stride", is(&[2])),
+                ("padding", is(&[1])),
+                ("ceil_mode", b(true)),
+                ("count_include_pad", b(false)),
+            ],
+        ),
+        c(
+            "avg_pool",
+            vec![h(DType::BF16, &[1, 3, 9], &vals(347, 27, -3.0, 3.0))],
+            &[("kernel_size", is(&[2, 3])), ("divisor_override", i(4))],
+        ),
+        c(
+            "avg_pool",
+            vec![f32s(&[1, 2, 4, 5, 6], 348)],
+            &[("kernel_size", is(&[2, 2, 3])), ("stride", is(&[1, 2, 2]))],
+        ),
+        c(
+            "avg_pool_backward",
+            vec![f32s(&[2, 4, 4], 349), f32s(&[2, 7, 6], 350)],
+            &[
+                ("kernel_size", is(&[3])),
+                ("stride", is(&[2])),
+                ("padding", is(&[1])),
+                ("ceil_mode", b(true)),
+                ("count_include_pad", b(false)),
+                ("spatial_dims", i(2)),
+            ],
+        ),
+        c(
+            "avg_pool_backward",
+            vec![
+                h(DType::BF16, &[1, 3, 3], &vals(351, 9, -1.0, 1.0)),
+                f32s(&[1, 5, 6], 352),
+            ],
+            &[
+                ("kernel_size", is(&[3])),
+                ("stride", is(&[2])),
+                ("padding", is(&[1])),
+                ("spatial_dims", i(2)),
+            ],
+        ),
+        c(
+            "adaptive_avg_pool",
+            vec![f32s(&[2, 3, 9, 8], 353)],
+            &[("output_size", is(&[4, 3]))],
+        ),
+        c(
+            "adaptive_avg_pool",
+            vec![h(DType::BF16, &[3, 8, 6], &vals(354, 144, -3.0, 3.0))],
+            &[("output_size", is(&[4, 3]))],
+        ),
+        c(
+            "adaptive_avg_pool",
+            vec![f32s(&[2, 7, 5, 4], 355)],
+            &[("output_size", is(&[3, 7, 4]))],
+        ),
+        c(
+            "adaptive_avg_pool_backward",
+            vec![f32s(&[2, 3, 4, 3], 356), f32s(&[2, 3, 9, 8], 357)],
+            &[("spatial_dims", i(2))],
+        ),
+        c(
+            "adaptive_avg_pool_backward",
+            vec![
+                h(DType::BF16, &[3, 4, 3], &vals(358, 36, -1.0, 1.0)),
+                f32s(&[3, 8, 6], 359),
+            ],
+            &[("output_size", is(&[4, 3]))],
+        ),
+        c(
+            "adaptive_avg_pool_backward",
+            vec![f32s(&[1, 5, 7], 360), f32s(&[1, 2, 3], 361)],
+            &[("spatial_dims", i(2))],
+        ),
         // bf16 with overlapping windows (the grads added in output order).
         c(
             "max_pool_backward",
@@ -2341,6 +2421,26 @@ fn zero_size_cases() -> Vec<Case> {
                 i64s(&[0, 3, 2, 2], &[]),
             ],
             &[("kernel_size", is(&[2, 2]))],
+        ),
+        c(
+            "avg_pool",
+            vec![f32s(&[0, 3, 4, 4], 1537)],
+            &[("kernel_size", is(&[2, 2]))],
+        ),
+        c(
+            "avg_pool_backward",
+            vec![f32s(&[0, 3, 2, 2], 1538), f32s(&[0, 3, 4, 4], 1539)],
+            &[("kernel_size", is(&[2, 2]))],
+        ),
+        c(
+            "adaptive_avg_pool",
+            vec![f32s(&[0, 3, 5, 4], 1540)],
+            &[("output_size", is(&[2, 3]))],
+        ),
+        c(
+            "adaptive_avg_pool_backward",
+            vec![f32s(&[3, 0, 3], 1541), f32s(&[3, 5, 4], 1542)],
+            &[("spatial_dims", i(2))],
         ),
         c("log_softmax", vec![f32s(&[0, 5], 1517)], &[("dim", i(1))]),
         c(

@@ -1,18 +1,25 @@
-//! Max pooling over 1, 2 or 3 spatial dims (aten's max_pool{1,2,3}d and
-//! their `_with_indices` forms) and its backward, from slices, selects and
-//! a scatter.
+//! Pooling over 1, 2 or 3 spatial dims, forward and backward, from slices,
+//! selects, pads and scatters: max pooling (aten's max_pool{1,2,3}d and
+//! their `_with_indices` forms), average pooling (avg_pool{1,2,3}d) and
+//! adaptive average pooling (adaptive_avg_pool{1,2,3}d).
 //!
 //! The window at output position o along a spatial dim starts at
 //! `o * stride - padding` and takes `kernel` elements `dilation` apart;
-//! positions in the padding take no part. As torch's kernels do, a window
-//! keeps its first element, then an element replaces the maximum when it
-//! is greater or NaN (so NaN propagates, and the index is the first
-//! maximum's, or the last NaN's). The index is the element's flat position
-//! in the input's spatial dims.
+//! positions in the padding take no part. As torch's kernels do, a max
+//! pooling window keeps its first element, then an element replaces the
+//! maximum when it is greater or NaN (so NaN propagates, and the index is
+//! the first maximum's, or the last NaN's). The index is the element's flat
+//! position in the input's spatial dims.
+//!
+//! Averages add a window's elements in torch's order (last spatial dim
+//! fastest) at f32 for bf16 and f16 (f64 stays f64) and divide once, as
+//! torch's CPU kernels do, so f32 results are torch's bit for bit; their
+//! backward adds each output's share into the input in output order,
+//! rounding every sum to the dtype as torch does.
 
-use super::attrs::Attrs;
+use super::attrs::{Attr, Attrs};
 use super::emit::Emitter;
-use super::support::{iota, spatial_list};
+use super::support::{compute_dtype, iota, spatial_list};
 use super::{Arity, OpDef};
 use crate::error::{Error, Result};
 use crate::ir::{BinaryOp, CompareOp, DType, Prim, ScatterCombiner, UnaryOp, ValueId};
@@ -36,7 +43,7 @@ impl Window {
         let n = a.int_or("spatial_dims", given)?;
         if !(1..=3).contains(&n) {
             return Err(Error::invalid(format!(
-                "max pooling is over 1, 2 or 3 spatial dims, got {n}"
+                "pooling is over 1, 2 or 3 spatial dims, got {n}"
             )));
         }
         let n = n as usize;
@@ -105,6 +112,10 @@ impl Window {
         self.lead.iter().chain(&self.output).copied().collect()
     }
 
+    fn in_dims(&self) -> Vec<u64> {
+        self.lead.iter().chain(&self.input).copied().collect()
+    }
+
     /// The kernel offset of window element `flat`, last spatial dim fastest.
     fn offset(&self, flat: u64) -> Vec<u64> {
         let mut rest = flat;
@@ -126,6 +137,79 @@ impl Window {
                 e.binary_scalar(BinaryOp::Sub, s, self.padding[d] as f64)
             })
             .collect()
+    }
+
+    /// `v` padded by `padding` in front and by enough of `value` behind
+    /// for every window's slice to lie in range.
+    fn padded(&self, e: &mut Emitter, v: ValueId, value: f64) -> Result<ValueId> {
+        let lead = self.lead.len();
+        let mut low = vec![0i64; lead];
+        let mut high = vec![0i64; lead];
+        for d in 0..self.kernel.len() {
+            let reach =
+                (self.output[d] - 1) * self.stride[d] + self.dilation[d] * (self.kernel[d] - 1) + 1;
+            low.push(self.padding[d] as i64);
+            high.push(reach.saturating_sub(self.input[d] + self.padding[d]) as i64);
+        }
+        let fill = e.scalar(e.dtype(v), value)?;
+        e.op(
+            Prim::Pad {
+                low,
+                high,
+                interior: vec![0; lead + self.kernel.len()],
+            },
+            &[v, fill],
+        )
+    }
+
+    /// Window element `offset` of every window: a strided slice of
+    /// `padded` (see `padded`) of the pooled shape.
+    fn slice(&self, e: &mut Emitter, padded: ValueId, offset: &[u64]) -> Result<ValueId> {
+        let lead = self.lead.len();
+        let mut start = vec![0u64; lead];
+        let mut limit = self.lead.clone();
+        let mut stride = vec![1u64; lead];
+        for (d, &off) in offset.iter().enumerate() {
+            let s = off * self.dilation[d];
+            start.push(s);
+            limit.push(s + (self.output[d] - 1) * self.stride[d] + 1);
+            stride.push(self.stride[d]);
+        }
+        e.op(
+            Prim::Slice {
+                start,
+                limit,
+                stride,
+            },
+            &[padded],
+        )
+    }
+
+    /// `g`, of the pooled shape, spread back over the input at window
+    /// element `offset` of every window: each value where that element
+    /// lies (a pad with stride - 1 zeros between values, cropped to the
+    /// input), zeros elsewhere.
+    fn place(&self, e: &mut Emitter, g: ValueId, offset: &[u64]) -> Result<ValueId> {
+        let lead = self.lead.len();
+        let mut low = vec![0i64; lead];
+        let mut high = vec![0i64; lead];
+        let mut interior = vec![0u64; lead];
+        for (d, &off) in offset.iter().enumerate() {
+            let first = (off * self.dilation[d]) as i64 - self.padding[d] as i64;
+            let span = ((self.output[d] - 1) * self.stride[d] + 1) as i64;
+            low.push(first);
+            high.push(self.input[d] as i64 - first - span);
+            interior.push(self.stride[d] - 1);
+        }
+        let zero = e.scalar(e.dtype(g), 0.0)?;
+        e.op(
+            Prim::Pad {
+                low,
+                high,
+                interior,
+            },
+            &[g, zero],
+        )
     }
 
     /// For window element `offset`, over the pooled shape: whether it lies
@@ -180,8 +264,6 @@ fn max_pool(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
         ));
     }
     let w = Window::of(&e.dims(v), a)?;
-    let n = w.kernel.len();
-    let lead = w.lead.len();
     let out_dims = w.out_dims();
     if out_dims.contains(&0) {
         return Ok(vec![
@@ -189,44 +271,12 @@ fn max_pool(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
             e.full(DType::I64, &out_dims, 0.0)?,
         ]);
     }
-    // Padded on the high side too, so every window's slice is in range.
-    let mut low = vec![0i64; lead];
-    let mut high = vec![0i64; lead];
-    for d in 0..n {
-        let reach = (w.output[d] - 1) * w.stride[d] + w.dilation[d] * (w.kernel[d] - 1) + 1;
-        low.push(w.padding[d] as i64);
-        high.push(reach.saturating_sub(w.input[d] + w.padding[d]) as i64);
-    }
-    let zero = e.scalar(dt, 0.0)?;
-    let padded = e.op(
-        Prim::Pad {
-            low,
-            high,
-            interior: vec![0; lead + n],
-        },
-        &[v, zero],
-    )?;
+    let padded = w.padded(e, v, 0.0)?;
     let starts = w.starts(e)?;
     let mut best: Option<(ValueId, ValueId, ValueId)> = None;
     for flat in 0..w.kernel.iter().product::<u64>() {
         let offset = w.offset(flat);
-        let mut start = vec![0u64; lead];
-        let mut limit = w.lead.clone();
-        let mut stride = vec![1u64; lead];
-        for (d, &off) in offset.iter().enumerate() {
-            let s = off * w.dilation[d];
-            start.push(s);
-            limit.push(s + (w.output[d] - 1) * w.stride[d] + 1);
-            stride.push(w.stride[d]);
-        }
-        let val = e.op(
-            Prim::Slice {
-                start,
-                limit,
-                stride,
-            },
-            &[padded],
-        )?;
+        let val = w.slice(e, padded, &offset)?;
         let (valid, index) = w.positions(e, &starts, &offset)?;
         best = Some(match best {
             // The first slice's padded positions are replaced by the
@@ -313,13 +363,10 @@ fn overlapping_half_grads(
     grad: ValueId,
     idx: ValueId,
 ) -> Result<ValueId> {
-    let lead = w.lead.len();
     let out_dims = w.out_dims();
-    let in_dims: Vec<u64> = w.lead.iter().chain(&w.input).copied().collect();
     let dt = e.dtype(grad);
     let starts = w.starts(e)?;
-    let zero = e.scalar(dt, 0.0)?;
-    let mut acc = e.full(dt, &in_dims, 0.0)?;
+    let mut acc = e.full(dt, &w.in_dims(), 0.0)?;
     for flat in (0..w.kernel.iter().product::<u64>()).rev() {
         let offset = w.offset(flat);
         let (valid, index) = w.positions(e, &starts, &offset)?;
@@ -327,30 +374,552 @@ fn overlapping_half_grads(
         let hit = e.binary(BinaryOp::And, valid, mine)?;
         let zeros = e.full(dt, &out_dims, 0.0)?;
         let g = e.select(hit, grad, zeros)?;
-        let mut low = vec![0i64; lead];
-        let mut high = vec![0i64; lead];
-        let mut interior = vec![0u64; lead];
-        for (d, &off) in offset.iter().enumerate() {
-            let first = (off * w.dilation[d]) as i64 - w.padding[d] as i64;
-            let span = ((w.output[d] - 1) * w.stride[d] + 1) as i64;
-            low.push(first);
-            high.push(w.input[d] as i64 - first - span);
-            interior.push(w.stride[d] - 1);
-        }
-        let placed = e.op(
-            Prim::Pad {
-                low,
-                high,
-                interior,
-            },
-            &[g, zero],
-        )?;
+        let placed = w.place(e, g, &offset)?;
         acc = e.add(acc, placed)?;
     }
     Ok(acc)
 }
 
+/// The float dtype an average is computed in (f32 for bf16 and f16), or an
+/// error naming `x`.
+fn average_dtype(e: &Emitter, x: ValueId) -> Result<DType> {
+    compute_dtype(e.dtype(x)).map_err(|_| {
+        Error::invalid(format!(
+            "average pooling needs a floating-point tensor, got {}",
+            e.ty(x)
+        ))
+    })
+}
+
+/// An average pooling's windows (as max pooling's, without dilation).
+fn average_window(dims: &[u64], a: &Attrs) -> Result<Window> {
+    if let Some(d) = a.ints_opt("dilation")? {
+        if d.iter().any(|&v| v != 1) {
+            return Err(Error::invalid(format!(
+                "average pooling takes no dilation, got {d:?}"
+            )));
+        }
+    }
+    Window::of(dims, a)
+}
+
+/// An i64 vector constant.
+fn i64_vector(e: &mut Emitter, v: &[i64]) -> Result<ValueId> {
+    e.op(
+        Prim::Constant {
+            dtype: DType::I64,
+            dims: vec![v.len() as u64],
+            bytes: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        },
+        &[],
+    )
+}
+
+/// `per_output`, one value per output position along spatial dim `d` of
+/// `n`, as `dtype` broadcast to `out_dims` (the pooled shape).
+fn along(
+    e: &mut Emitter,
+    per_output: &[i64],
+    d: usize,
+    n: usize,
+    out_dims: &[u64],
+    dtype: DType,
+) -> Result<ValueId> {
+    let v = i64_vector(e, per_output)?;
+    let mut dims = vec![per_output.len() as u64];
+    dims.extend(std::iter::repeat_n(1, n - d - 1));
+    let v = e.reshape(v, &dims)?;
+    let v = e.convert(v, dtype)?;
+    e.broadcast_to(v, out_dims)
+}
+
+/// Average pooling's divisor of every output, as `dtype` over the pooled
+/// shape, and (when some window lies wholly in the padding, possible with
+/// ceil_mode) where a window has no input element: torch's CPU kernel
+/// divides a window's sum by `divisor_override`, else by its size clipped
+/// to the padded input (count_include_pad) or to the input.
+fn average_divisor(
+    e: &mut Emitter,
+    w: &Window,
+    a: &Attrs,
+    dtype: DType,
+) -> Result<(ValueId, Option<ValueId>)> {
+    let n = w.kernel.len();
+    let out_dims = w.out_dims();
+    let include_pad = a.bool_or("count_include_pad", true)?;
+    let divisor_override = a.int_opt("divisor_override")?;
+    if divisor_override == Some(0) {
+        return Err(Error::invalid("divisor_override must not be zero"));
+    }
+    let mut divisor: Option<ValueId> = None;
+    let mut empty: Option<ValueId> = None;
+    for d in 0..n {
+        let (i, k, s, p) = (
+            w.input[d] as i64,
+            w.kernel[d] as i64,
+            w.stride[d] as i64,
+            w.padding[d] as i64,
+        );
+        let (mut sizes, mut counts) = (Vec::new(), Vec::new());
+        for o in 0..w.output[d] as i64 {
+            let start = o * s - p;
+            let end = (start + k).min(i + p);
+            sizes.push(end - start);
+            counts.push((end.min(i) - start.max(0)).max(0));
+        }
+        if counts.contains(&0) {
+            let c = along(e, &counts, d, n, &out_dims, DType::I64)?;
+            let zero = e.full(DType::I64, &out_dims, 0.0)?;
+            let none = e.compare(CompareOp::Eq, c, zero)?;
+            empty = Some(match empty {
+                None => none,
+                Some(m) => e.binary(BinaryOp::Or, m, none)?,
+            });
+        }
+        if divisor_override.is_none() {
+            let f = along(
+                e,
+                if include_pad { &sizes } else { &counts },
+                d,
+                n,
+                &out_dims,
+                DType::I64,
+            )?;
+            divisor = Some(match divisor {
+                None => f,
+                Some(v) => e.mul(v, f)?,
+            });
+        }
+    }
+    let divisor = match (divisor_override, divisor) {
+        (Some(v), _) => e.full(dtype, &out_dims, v as f64)?,
+        (None, Some(v)) => e.convert(v, dtype)?,
+        (None, None) => return Err(Error::Internal("a pooling without spatial dims".into())),
+    };
+    Ok((divisor, empty))
+}
+
+/// avg_pool(x; kernel_size, stride = kernel_size, padding = 0,
+/// ceil_mode = false, count_include_pad = true, divisor_override = none,
+/// spatial_dims = kernel_size's length) -> the windows' averages. Shapes
+/// and list attributes as max_pool's (no dilation).
+fn avg_pool(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let v = x[0];
+    let dt = e.dtype(v);
+    let cd = average_dtype(e, v)?;
+    let w = average_window(&e.dims(v), a)?;
+    let out_dims = w.out_dims();
+    if out_dims.contains(&0) {
+        return Ok(vec![e.full(dt, &out_dims, 0.0)?]);
+    }
+    let (divisor, empty) = average_divisor(e, &w, a, cd)?;
+    let xs = e.convert(v, cd)?;
+    let padded = w.padded(e, xs, 0.0)?;
+    // Padded positions add zeros, which leaves torch's sums as they are.
+    let mut sum: Option<ValueId> = None;
+    for flat in 0..w.kernel.iter().product::<u64>() {
+        let val = w.slice(e, padded, &w.offset(flat))?;
+        sum = Some(match sum {
+            None => val,
+            Some(acc) => e.add(acc, val)?,
+        });
+    }
+    let mut avg = e.div(sum.expect("a kernel has at least one element"), divisor)?;
+    if let Some(empty) = empty {
+        let zeros = e.full(cd, &out_dims, 0.0)?;
+        avg = e.select(empty, zeros, avg)?;
+    }
+    Ok(vec![e.convert(avg, dt)?])
+}
+
+/// grad and the pooled shape must agree.
+fn check_grad(e: &Emitter, grad: ValueId, out_dims: &[u64]) -> Result<()> {
+    if e.dims(grad) != out_dims {
+        return Err(Error::invalid(format!(
+            "grad {:?} must have the pooled shape {out_dims:?}",
+            e.dims(grad)
+        )));
+    }
+    Ok(())
+}
+
+/// avg_pool_backward(grad, self; the forward's attributes) -> each
+/// output's grad over its divisor (rounded to the dtype, as torch's),
+/// added into every input element of its window in output order.
+fn avg_pool_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let (grad, input) = (x[0], x[1]);
+    let dt = e.dtype(grad);
+    let cd = average_dtype(e, grad)?;
+    let w = average_window(&e.dims(input), a)?;
+    let out_dims = w.out_dims();
+    check_grad(e, grad, &out_dims)?;
+    if out_dims.contains(&0) || w.input.contains(&0) {
+        return Ok(vec![e.full(dt, &w.in_dims(), 0.0)?]);
+    }
+    // A window with no input element places nothing (its positions are
+    // all cropped), whatever its divisor.
+    let (divisor, _) = average_divisor(e, &w, a, cd)?;
+    let g = e.convert(grad, cd)?;
+    let share = e.div(g, divisor)?;
+    let share = e.convert(share, dt)?;
+    Ok(vec![spread(e, &w, share)?])
+}
+
+/// `share` (pooled shape) added into every element of each window, last
+/// window element first: an input element's windows then come in output
+/// order, the order torch's kernels add them in (each sum rounded to the
+/// dtype).
+fn spread(e: &mut Emitter, w: &Window, share: ValueId) -> Result<ValueId> {
+    let mut acc = e.full(e.dtype(share), &w.in_dims(), 0.0)?;
+    for flat in (0..w.kernel.iter().product::<u64>()).rev() {
+        let placed = w.place(e, share, &w.offset(flat))?;
+        acc = e.add(acc, placed)?;
+    }
+    Ok(acc)
+}
+
+/// Adaptive pooling's windows along one spatial dim: output o averages
+/// input positions [floor(o * I / O), ceil((o + 1) * I / O)).
+struct Bins {
+    input: u64,
+    starts: Vec<i64>,
+    sizes: Vec<i64>,
+}
+
+impl Bins {
+    fn new(input: u64, output: u64) -> Self {
+        let (i, o) = (input as i64, output as i64);
+        let starts: Vec<i64> = (0..o).map(|k| k * i / o).collect();
+        let sizes = (0..o)
+            .map(|k| ((k + 1) * i + o - 1) / o - starts[k as usize])
+            .collect();
+        Bins {
+            input,
+            starts,
+            sizes,
+        }
+    }
+
+    /// Bins of one size, one after another (input a multiple of output).
+    fn even(&self) -> bool {
+        self.input.is_multiple_of(self.starts.len() as u64)
+    }
+
+    fn widest(&self) -> i64 {
+        self.sizes.iter().copied().max().unwrap_or(0)
+    }
+}
+
+/// The adaptive pooling's shape from `output_size` (1 to 3 entries, the
+/// spatial dims): the leading dims and each spatial dim's bins.
+fn adaptive_bins(dims: &[u64], a: &Attrs) -> Result<(Vec<u64>, Vec<Bins>)> {
+    let out = a.ints("output_size")?;
+    let n = out.len();
+    if !(1..=3).contains(&n) {
+        return Err(Error::invalid(format!(
+            "adaptive pooling is over 1, 2 or 3 spatial dims, got output_size {out:?}"
+        )));
+    }
+    if dims.len() != n + 1 && dims.len() != n + 2 {
+        return Err(Error::invalid(format!(
+            "input {dims:?} must be {}-D or {}-D for an output_size of {n} dims",
+            n + 1,
+            n + 2
+        )));
+    }
+    let (lead, input) = dims.split_at(dims.len() - n);
+    if input.contains(&0) {
+        return Err(Error::invalid(format!(
+            "input {dims:?} has an empty spatial dim"
+        )));
+    }
+    let bins = out
+        .iter()
+        .zip(input)
+        .map(|(&o, &i)| {
+            u64::try_from(o)
+                .map(|o| Bins::new(i, o))
+                .map_err(|_| Error::invalid(format!("output_size {out:?} has a negative entry")))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok((lead.to_vec(), bins))
+}
+
+/// The pooled shape: leading dims, then each dim's bin count.
+fn bins_shape(lead: &[u64], bins: &[Bins]) -> Vec<u64> {
+    lead.iter()
+        .copied()
+        .chain(bins.iter().map(|b| b.starts.len() as u64))
+        .collect()
+}
+
+/// Even bins as a window (kernel = stride = input / output, no padding).
+fn even_window(lead: &[u64], bins: &[Bins]) -> Window {
+    let kernel: Vec<u64> = bins.iter().map(|b| b.sizes[0] as u64).collect();
+    Window {
+        lead: lead.to_vec(),
+        input: bins.iter().map(|b| b.input).collect(),
+        output: bins.iter().map(|b| b.starts.len() as u64).collect(),
+        stride: kernel.clone(),
+        padding: vec![0; bins.len()],
+        dilation: vec![1; bins.len()],
+        kernel,
+    }
+}
+
+/// `v` divided by each spatial dim's bin sizes in turn (torch divides a
+/// bin's sum by its height, then its width, ...).
+fn divide_by_sizes(e: &mut Emitter, mut v: ValueId, bins: &[Bins]) -> Result<ValueId> {
+    let out_dims = e.dims(v);
+    let dt = e.dtype(v);
+    for (d, b) in bins.iter().enumerate() {
+        let size = along(e, &b.sizes, d, bins.len(), &out_dims, dt)?;
+        v = e.div(v, size)?;
+    }
+    Ok(v)
+}
+
+/// Element `j` of every bin along spatial dim `d` (axis `axis` of `v`):
+/// a strided slice for even bins, else a gather (positions past a bin's
+/// end read its last element; `adaptive_avg_pool` masks them).
+fn bin_element(e: &mut Emitter, v: ValueId, axis: usize, b: &Bins, j: i64) -> Result<ValueId> {
+    let dims = e.dims(v);
+    if b.even() {
+        let step = b.sizes[0] as u64;
+        let mut start = vec![0u64; dims.len()];
+        let mut stride = vec![1u64; dims.len()];
+        let mut limit = dims.clone();
+        start[axis] = j as u64;
+        stride[axis] = step;
+        limit[axis] = j as u64 + (b.starts.len() as u64 - 1) * step + 1;
+        return e.op(
+            Prim::Slice {
+                start,
+                limit,
+                stride,
+            },
+            &[v],
+        );
+    }
+    let at: Vec<i64> = b
+        .starts
+        .iter()
+        .map(|&s| (s + j).min(b.input as i64 - 1))
+        .collect();
+    let at = i64_vector(e, &at)?;
+    e.op(Prim::Take { axis }, &[v, at])
+}
+
+/// Where element `j` lies inside its bin along spatial dim `d`, over the
+/// pooled shape; none when it does in every bin.
+fn inside_bins(
+    e: &mut Emitter,
+    bins: &[Bins],
+    j: &[i64],
+    out_dims: &[u64],
+) -> Result<Option<ValueId>> {
+    let mut inside: Option<ValueId> = None;
+    for (d, b) in bins.iter().enumerate() {
+        if b.sizes.iter().all(|&s| j[d] < s) {
+            continue;
+        }
+        let size = along(e, &b.sizes, d, bins.len(), out_dims, DType::I64)?;
+        let jd = e.full(DType::I64, out_dims, j[d] as f64)?;
+        let m = e.compare(CompareOp::Lt, jd, size)?;
+        inside = Some(match inside {
+            None => m,
+            Some(p) => e.binary(BinaryOp::And, p, m)?,
+        });
+    }
+    Ok(inside)
+}
+
+/// Every offset within the widest bins, last spatial dim fastest.
+fn bin_offsets(bins: &[Bins]) -> Vec<Vec<i64>> {
+    let mut all = vec![vec![]];
+    for b in bins {
+        all = all
+            .into_iter()
+            .flat_map(|p: Vec<i64>| {
+                (0..b.widest()).map(move |j| {
+                    let mut q = p.clone();
+                    q.push(j);
+                    q
+                })
+            })
+            .collect();
+    }
+    all
+}
+
+/// adaptive_avg_pool(x; output_size) -> each bin's average: the last
+/// `output_size.len()` (1 to 3) dims of x are spatial, with one or two
+/// more before them; output o along a dim averages input positions
+/// [floor(o * I / O), ceil((o + 1) * I / O)), as torch's kernels.
+fn adaptive_avg_pool(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let v = x[0];
+    let dt = e.dtype(v);
+    let cd = average_dtype(e, v)?;
+    let (lead, bins) = adaptive_bins(&e.dims(v), a)?;
+    let out_dims = bins_shape(&lead, &bins);
+    if out_dims.contains(&0) {
+        return Ok(vec![e.full(dt, &out_dims, 0.0)?]);
+    }
+    let xs = e.convert(v, cd)?;
+    let first = lead.len();
+    let mut sum: Option<ValueId> = None;
+    // Element (j0, j1, ...) of every bin, in torch's order; an element past
+    // a bin's end adds zero.
+    for j in bin_offsets(&bins) {
+        let mut val = xs;
+        for (d, b) in bins.iter().enumerate() {
+            val = bin_element(e, val, first + d, b, j[d])?;
+        }
+        if let Some(inside) = inside_bins(e, &bins, &j, &out_dims)? {
+            let zeros = e.full(cd, &out_dims, 0.0)?;
+            val = e.select(inside, val, zeros)?;
+        }
+        sum = Some(match sum {
+            None => val,
+            Some(acc) => e.add(acc, val)?,
+        });
+    }
+    let avg = divide_by_sizes(e, sum.expect("every bin has an element"), &bins)?;
+    Ok(vec![e.convert(avg, dt)?])
+}
+
+/// adaptive_avg_pool_backward(grad, self) -> each output's grad over its
+/// bin's sizes (divided in the dtype one dim at a time, as torch's),
+/// added into every input element of its bin in output order.
+fn adaptive_avg_pool_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let (grad, input) = (x[0], x[1]);
+    let dt = e.dtype(grad);
+    average_dtype(e, grad)?;
+    let in_dims = e.dims(input);
+    let given = e.dims(grad);
+    // The spatial dims: `spatial_dims`, or output_size's length.
+    let spatial = match (a.int_opt("spatial_dims")?, a.ints_opt("output_size")?) {
+        (Some(n), _) => n,
+        (None, Some(o)) => o.len() as i64,
+        (None, None) => {
+            return Err(Error::invalid(
+                "attribute spatial_dims (int) or output_size (ints) is required",
+            ))
+        }
+    };
+    if !(1..=3).contains(&spatial)
+        || given.len() != in_dims.len()
+        || given.len() <= spatial as usize
+    {
+        return Err(Error::invalid(format!(
+            "grad {given:?} and input {in_dims:?} must have one rank, with 1 to 3 spatial dims \
+             after one or two others (spatial_dims {spatial})"
+        )));
+    }
+    let out_size = given[given.len() - spatial as usize..]
+        .iter()
+        .map(|&o| o as i64)
+        .collect();
+    let attrs = Attrs::new().with("output_size", Attr::Ints(out_size));
+    let (lead, bins) = adaptive_bins(&in_dims, &attrs)?;
+    let out_dims = bins_shape(&lead, &bins);
+    check_grad(e, grad, &out_dims)?;
+    if out_dims.contains(&0) {
+        return Ok(vec![e.full(dt, &in_dims, 0.0)?]);
+    }
+    let share = divide_by_sizes(e, grad, &bins)?;
+    if bins.iter().all(Bins::even) {
+        return Ok(vec![spread(e, &even_window(&lead, &bins), share)?]);
+    }
+    let rows: u64 = lead.iter().product();
+    let outs: u64 = bins.iter().map(|b| b.starts.len() as u64).product();
+    let ins: u64 = bins.iter().map(|b| b.input).product();
+    let share = e.reshape(share, &[rows, outs])?;
+    let mut acc = e.full(dt, &[rows, ins], 0.0)?;
+    // Each bin element's flat spatial position over the pooled shape (one
+    // past a bin's end reads as its last element; masked below).
+    let offsets = bin_offsets(&bins);
+    let position = |j: &[i64]| -> Vec<i64> {
+        let mut flat = vec![0i64];
+        for (b, &jd) in bins.iter().zip(j) {
+            let last = b.input as i64 - 1;
+            flat = flat
+                .iter()
+                .flat_map(|&f| {
+                    b.starts
+                        .iter()
+                        .map(move |&s| f * b.input as i64 + (s + jd).min(last))
+                })
+                .collect();
+        }
+        flat
+    };
+    if bins.iter().any(|b| b.starts.len() as u64 > b.input) {
+        // Bins that start together (more outputs than inputs): one scatter
+        // of every (output, bin element) in output order, torch's order.
+        let k = offsets.len() as u64;
+        let by_j: Vec<Vec<i64>> = offsets.iter().map(|j| position(j)).collect();
+        let at: Vec<i64> = (0..outs as usize)
+            .flat_map(|o| by_j.iter().map(move |p| p[o]))
+            .collect();
+        let at = i64_vector(e, &at)?;
+        let at = e.broadcast_to(at, &[rows, outs * k])?;
+        let mut parts = Vec::with_capacity(offsets.len());
+        for j in &offsets {
+            let part = match inside_bins(e, &bins, j, &out_dims)? {
+                Some(inside) => {
+                    let inside = e.reshape(inside, &[rows, outs])?;
+                    let zeros = e.full(dt, &[rows, outs], 0.0)?;
+                    e.select(inside, share, zeros)?
+                }
+                None => share,
+            };
+            parts.push(e.reshape(part, &[rows, outs, 1])?);
+        }
+        let upd = e.op(Prim::Concatenate { dimension: 2 }, &parts)?;
+        let upd = e.reshape(upd, &[rows, outs * k])?;
+        acc = e.op(
+            Prim::Scatter {
+                axis: 1,
+                combiner: ScatterCombiner::Add,
+            },
+            &[acc, at, upd],
+        )?;
+        return Ok(vec![e.reshape(acc, &in_dims)?]);
+    }
+    // Otherwise bins overlap by at most one element along a dim: per bin
+    // element, last first, the shares are scattered (added) at that
+    // element's position, so an input element's bins come in output order
+    // and every sum is rounded to the dtype, as torch's.
+    for j in offsets.into_iter().rev() {
+        let at = i64_vector(e, &position(&j))?;
+        let at = e.broadcast_to(at, &[rows, outs])?;
+        let mut upd = share;
+        if let Some(inside) = inside_bins(e, &bins, &j, &out_dims)? {
+            let inside = e.reshape(inside, &[rows, outs])?;
+            let zeros = e.full(dt, &[rows, outs], 0.0)?;
+            upd = e.select(inside, share, zeros)?;
+        }
+        acc = e.op(
+            Prim::Scatter {
+                axis: 1,
+                combiner: ScatterCombiner::Add,
+            },
+            &[acc, at, upd],
+        )?;
+    }
+    Ok(vec![e.reshape(acc, &in_dims)?])
+}
+
 pub(super) const OPS: &[OpDef] = &[
     def!("max_pool", Arity::Exactly(1), max_pool),
     def!("max_pool_backward", Arity::Exactly(3), max_pool_backward),
+    def!("avg_pool", Arity::Exactly(1), avg_pool),
+    def!("avg_pool_backward", Arity::Exactly(2), avg_pool_backward),
+    def!("adaptive_avg_pool", Arity::Exactly(1), adaptive_avg_pool),
+    def!(
+        "adaptive_avg_pool_backward",
+        Arity::Exactly(2),
+        adaptive_avg_pool_backward
+    ),
 ];

@@ -971,3 +971,216 @@ fn max_pool_matches_loops_and_its_backward_adds_at_the_indices() {
     let e = run("max_pool", &[&x], a).unwrap_err().to_string();
     assert!(e.contains("1, 2 or 3 spatial dims"), "{e}");
 }
+
+/// 2-D average pooling by loops in f32, as torch's CPU kernel: a window
+/// clipped to the padded input, then to the input; its elements summed in
+/// order and divided once (by divisor_override, the padded size or the
+/// count); a window with no input element gives 0. Returns the averages
+/// and each output's divisor (0 for an empty window).
+#[allow(clippy::too_many_arguments)]
+fn naive_avg_pool2d(
+    x: &[f32],
+    (c, h, w): (usize, usize, usize),
+    k: [i64; 2],
+    s: [i64; 2],
+    p: [i64; 2],
+    include_pad: bool,
+    divisor: Option<i64>,
+    (oh, ow): (usize, usize),
+) -> (Vec<f32>, Vec<Vec<(usize, f32)>>) {
+    let (mut vals, mut windows) = (Vec::new(), Vec::new());
+    let (h, w) = (h as i64, w as i64);
+    for ch in 0..c {
+        for oy in 0..oh as i64 {
+            for ox in 0..ow as i64 {
+                let (y0, x0) = (oy * s[0] - p[0], ox * s[1] - p[1]);
+                let (y1, x1) = ((y0 + k[0]).min(h + p[0]), (x0 + k[1]).min(w + p[1]));
+                let size = (y1 - y0) * (x1 - x0);
+                let (y0, x0, y1, x1) = (y0.max(0), x0.max(0), y1.min(h), x1.min(w));
+                let mut cells = Vec::new();
+                if y0 >= y1 || x0 >= x1 {
+                    vals.push(0.0);
+                    windows.push(cells);
+                    continue;
+                }
+                let d = divisor.unwrap_or(if include_pad {
+                    size
+                } else {
+                    (y1 - y0) * (x1 - x0)
+                }) as f32;
+                let mut sum = 0f32;
+                for y in y0..y1 {
+                    for xx in x0..x1 {
+                        let at = ch * (h * w) as usize + (y * w + xx) as usize;
+                        sum += x[at];
+                        cells.push((at, d));
+                    }
+                }
+                vals.push(sum / d);
+                windows.push(cells);
+            }
+        }
+    }
+    (vals, windows)
+}
+
+#[test]
+fn avg_pool_matches_loops_and_its_backward_spreads_shares_in_output_order() {
+    let (c, h, w) = (2usize, 7usize, 6usize);
+    let xv: Vec<f32> = (0..c * h * w)
+        .map(|i| ((i * 37) % 23) as f32 * 0.37 - 4.1)
+        .collect();
+    let x = f32s(
+        &[c as u64, h as u64, w as u64],
+        &xv.iter().map(|&v| v as f64).collect::<Vec<_>>(),
+    );
+    // (kernel, stride, padding, ceil_mode, count_include_pad,
+    // divisor_override, output)
+    let cases = [
+        ([2, 2], [2, 2], [0, 0], false, true, None, (3, 3)),
+        ([3, 3], [2, 2], [1, 1], false, true, None, (4, 3)),
+        ([3, 3], [2, 2], [1, 1], true, false, None, (4, 4)),
+        ([3, 2], [2, 3], [1, 1], true, true, Some(5), (4, 3)),
+        ([2, 3], [1, 1], [1, 1], false, false, None, (8, 6)),
+        // ceil_mode's last window starts in the right padding: empty.
+        ([2, 2], [3, 3], [1, 1], true, false, None, (3, 3)),
+    ];
+    for (k, s, p, ceil, include_pad, divisor, (oh, ow)) in cases {
+        let mut a = Attrs::new();
+        a.set("kernel_size", ints(&k));
+        a.set("stride", ints(&s));
+        a.set("padding", ints(&p));
+        a.set("ceil_mode", Attr::Bool(ceil));
+        a.set("count_include_pad", Attr::Bool(include_pad));
+        if let Some(d) = divisor {
+            a.set("divisor_override", Attr::Int(d));
+        }
+        let out = run1("avg_pool", &[&x], a.clone());
+        assert_eq!(
+            out.ty.dims,
+            vec![c as u64, oh as u64, ow as u64],
+            "{k:?} {s:?}"
+        );
+        let (want, windows) =
+            naive_avg_pool2d(&xv, (c, h, w), k, s, p, include_pad, divisor, (oh, ow));
+        close(
+            &out,
+            &want.iter().map(|&v| v as f64).collect::<Vec<_>>(),
+            0.0,
+        );
+        // The backward: each output's grad over its divisor, added into its
+        // window's elements in output order.
+        let gv: Vec<f32> = (0..c * oh * ow)
+            .map(|i| (i % 7) as f32 * 0.3 - 0.7)
+            .collect();
+        let g = f32s(
+            &[c as u64, oh as u64, ow as u64],
+            &gv.iter().map(|&v| v as f64).collect::<Vec<_>>(),
+        );
+        let dx = run1("avg_pool_backward", &[&g, &x], a);
+        let mut want = vec![0f32; c * h * w];
+        for (j, cells) in windows.iter().enumerate() {
+            for &(at, d) in cells {
+                want[at] += gv[j] / d;
+            }
+        }
+        close(
+            &dx,
+            &want.iter().map(|&v| v as f64).collect::<Vec<_>>(),
+            0.0,
+        );
+    }
+    // Errors name what is wrong.
+    let mut a = Attrs::new();
+    a.set("kernel_size", ints(&[2, 2]));
+    a.set("divisor_override", Attr::Int(0));
+    let e = run("avg_pool", &[&x], a).unwrap_err().to_string();
+    assert!(
+        e.contains("avg_pool") && e.contains("divisor_override"),
+        "{e}"
+    );
+    let xi = t(DType::I64, &[1, 4, 4], &[1.0; 16]);
+    let mut a = Attrs::new();
+    a.set("kernel_size", ints(&[2, 2]));
+    let e = run("avg_pool", &[&xi], a).unwrap_err().to_string();
+    assert!(e.contains("floating-point"), "{e}");
+}
+
+#[test]
+fn adaptive_avg_pool_matches_loops_and_its_backward_spreads_shares_in_output_order() {
+    let (c, h, w) = (2usize, 9usize, 8usize);
+    let xv: Vec<f32> = (0..c * h * w)
+        .map(|i| ((i * 41) % 29) as f32 * 0.31 - 4.3)
+        .collect();
+    let x = f32s(
+        &[c as u64, h as u64, w as u64],
+        &xv.iter().map(|&v| v as f64).collect::<Vec<_>>(),
+    );
+    let bin = |o: usize, i: usize, n: usize| (o * i / n, ((o + 1) * i).div_ceil(n));
+    // Uneven bins (overlapping), even ones, more outputs than inputs.
+    for (oh, ow) in [(4, 3), (3, 4), (9, 8), (12, 11), (1, 1)] {
+        let a = Attrs::new().with("output_size", ints(&[oh as i64, ow as i64]));
+        let out = run1("adaptive_avg_pool", &[&x], a);
+        assert_eq!(out.ty.dims, vec![c as u64, oh as u64, ow as u64]);
+        let gv: Vec<f32> = (0..c * oh * ow)
+            .map(|i| (i % 5) as f32 * 0.7 - 1.1)
+            .collect();
+        let g = f32s(
+            &[c as u64, oh as u64, ow as u64],
+            &gv.iter().map(|&v| v as f64).collect::<Vec<_>>(),
+        );
+        let dx = run1(
+            "adaptive_avg_pool_backward",
+            &[&g, &x],
+            Attrs::new().with("spatial_dims", Attr::Int(2)),
+        );
+        let (mut want, mut want_dx) = (Vec::new(), vec![0f32; c * h * w]);
+        for ch in 0..c {
+            for oy in 0..oh {
+                let (y0, y1) = bin(oy, h, oh);
+                for ox in 0..ow {
+                    let (x0, x1) = bin(ox, w, ow);
+                    let mut sum = 0f32;
+                    for y in y0..y1 {
+                        for xx in x0..x1 {
+                            sum += xv[ch * h * w + y * w + xx];
+                        }
+                    }
+                    want.push(sum / (y1 - y0) as f32 / (x1 - x0) as f32);
+                    let share = gv[(ch * oh + oy) * ow + ox] / (y1 - y0) as f32 / (x1 - x0) as f32;
+                    for y in y0..y1 {
+                        for xx in x0..x1 {
+                            want_dx[ch * h * w + y * w + xx] += share;
+                        }
+                    }
+                }
+            }
+        }
+        close(
+            &out,
+            &want.iter().map(|&v| v as f64).collect::<Vec<_>>(),
+            0.0,
+        );
+        close(
+            &dx,
+            &want_dx.iter().map(|&v| v as f64).collect::<Vec<_>>(),
+            0.0,
+        );
+    }
+    let e = run(
+        "adaptive_avg_pool",
+        &[&x],
+        Attrs::new().with("output_size", ints(&[2, 2, 2, 2])),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("1, 2 or 3 spatial dims"), "{e}");
+    let e = run(
+        "adaptive_avg_pool",
+        &[&x],
+        Attrs::new().with("output_size", ints(&[2, -1])),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("negative"), "{e}");
+}

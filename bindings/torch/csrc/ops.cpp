@@ -757,6 +757,87 @@ template <int64_t N>
 Tensor k_adaptive_avg_pool_bw(const Tensor& grad, const Tensor& x) {
   return call1("adaptive_avg_pool_backward", {grad, x}, Attrs().i("spatial_dims", N));
 }
+// reflection_pad{1,2,3}d and replication_pad{1,2,3}d (F.pad's "reflect"
+// and "replicate") and their backward: the runtime's pad and pad_backward.
+template <bool Reflect>
+Tensor k_mode_pad(const Tensor& x, at::IntArrayRef padding) {
+  return call1("pad", {x}, Attrs().ints("pad", padding).str("mode", Reflect ? "reflect" : "replicate"));
+}
+template <bool Reflect>
+Tensor k_mode_pad_bw(const Tensor& g, const Tensor& x, at::IntArrayRef padding) {
+  return call1("pad_backward", {g},
+               Attrs().ints("pad", padding).ints("input_size", x.sizes()).str("mode", Reflect ? "reflect" : "replicate"));
+}
+// upsample_nearest{1,2,3}d, _upsample_nearest_exact{1,2,3}d and
+// upsample_{linear1d,bilinear2d,trilinear3d}, and their backward: the
+// runtime's upsample ops (the .vec overloads reach them through aten).
+// A scale torch was not given goes as 0 (the runtime reads a scale that
+// is not positive as none, as torch does).
+std::vector<double> upsample_scales(std::initializer_list<std::optional<double>> scales) {
+  std::vector<double> v;
+  for (const auto& s : scales) v.push_back(s.value_or(0.0));
+  return v;
+}
+Tensor upsample(const char* op, const Tensor& x, at::IntArrayRef out, std::vector<double> scales, bool exact) {
+  return call1(op, {x}, Attrs().ints("output_size", out).floats("scales", scales).b("exact", exact));
+}
+Tensor upsample_bw(const char* op, const Tensor& g, at::IntArrayRef out, at::IntArrayRef in,
+                   std::vector<double> scales, bool exact) {
+  return call1(op, {g},
+               Attrs().ints("output_size", out).ints("input_size", in).floats("scales", scales).b("exact", exact));
+}
+Tensor linear_upsample(const Tensor& x, at::IntArrayRef out, bool align, std::vector<double> scales) {
+  return call1("upsample_linear", {x},
+               Attrs().ints("output_size", out).b("align_corners", align).floats("scales", scales));
+}
+Tensor linear_upsample_bw(const Tensor& g, at::IntArrayRef out, at::IntArrayRef in, bool align,
+                          std::vector<double> scales) {
+  return call1("upsample_linear_backward", {g},
+               Attrs().ints("output_size", out).ints("input_size", in).b("align_corners", align).floats("scales", scales));
+}
+using OptD = std::optional<double>;
+template <bool Exact>
+Tensor k_nearest1d(const Tensor& x, at::IntArrayRef o, OptD s) {
+  return upsample("upsample_nearest", x, o, upsample_scales({s}), Exact);
+}
+template <bool Exact>
+Tensor k_nearest2d(const Tensor& x, at::IntArrayRef o, OptD sh, OptD sw) {
+  return upsample("upsample_nearest", x, o, upsample_scales({sh, sw}), Exact);
+}
+template <bool Exact>
+Tensor k_nearest3d(const Tensor& x, at::IntArrayRef o, OptD sd, OptD sh, OptD sw) {
+  return upsample("upsample_nearest", x, o, upsample_scales({sd, sh, sw}), Exact);
+}
+template <bool Exact>
+Tensor k_nearest1d_bw(const Tensor& g, at::IntArrayRef o, at::IntArrayRef i, OptD s) {
+  return upsample_bw("upsample_nearest_backward", g, o, i, upsample_scales({s}), Exact);
+}
+template <bool Exact>
+Tensor k_nearest2d_bw(const Tensor& g, at::IntArrayRef o, at::IntArrayRef i, OptD sh, OptD sw) {
+  return upsample_bw("upsample_nearest_backward", g, o, i, upsample_scales({sh, sw}), Exact);
+}
+template <bool Exact>
+Tensor k_nearest3d_bw(const Tensor& g, at::IntArrayRef o, at::IntArrayRef i, OptD sd, OptD sh, OptD sw) {
+  return upsample_bw("upsample_nearest_backward", g, o, i, upsample_scales({sd, sh, sw}), Exact);
+}
+Tensor k_linear1d(const Tensor& x, at::IntArrayRef o, bool a, OptD s) {
+  return linear_upsample(x, o, a, upsample_scales({s}));
+}
+Tensor k_bilinear2d(const Tensor& x, at::IntArrayRef o, bool a, OptD sh, OptD sw) {
+  return linear_upsample(x, o, a, upsample_scales({sh, sw}));
+}
+Tensor k_trilinear3d(const Tensor& x, at::IntArrayRef o, bool a, OptD sd, OptD sh, OptD sw) {
+  return linear_upsample(x, o, a, upsample_scales({sd, sh, sw}));
+}
+Tensor k_linear1d_bw(const Tensor& g, at::IntArrayRef o, at::IntArrayRef i, bool a, OptD s) {
+  return linear_upsample_bw(g, o, i, a, upsample_scales({s}));
+}
+Tensor k_bilinear2d_bw(const Tensor& g, at::IntArrayRef o, at::IntArrayRef i, bool a, OptD sh, OptD sw) {
+  return linear_upsample_bw(g, o, i, a, upsample_scales({sh, sw}));
+}
+Tensor k_trilinear3d_bw(const Tensor& g, at::IntArrayRef o, at::IntArrayRef i, bool a, OptD sd, OptD sh, OptD sw) {
+  return linear_upsample_bw(g, o, i, a, upsample_scales({sd, sh, sw}));
+}
 Tensor& k_arange_out(const Scalar& start, const Scalar& end, const Scalar& step, Tensor& out) {
   Tensor r = call("arange", {},
                   Attrs().f("start", start.toDouble()).f("end", end.toDouble()).f("step", step.toDouble())
@@ -1652,6 +1733,30 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("max_pool2d_with_indices_backward", k_max_pool_bw<2>);
   m.impl("max_pool3d_with_indices", k_max_pool<3>);
   m.impl("max_pool3d_with_indices_backward", k_max_pool_bw<3>);
+  for (const char* n : {"reflection_pad1d", "reflection_pad2d", "reflection_pad3d"}) m.impl(n, k_mode_pad<true>);
+  for (const char* n : {"replication_pad1d", "replication_pad2d", "replication_pad3d"}) m.impl(n, k_mode_pad<false>);
+  for (const char* n : {"reflection_pad1d_backward", "reflection_pad2d_backward", "reflection_pad3d_backward"})
+    m.impl(n, k_mode_pad_bw<true>);
+  for (const char* n : {"replication_pad1d_backward", "replication_pad2d_backward", "replication_pad3d_backward"})
+    m.impl(n, k_mode_pad_bw<false>);
+  m.impl("upsample_nearest1d", k_nearest1d<false>);
+  m.impl("upsample_nearest2d", k_nearest2d<false>);
+  m.impl("upsample_nearest3d", k_nearest3d<false>);
+  m.impl("_upsample_nearest_exact1d", k_nearest1d<true>);
+  m.impl("_upsample_nearest_exact2d", k_nearest2d<true>);
+  m.impl("_upsample_nearest_exact3d", k_nearest3d<true>);
+  m.impl("upsample_nearest1d_backward", k_nearest1d_bw<false>);
+  m.impl("upsample_nearest2d_backward", k_nearest2d_bw<false>);
+  m.impl("upsample_nearest3d_backward", k_nearest3d_bw<false>);
+  m.impl("_upsample_nearest_exact1d_backward", k_nearest1d_bw<true>);
+  m.impl("_upsample_nearest_exact2d_backward", k_nearest2d_bw<true>);
+  m.impl("_upsample_nearest_exact3d_backward", k_nearest3d_bw<true>);
+  m.impl("upsample_linear1d", k_linear1d);
+  m.impl("upsample_bilinear2d", k_bilinear2d);
+  m.impl("upsample_trilinear3d", k_trilinear3d);
+  m.impl("upsample_linear1d_backward", k_linear1d_bw);
+  m.impl("upsample_bilinear2d_backward", k_bilinear2d_bw);
+  m.impl("upsample_trilinear3d_backward", k_trilinear3d_bw);
   m.impl("avg_pool2d", k_avg_pool<2>);
   m.impl("avg_pool2d_backward", k_avg_pool_bw<2>);
   m.impl("avg_pool3d", k_avg_pool<3>);

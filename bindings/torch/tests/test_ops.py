@@ -661,6 +661,112 @@ def test_adaptive_avg_pool_forward_and_backward(mode, no_fallback, n, shape, siz
                            upsampled=any(o > i for o, i in zip(outs, shape[-n:])))
 
 
+@pytest.mark.parametrize(
+    "shape,kwargs",
+    [
+        ((2, 3, 5, 7), dict(size=(9, 4), mode="nearest")),
+        ((2, 3, 5, 7), dict(scale_factor=2.3, mode="nearest")),
+        ((2, 3, 5, 7), dict(size=(10, 14), mode="nearest")),  # twice: aten's shift
+        ((2, 3, 5, 7), dict(scale_factor=(2.3, 0.6), mode="nearest-exact")),
+        ((2, 4, 11), dict(size=17, mode="nearest")),
+        ((1, 2, 3, 4, 5), dict(size=(6, 8, 3), mode="nearest-exact")),
+        ((2, 3, 5, 7), dict(size=(9, 11), mode="bilinear")),
+        ((2, 3, 5, 7), dict(size=(9, 11), mode="bilinear", align_corners=True)),
+        ((2, 3, 5, 7), dict(scale_factor=(2.3, 2.4), mode="bilinear")),
+        ((2, 3, 8, 8), dict(size=(3, 5), mode="bilinear")),  # down
+        ((2, 4, 11), dict(size=17, mode="linear", align_corners=True)),
+        ((1, 2, 3, 4, 5), dict(size=(6, 8, 3), mode="trilinear")),
+    ],
+)
+def test_interpolate_forward_and_backward(mode, no_fallback, shape, kwargs):
+    """nn.functional.interpolate's nearest, nearest-exact, linear, bilinear
+    and trilinear run the runtime's upsample ops (they went to the CPU
+    fallback), sizes and scale factors, up and down: nearest picks CPU's
+    elements and its gradients add as CPU's, bit for bit; linear modes
+    are within f32's rounding of CPU's (the weights are torch's formulas
+    in f32, but torch's kernels round some steps differently), in f32 and
+    bf16, forward and backward."""
+    g = torch.Generator().manual_seed(len(shape) + len(kwargs))
+    x = torch.randn(*shape, generator=g)
+    nearest = kwargs["mode"].startswith("nearest")
+    for dt in (torch.float32, torch.bfloat16):
+        xc = x.to(dt).clone().requires_grad_()
+        xt = x.to(dt).to("tpu").requires_grad_()
+        ref = torch.nn.functional.interpolate(xc, **kwargs)
+        out = torch.nn.functional.interpolate(xt, **kwargs)
+        assert out.dtype == dt and out.shape == ref.shape
+        grad = torch.randn(ref.shape, generator=g).to(dt)
+        ref.backward(grad)
+        out.backward(grad.to("tpu"))
+        if nearest:
+            tol = dict(rtol=0, atol=0)
+        elif dt == torch.float32:
+            tol = dict(rtol=1e-5, atol=3e-6)
+        else:
+            tol = dict(rtol=1.6e-2, atol=1.6e-2)
+        torch.testing.assert_close(out.cpu(), ref.detach(), **tol)
+        torch.testing.assert_close(xt.grad.cpu(), xc.grad, **tol)
+
+
+def test_interpolate_nearest_keeps_integers_and_errors_name_the_problem(no_fallback):
+    x = torch.arange(2 * 3 * 4, dtype=torch.uint8).view(1, 2, 3, 4)
+    out = torch.nn.functional.interpolate(x.to("tpu"), size=(5, 7), mode="nearest")
+    assert torch.equal(out.cpu(), torch.nn.functional.interpolate(x, size=(5, 7), mode="nearest"))
+    with pytest.raises(RuntimeError, match="floating-point"):
+        torch.ops.aten.upsample_bilinear2d(torch.ones(1, 1, 2, 2, dtype=torch.long, device="tpu"), [4, 4], False)
+    with pytest.raises(RuntimeError, match="positive"):
+        torch.ops.aten.upsample_nearest2d(torch.ones(1, 1, 2, 2, device="tpu"), [0, 4])
+
+
+@pytest.mark.parametrize(
+    "shape,pad,pad_mode",
+    [
+        ((2, 3, 10), (3, 2), "reflect"),
+        ((2, 3, 5, 6), (2, 4, 3, 0), "reflect"),
+        ((1, 2, 3, 4, 5), (1, 2, 2, 1, 0, 2), "reflect"),
+        ((2, 3, 10), (0, 5), "replicate"),
+        ((2, 3, 5, 6), (2, 4, 3, 1), "replicate"),
+        ((3, 5, 6), (1, 1, 7, 2), "replicate"),  # unbatched
+        ((1, 2, 3, 4, 5), (1, 2, 2, 1, 0, 2), "replicate"),
+        ((2, 3, 5, 6), (2, 4, 3, 1), "circular"),
+    ],
+)
+def test_reflect_replicate_and_circular_pads_forward_and_backward(mode, no_fallback, shape, pad, pad_mode):
+    """F.pad's reflect and replicate modes run the runtime's pad (aten's
+    reflection_pad{1,2,3}d and replication_pad{1,2,3}d went to the CPU
+    fallback), circular through aten's slices: CPU's values bit for bit and
+    its gradients in f32 bit for bit; bf16 gradients are CPU's f32 ones
+    rounded, bit for bit (the runtime adds a position's grads at f32 and
+    rounds once; torch's bf16 kernel rounds every sum; circular is aten's
+    slices and adds, op by op as on CPU)."""
+    g = torch.Generator().manual_seed(len(shape) + sum(pad))
+    x = torch.randn(*shape, generator=g)
+    for dt in (torch.float32, torch.bfloat16):
+        xc = x.to(dt).clone().requires_grad_()
+        xt = x.to(dt).to("tpu").requires_grad_()
+        ref = torch.nn.functional.pad(xc, pad, mode=pad_mode)
+        out = torch.nn.functional.pad(xt, pad, mode=pad_mode)
+        assert out.dtype == dt and out.shape == ref.shape
+        torch.testing.assert_close(out.cpu(), ref.detach(), rtol=0, atol=0)
+        grad = torch.randn(ref.shape, generator=g).to(dt)
+        ref.backward(grad)
+        out.backward(grad.to("tpu"))
+        want = xc.grad
+        if dt == torch.bfloat16 and pad_mode != "circular":
+            wide = xc.detach().float().requires_grad_()
+            torch.nn.functional.pad(wide, pad, mode=pad_mode).backward(grad.float())
+            want = wide.grad.to(dt)
+        torch.testing.assert_close(xt.grad.cpu(), want, rtol=0, atol=0)
+
+
+def test_pad_modes_errors_name_the_problem(no_fallback):
+    x = torch.randn(1, 2, 4, device="tpu")
+    with pytest.raises(RuntimeError, match="less than the dim's size"):
+        torch.nn.functional.pad(x, (4, 0), mode="reflect")
+    with pytest.raises(RuntimeError, match="non-negative"):
+        torch.ops.aten.replication_pad1d(x, [-1, 0])
+
+
 def test_avg_pool_errors_name_the_problem(no_fallback):
     x = torch.randn(1, 2, 5, 5, device="tpu")
     with pytest.raises(RuntimeError, match="at most half"):

@@ -47,6 +47,7 @@ mod support;
 pub(crate) mod tests;
 #[cfg(test)]
 mod train_tests;
+mod upsample;
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -124,6 +125,7 @@ fn registry() -> &'static Registry {
             (optim::OPS, false),
             (sparse::OPS, false),
             (pool::OPS, false),
+            (upsample::OPS, false),
         ] {
             defs.extend(group.iter());
             products.extend(group.iter().map(|_| with_products));

@@ -957,6 +957,48 @@ fn shape_cases() -> Vec<Case> {
         ),
         c("pad", vec![z.clone()], &[("pad", is(&[1, 1]))]),
         c(
+            "pad",
+            vec![f32s(&[2, 3, 4, 5], 371)],
+            &[("pad", is(&[2, 4, 3, 0])), ("mode", s("reflect"))],
+        ),
+        c(
+            "pad",
+            vec![whole(I32, &[2, 3, 4], 372, -9, 9)],
+            &[("pad", is(&[0, 6, 1, 1])), ("mode", s("replicate"))],
+        ),
+        c(
+            "pad",
+            vec![h(BF16, &[2, 2, 3, 4, 5], &vals(373, 240, -2.0, 2.0))],
+            &[("pad", is(&[1, 5, 0, 2, 3, 1])), ("mode", s("circular"))],
+        ),
+        c(
+            "pad_backward",
+            vec![f32s(&[2, 3, 7, 11], 374)],
+            &[
+                ("pad", is(&[2, 4, 3, 0])),
+                ("mode", s("reflect")),
+                ("input_size", is(&[2, 3, 4, 5])),
+            ],
+        ),
+        c(
+            "pad_backward",
+            vec![h(BF16, &[3, 9], &vals(375, 27, -1.0, 1.0))],
+            &[
+                ("pad", is(&[3, 2])),
+                ("mode", s("replicate")),
+                ("input_size", is(&[3, 4])),
+            ],
+        ),
+        c(
+            "pad_backward",
+            vec![f32s(&[0, 3, 9], 376)],
+            &[
+                ("pad", is(&[3, 2])),
+                ("mode", s("circular")),
+                ("input_size", is(&[0, 3, 4])),
+            ],
+        ),
+        c(
             "repeat",
             vec![f32s(&[2, 3], 216)],
             &[("repeats", is(&[2, 1, 2]))],
@@ -1262,6 +1304,65 @@ fn linalg_cases() -> Vec<Case> {
             "adaptive_avg_pool_backward",
             vec![f32s(&[1, 5, 7], 360), f32s(&[1, 2, 3], 361)],
             &[("spatial_dims", i(2))],
+        ),
+        c(
+            "upsample_nearest",
+            vec![f32s(&[2, 3, 5, 7], 362)],
+            &[("output_size", is(&[9, 4]))],
+        ),
+        c(
+            "upsample_nearest",
+            vec![whole(DType::I32, &[2, 5], 363, -50, 50)],
+            &[
+                ("output_size", is(&[11])),
+                ("scales", Attr::Floats(vec![2.3])),
+                ("exact", b(true)),
+            ],
+        ),
+        c(
+            "upsample_nearest",
+            vec![f32s(&[1, 2, 3, 4, 5], 364)],
+            &[("output_size", is(&[6, 8, 3]))],
+        ),
+        c(
+            "upsample_nearest_backward",
+            vec![f32s(&[2, 3, 9, 4], 365)],
+            &[
+                ("output_size", is(&[9, 4])),
+                ("input_size", is(&[2, 3, 5, 7])),
+            ],
+        ),
+        c(
+            "upsample_linear",
+            vec![f32s(&[2, 3, 5, 7], 366)],
+            &[("output_size", is(&[9, 11]))],
+        ),
+        c(
+            "upsample_linear",
+            vec![h(DType::BF16, &[1, 2, 5, 7], &vals(367, 70, -3.0, 3.0))],
+            &[("output_size", is(&[3, 16])), ("align_corners", b(true))],
+        ),
+        c(
+            "upsample_linear",
+            vec![f32s(&[1, 2, 3, 4, 5], 368)],
+            &[
+                ("output_size", is(&[6, 9, 2])),
+                ("scales", Attr::Floats(vec![2.0, 2.3, 0.5])),
+            ],
+        ),
+        c(
+            "upsample_linear_backward",
+            vec![f32s(&[2, 3, 9, 11], 369)],
+            &[
+                ("output_size", is(&[9, 11])),
+                ("input_size", is(&[2, 3, 5, 7])),
+                ("align_corners", b(true)),
+            ],
+        ),
+        c(
+            "upsample_linear_backward",
+            vec![h(DType::BF16, &[2, 3, 11], &vals(370, 66, -1.0, 1.0))],
+            &[("output_size", is(&[11])), ("input_size", is(&[2, 3, 4]))],
         ),
         // bf16 with overlapping windows (the grads added in output order).
         c(
@@ -2441,6 +2542,29 @@ fn zero_size_cases() -> Vec<Case> {
             "adaptive_avg_pool_backward",
             vec![f32s(&[3, 0, 3], 1541), f32s(&[3, 5, 4], 1542)],
             &[("spatial_dims", i(2))],
+        ),
+        c(
+            "upsample_nearest",
+            vec![f32s(&[0, 3, 4, 4], 1543)],
+            &[("output_size", is(&[8, 5]))],
+        ),
+        c(
+            "upsample_nearest_backward",
+            vec![f32s(&[0, 3, 8, 5], 1544)],
+            &[
+                ("output_size", is(&[8, 5])),
+                ("input_size", is(&[0, 3, 4, 4])),
+            ],
+        ),
+        c(
+            "upsample_linear",
+            vec![f32s(&[3, 0, 4], 1545)],
+            &[("output_size", is(&[7]))],
+        ),
+        c(
+            "upsample_linear_backward",
+            vec![f32s(&[3, 0, 7], 1546)],
+            &[("output_size", is(&[7])), ("input_size", is(&[3, 0, 4]))],
         ),
         c("log_softmax", vec![f32s(&[0, 5], 1517)], &[("dim", i(1))]),
         c(

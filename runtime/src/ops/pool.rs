@@ -19,10 +19,12 @@
 
 use super::attrs::{Attr, Attrs};
 use super::emit::Emitter;
-use super::support::{compute_dtype, iota, spatial_list};
+use super::support::{
+    compute_dtype, i64_vector, iota, scatter_add_rows, spatial_list, spatial_output_size,
+};
 use super::{Arity, OpDef};
 use crate::error::{Error, Result};
-use crate::ir::{BinaryOp, CompareOp, DType, Prim, ScatterCombiner, UnaryOp, ValueId};
+use crate::ir::{BinaryOp, CompareOp, DType, Prim, UnaryOp, ValueId};
 
 /// The pooling's shape: per spatial dim, input and output sizes, kernel,
 /// stride, padding and dilation.
@@ -339,13 +341,7 @@ fn max_pool_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<Va
     let g = e.reshape(grad, &[rows, o])?;
     let idx = e.reshape(idx, &[rows, o])?;
     let zeros = e.full(dt, &[rows, i], 0.0)?;
-    let r = e.op(
-        Prim::Scatter {
-            axis: 1,
-            combiner: ScatterCombiner::Add,
-        },
-        &[zeros, idx, g],
-    )?;
+    let r = scatter_add_rows(e, zeros, idx, g)?;
     Ok(vec![e.reshape(r, &e.dims(input))?])
 }
 
@@ -401,18 +397,6 @@ fn average_window(dims: &[u64], a: &Attrs) -> Result<Window> {
         }
     }
     Window::of(dims, a)
-}
-
-/// An i64 vector constant.
-fn i64_vector(e: &mut Emitter, v: &[i64]) -> Result<ValueId> {
-    e.op(
-        Prim::Constant {
-            dtype: DType::I64,
-            dims: vec![v.len() as u64],
-            bytes: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        },
-        &[],
-    )
 }
 
 /// `per_output`, one value per output position along spatial dim `d` of
@@ -613,36 +597,13 @@ impl Bins {
 /// The adaptive pooling's shape from `output_size` (1 to 3 entries, the
 /// spatial dims): the leading dims and each spatial dim's bins.
 fn adaptive_bins(dims: &[u64], a: &Attrs) -> Result<(Vec<u64>, Vec<Bins>)> {
-    let out = a.ints("output_size")?;
-    let n = out.len();
-    if !(1..=3).contains(&n) {
-        return Err(Error::invalid(format!(
-            "adaptive pooling is over 1, 2 or 3 spatial dims, got output_size {out:?}"
-        )));
-    }
-    if dims.len() != n + 1 && dims.len() != n + 2 {
-        return Err(Error::invalid(format!(
-            "input {dims:?} must be {}-D or {}-D for an output_size of {n} dims",
-            n + 1,
-            n + 2
-        )));
-    }
-    let (lead, input) = dims.split_at(dims.len() - n);
-    if input.contains(&0) {
-        return Err(Error::invalid(format!(
-            "input {dims:?} has an empty spatial dim"
-        )));
-    }
-    let bins = out
+    let (lead, input, output) = spatial_output_size(dims, a, "adaptive pooling")?;
+    let bins = input
         .iter()
-        .zip(input)
-        .map(|(&o, &i)| {
-            u64::try_from(o)
-                .map(|o| Bins::new(i, o))
-                .map_err(|_| Error::invalid(format!("output_size {out:?} has a negative entry")))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    Ok((lead.to_vec(), bins))
+        .zip(output)
+        .map(|(&i, o)| Bins::new(i, o))
+        .collect();
+    Ok((lead, bins))
 }
 
 /// The pooled shape: leading dims, then each dim's bin count.
@@ -878,13 +839,7 @@ fn adaptive_avg_pool_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Resu
         }
         let upd = e.op(Prim::Concatenate { dimension: 2 }, &parts)?;
         let upd = e.reshape(upd, &[rows, outs * k])?;
-        acc = e.op(
-            Prim::Scatter {
-                axis: 1,
-                combiner: ScatterCombiner::Add,
-            },
-            &[acc, at, upd],
-        )?;
+        acc = scatter_add_rows(e, acc, at, upd)?;
         return Ok(vec![e.reshape(acc, &in_dims)?]);
     }
     // Otherwise bins overlap by at most one element along a dim: per bin
@@ -900,13 +855,7 @@ fn adaptive_avg_pool_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Resu
             let zeros = e.full(dt, &[rows, outs], 0.0)?;
             upd = e.select(inside, share, zeros)?;
         }
-        acc = e.op(
-            Prim::Scatter {
-                axis: 1,
-                combiner: ScatterCombiner::Add,
-            },
-            &[acc, at, upd],
-        )?;
+        acc = scatter_add_rows(e, acc, at, upd)?;
     }
     Ok(vec![e.reshape(acc, &in_dims)?])
 }

@@ -4,7 +4,7 @@
 
 use super::attrs::{Attr, Attrs};
 use super::emit::{existing_dim, wrap_dim, Emitter};
-use super::support::{iota, iota_of};
+use super::support::{i64_vector, iota, iota_of, scatter_add_rows};
 use super::{Arity, OpDef};
 use crate::error::{Error, Result};
 use crate::ir::{CompareOp, DType, Prim, ScatterCombiner, ValueId};
@@ -278,16 +278,39 @@ fn split(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
         .collect()
 }
 
-/// constant_pad_nd(pad=[last_lo, last_hi, prev_lo, prev_hi, ...], value)
+/// pad(x; pad, mode = "constant", value = 0) -> x padded as torch's
+/// F.pad: `pad` holds (before, after) pairs from the last dim backwards.
+/// "constant" fills with `value` (negative pads crop); "reflect" mirrors
+/// about the edge elements, "replicate" repeats them and "circular" wraps
+/// around (pads at most the dim's size, less one for reflect; not
+/// negative).
 fn pad(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
-    let pads = a.ints("pad")?;
-    let mode = a.str_or("mode", "constant")?;
-    if mode != "constant" {
-        return Err(Error::Unimplemented(format!(
-            "pad mode {mode:?} (constant only)"
-        )));
-    }
     let d = e.dims(x[0]);
+    let (low, high) = pad_pairs(a, &d)?;
+    let mode = a.str_or("mode", "constant")?;
+    if mode == "constant" {
+        let value = e.scalar(e.dtype(x[0]), a.float_or("value", 0.0)?)?;
+        return Ok(vec![e.op(
+            Prim::Pad {
+                low,
+                high,
+                interior: vec![0; d.len()],
+            },
+            &[x[0], value],
+        )?]);
+    }
+    let sources = pad_sources(mode, &d, &low, &high)?;
+    let mut v = x[0];
+    for (dim, at) in sources {
+        let at = i64_vector(e, &at)?;
+        v = e.op(Prim::Take { axis: dim }, &[v, at])?;
+    }
+    Ok(vec![v])
+}
+
+/// The (low, high) pads per dim of `dims` from torch's `pad` list.
+fn pad_pairs(a: &Attrs, d: &[u64]) -> Result<(Vec<i64>, Vec<i64>)> {
+    let pads = a.ints("pad")?;
     if pads.len() % 2 != 0 || pads.len() / 2 > d.len() {
         return Err(Error::invalid(format!(
             "pad {pads:?} needs pairs for at most {} dimensions",
@@ -301,15 +324,118 @@ fn pad(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
         low[dim] = pair[0];
         high[dim] = pair[1];
     }
-    let value = e.scalar(e.dtype(x[0]), a.float_or("value", 0.0)?)?;
-    Ok(vec![e.op(
-        Prim::Pad {
-            low,
-            high,
-            interior: vec![0; d.len()],
-        },
-        &[x[0], value],
-    )?])
+    Ok((low, high))
+}
+
+/// For a reflect, replicate or circular pad: per padded dim, the source
+/// position of every output position along it.
+fn pad_sources(mode: &str, d: &[u64], low: &[i64], high: &[i64]) -> Result<Vec<(usize, Vec<i64>)>> {
+    let mut out = Vec::new();
+    for dim in 0..d.len() {
+        let (l, h, n) = (low[dim], high[dim], d[dim] as i64);
+        if l == 0 && h == 0 {
+            continue;
+        }
+        let limit = match mode {
+            "reflect" => n - 1,
+            "replicate" => i64::MAX,
+            "circular" => n,
+            other => {
+                return Err(Error::invalid(format!(
+                    "pad mode {other:?} is not one of constant, reflect, replicate, circular"
+                )))
+            }
+        };
+        if l < 0 || h < 0 || l > limit || h > limit || n == 0 {
+            return Err(Error::invalid(format!(
+                "{mode} padding of ({l}, {h}) along dim {dim} of size {n}: pads must be \
+                 non-negative and {}",
+                match mode {
+                    "reflect" => "less than the dim's size",
+                    "circular" => "at most the dim's size",
+                    _ => "the dim not empty",
+                }
+            )));
+        }
+        let at = (-l..n + h)
+            .map(|p| match mode {
+                "reflect" => {
+                    let p = p.abs();
+                    if p >= n {
+                        2 * (n - 1) - p
+                    } else {
+                        p
+                    }
+                }
+                "replicate" => p.clamp(0, n - 1),
+                _ => p.rem_euclid(n),
+            })
+            .collect();
+        out.push((dim, at));
+    }
+    Ok(out)
+}
+
+/// pad_backward(grad; input_size, pad, mode) -> the grad of a reflect,
+/// replicate or circular pad: every output's grad added into its source,
+/// in output order (one scatter over the padded dims).
+fn pad_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let grad = x[0];
+    let input: Vec<u64> = a
+        .ints("input_size")?
+        .iter()
+        .map(|&v| to_u64(v, "input_size"))
+        .collect::<Result<_>>()?;
+    let (low, high) = pad_pairs(a, &input)?;
+    let mode = a.str_or("mode", "constant")?;
+    if mode == "constant" {
+        return Err(Error::invalid(
+            "pad_backward is for reflect, replicate and circular pads (a constant pad's \
+             grad is a slice)",
+        ));
+    }
+    let want: Vec<u64> = input
+        .iter()
+        .zip(low.iter().zip(&high))
+        .map(|(&n, (&l, &h))| (n as i64 + l + h).max(0) as u64)
+        .collect();
+    if e.dims(grad) != want {
+        return Err(Error::invalid(format!(
+            "grad {:?} must have the padded shape {want:?}",
+            e.dims(grad)
+        )));
+    }
+    let sources = pad_sources(mode, &input, &low, &high)?;
+    let dt = e.dtype(grad);
+    let Some(&(first, _)) = sources.first() else {
+        return Ok(vec![grad]);
+    };
+    if input.contains(&0) {
+        return Ok(vec![e.full(dt, &input, 0.0)?]);
+    }
+    // Flat positions over dims first.. of every output position there
+    // (dims between padded ones map to themselves).
+    let mut flat = vec![0i64];
+    for (dim, &n) in input.iter().enumerate().skip(first) {
+        let n = n as i64;
+        let at: Vec<i64> = match sources.iter().find(|(d, _)| *d == dim) {
+            Some((_, at)) => at.clone(),
+            None => (0..n).collect(),
+        };
+        flat = flat
+            .iter()
+            .flat_map(|&f| at.iter().map(move |&p| f * n + p))
+            .collect();
+    }
+    let rows: u64 = input[..first].iter().product();
+    let ins: u64 = input[first..].iter().product();
+    let outs = flat.len() as u64;
+    let at = i64_vector(e, &flat)?;
+    let at = e.broadcast_to(at, &[rows, outs])?;
+    let g = e.reshape(grad, &[rows, outs])?;
+    let zeros = e.full(dt, &[rows, ins], 0.0)?;
+    let acc = scatter_add_rows(e, zeros, at, g)?;
+    Ok(vec![e.reshape(acc, &input)?])
 }
 
 /// repeat(repeats): tile the input.
@@ -514,6 +640,7 @@ pub(super) const OPS: &[OpDef] = &[
     def!("narrow", Arity::Exactly(1), narrow),
     def!("split", Arity::Exactly(1), split),
     def!("pad", Arity::Exactly(1), pad),
+    def!("pad_backward", Arity::Exactly(1), pad_backward),
     def!("repeat", Arity::Exactly(1), repeat),
     def!("flip", Arity::Exactly(1), flip),
     def!("tril", Arity::Exactly(1), tril),

@@ -11,7 +11,7 @@
 use super::attrs::{Attr, Attrs};
 use super::emit::Emitter;
 use crate::error::{Error, Result};
-use crate::ir::{DType, Prim, ReduceOp, RngDistribution, ValueId};
+use crate::ir::{DType, Prim, ReduceOp, RngDistribution, ScatterCombiner, ValueId};
 
 /// The dtype to compute in: f32 for f16/bf16, else the (float) dtype.
 pub(super) fn compute_dtype(d: DType) -> Result<DType> {
@@ -165,6 +165,75 @@ pub(super) fn i64_constant(e: &mut Emitter, v: i64) -> Result<ValueId> {
         },
         &[],
     )
+}
+
+/// An i64 vector constant (index lists made when the graph is built).
+pub(super) fn i64_vector(e: &mut Emitter, v: &[i64]) -> Result<ValueId> {
+    e.op(
+        Prim::Constant {
+            dtype: DType::I64,
+            dims: vec![v.len() as u64],
+            bytes: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        },
+        &[],
+    )
+}
+
+/// `updates` ([rows, n]) added into `acc` ([rows, m]) at positions `at`
+/// ([rows, n]) along the last dim, in update order (gradients of ops that
+/// gather, one scatter).
+pub(super) fn scatter_add_rows(
+    e: &mut Emitter,
+    acc: ValueId,
+    at: ValueId,
+    updates: ValueId,
+) -> Result<ValueId> {
+    e.op(
+        Prim::Scatter {
+            axis: 1,
+            combiner: ScatterCombiner::Add,
+        },
+        &[acc, at, updates],
+    )
+}
+
+/// The spatial split of `dims` for an op over the last `output_size`
+/// dims (1 to 3 entries; `what` names the op family in errors): the
+/// leading dims (one or two), the input's spatial sizes (not empty) and
+/// the output sizes (non-negative).
+pub(super) fn spatial_output_size(
+    dims: &[u64],
+    a: &Attrs,
+    what: &str,
+) -> Result<(Vec<u64>, Vec<u64>, Vec<u64>)> {
+    let out = a.ints("output_size")?;
+    let n = out.len();
+    if !(1..=3).contains(&n) {
+        return Err(Error::invalid(format!(
+            "{what} is over 1, 2 or 3 spatial dims, got output_size {out:?}"
+        )));
+    }
+    if dims.len() != n + 1 && dims.len() != n + 2 {
+        return Err(Error::invalid(format!(
+            "input {dims:?} must be {}-D or {}-D for an output_size of {n} dims",
+            n + 1,
+            n + 2
+        )));
+    }
+    let (lead, input) = dims.split_at(dims.len() - n);
+    if input.contains(&0) {
+        return Err(Error::invalid(format!(
+            "input {dims:?} has an empty spatial dim"
+        )));
+    }
+    let output = out
+        .iter()
+        .map(|&o| {
+            u64::try_from(o)
+                .map_err(|_| Error::invalid(format!("output_size {out:?} has a negative entry")))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok((lead.to_vec(), input.to_vec(), output))
 }
 
 /// Draw from the counter-based generator at (seed, offset).

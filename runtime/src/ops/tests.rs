@@ -1184,3 +1184,116 @@ fn adaptive_avg_pool_matches_loops_and_its_backward_spreads_shares_in_output_ord
     .to_string();
     assert!(e.contains("negative"), "{e}");
 }
+
+#[test]
+fn upsampling_takes_torchs_sources_and_weights() {
+    let x = f32s(&[1, 1, 3], &[0.0, 10.0, 20.0]);
+    let sizes = |o: i64| Attrs::new().with("output_size", ints(&[o]));
+    // align_corners: the ends stay the ends.
+    let y = run1(
+        "upsample_linear",
+        &[&x],
+        sizes(5).with("align_corners", Attr::Bool(true)),
+    );
+    close(&y, &[0.0, 5.0, 10.0, 15.0, 20.0], 0.0);
+    // Half-pixel centres: source (o + 0.5) * 3 / 6 - 0.5, clamped at 0.
+    let y = run1("upsample_linear", &[&x], sizes(6));
+    close(&y, &[0.0, 2.5, 7.5, 12.5, 17.5, 20.0], 1e-7);
+    // Nearest: floor(o * 3 / 7); nearest-exact: floor((o + 0.5) * 3 / 7).
+    let y = run1("upsample_nearest", &[&x], sizes(7));
+    close(&y, &[0.0, 0.0, 0.0, 10.0, 10.0, 20.0, 20.0], 0.0);
+    let y = run1(
+        "upsample_nearest",
+        &[&x],
+        sizes(7).with("exact", Attr::Bool(true)),
+    );
+    close(&y, &[0.0, 0.0, 10.0, 10.0, 10.0, 20.0, 20.0], 0.0);
+    // The backward adds each output's grad into its sources.
+    let g = f32s(&[1, 1, 7], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]);
+    let dx = run1(
+        "upsample_nearest_backward",
+        &[&g],
+        sizes(7).with("input_size", ints(&[1, 1, 3])),
+    );
+    close(&dx, &[6.0, 9.0, 13.0], 0.0);
+    let g = f32s(&[1, 1, 5], &[1.0; 5]);
+    let dx = run1(
+        "upsample_linear_backward",
+        &[&g],
+        sizes(5)
+            .with("input_size", ints(&[1, 1, 3]))
+            .with("align_corners", Attr::Bool(true)),
+    );
+    close(&dx, &[1.5, 2.0, 1.5], 0.0);
+    // Errors name what is wrong.
+    let e = run("upsample_nearest", &[&x], sizes(0))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("upsample_nearest") && e.contains("positive"),
+        "{e}"
+    );
+    let e = run(
+        "upsample_linear",
+        &[&x],
+        sizes(4).with("scales", Attr::Floats(vec![1.0, 2.0])),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("scales"), "{e}");
+    let xi = t(DType::I64, &[1, 1, 3], &[1.0; 3]);
+    let e = run("upsample_linear", &[&xi], sizes(4))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("floating-point"), "{e}");
+    let e = run(
+        "upsample_nearest_backward",
+        &[&g],
+        sizes(4).with("input_size", ints(&[1, 1, 3])),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("upsampled shape"), "{e}");
+}
+
+#[test]
+fn reflect_replicate_and_circular_pads_match_torch_and_their_backward_adds_back() {
+    let x = f32s(&[1, 4], &[1.0, 2.0, 3.0, 4.0]);
+    let pad = |mode: &str, p: &[i64]| {
+        Attrs::new()
+            .with("pad", ints(p))
+            .with("mode", Attr::Str(mode.into()))
+    };
+    // torch: F.pad([1, 2, 3, 4], (3, 2), mode) on a [1, 4] tensor.
+    let y = run1("pad", &[&x], pad("reflect", &[3, 2]));
+    close(&y, &[4., 3., 2., 1., 2., 3., 4., 3., 2.], 0.0);
+    let y = run1("pad", &[&x], pad("replicate", &[3, 2]));
+    close(&y, &[1., 1., 1., 1., 2., 3., 4., 4., 4.], 0.0);
+    let y = run1("pad", &[&x], pad("circular", &[3, 2]));
+    close(&y, &[2., 3., 4., 1., 2., 3., 4., 1., 2.], 0.0);
+    // The backward adds each padded position's grad into its source.
+    let g = f32s(&[1, 9], &[1.0; 9]);
+    let back = |mode: &str| {
+        run1(
+            "pad_backward",
+            &[&g],
+            pad(mode, &[3, 2]).with("input_size", ints(&[1, 4])),
+        )
+    };
+    close(&back("reflect"), &[1.0, 3.0, 3.0, 2.0], 0.0);
+    close(&back("replicate"), &[4.0, 1.0, 1.0, 3.0], 0.0);
+    close(&back("circular"), &[2.0, 3.0, 2.0, 2.0], 0.0);
+    // Errors name what is wrong.
+    let e = run("pad", &[&x], pad("reflect", &[4, 0]))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("less than the dim's size"), "{e}");
+    let e = run("pad", &[&x], pad("wrap", &[1, 0]))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("not one of"), "{e}");
+    let e = run("pad", &[&x], pad("replicate", &[-1, 0]))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("non-negative"), "{e}");
+}

@@ -361,6 +361,78 @@ std::tuple<Tensor, Tensor, Tensor> k_layer_norm_bw(const Tensor& g, const Tensor
   return {dx, dw, db};
 }
 
+// native_batch_norm and its backward: the runtime's batch_norm over
+// channels (dim 1); a missing weight or bias goes as ones or zeros, and
+// the running stats it returns in training are copied into the buffers,
+// as torch updates them in place. In evaluation the backward gets the
+// running mean and 1 / sqrt(running_var + eps) for the saved stats.
+std::tuple<Tensor, Tensor, Tensor> k_batch_norm(const Tensor& x, const OptTensor& w, const OptTensor& b,
+                                              const OptTensor& rm, const OptTensor& rv, bool training,
+                                              double momentum, double eps) {
+  TORCH_CHECK(x.dim() >= 2, "batch_norm: expected an input of at least 2 dims (N, C, ...), got ", x.dim(), "-D");
+  int64_t c = x.size(1);
+  auto opts = x.options().dtype(at::isReducedFloatingType(x.scalar_type()) ? at::kFloat : x.scalar_type());
+  std::vector<Tensor> ins{x, (w.has_value() && w->defined()) ? *w : at::ones({c}, opts),
+                          (b.has_value() && b->defined()) ? *b : at::zeros({c}, opts)};
+  bool running = rm.has_value() && rm->defined() && rv.has_value() && rv->defined();
+  if (running) {
+    ins.push_back(*rm);
+    ins.push_back(*rv);
+  }
+  auto r = call("batch_norm", ins, Attrs().b("training", training).f("momentum", momentum).f("eps", eps));
+  if (training && running) {
+    rm->copy_(r[3]);
+    rv->copy_(r[4]);
+  }
+  return {r[0], r[1], r[2]};
+}
+std::tuple<Tensor, Tensor, Tensor> k_batch_norm_no_training(const Tensor& x, const OptTensor& w, const OptTensor& b,
+                                                          const Tensor& rm, const Tensor& rv, double momentum,
+                                                          double eps) {
+  return k_batch_norm(x, w, b, rm, rv, false, momentum, eps);
+}
+std::tuple<Tensor, Tensor, Tensor> k_batch_norm_bw(const Tensor& g, const Tensor& x, const OptTensor& w,
+                                                 const OptTensor& rm, const OptTensor& rv, const OptTensor& save_mean,
+                                                 const OptTensor& save_invstd, bool train, double eps,
+                                                 std::array<bool, 3> mask) {
+  int64_t c = x.size(1);
+  auto opts = x.options().dtype(at::isReducedFloatingType(x.scalar_type()) ? at::kFloat : x.scalar_type());
+  bool has_w = w.has_value() && w->defined();
+  Tensor mean, invstd;
+  if (train) {
+    TORCH_CHECK(save_mean.has_value() && save_mean->defined() && save_invstd.has_value() && save_invstd->defined(),
+                "batch_norm_backward: training needs save_mean and save_invstd");
+    mean = *save_mean;
+    invstd = *save_invstd;
+  } else {
+    TORCH_CHECK(rm.has_value() && rm->defined() && rv.has_value() && rv->defined(),
+                "batch_norm_backward: evaluation needs running_mean and running_var");
+    mean = *rm;
+    invstd = at::rsqrt(rv->to(opts.dtype()) + eps);
+  }
+  std::vector<int64_t> m{mask[0], mask[1] && has_w, mask[2]};
+  auto r = call("batch_norm_backward", {g, x, has_w ? *w : at::ones({c}, opts), mean, invstd},
+                Attrs().b("training", train).ints("output_mask", m));
+  return {mask[0] ? r[0] : Tensor(), (mask[1] && has_w) ? r[1] : Tensor(), mask[2] ? r[2] : Tensor()};
+}
+// native_group_norm_backward (the forward is aten's composite over
+// var_mean): the runtime's group_norm_backward; a missing weight goes as
+// ones.
+std::tuple<Tensor, Tensor, Tensor> k_group_norm_bw(const Tensor& g, const Tensor& x, const Tensor& mean,
+                                                 const Tensor& rstd, const OptTensor& w, c10::SymInt n, c10::SymInt c,
+                                                 c10::SymInt hxw, int64_t groups, std::array<bool, 3> mask) {
+  bool has_w = w.has_value() && w->defined();
+  auto opts = x.options().dtype(at::isReducedFloatingType(x.scalar_type()) ? at::kFloat : x.scalar_type());
+  Tensor weight = has_w ? *w : at::ones({c.expect_int()}, opts);
+  std::vector<int64_t> m{mask[0], mask[1] && has_w, mask[2] && has_w};
+  auto r = call("group_norm_backward", {g, x, mean, rstd, weight}, Attrs().i("groups", groups).ints("output_mask", m));
+  return {mask[0] ? r[0] : Tensor(), (mask[1] && has_w) ? r[1] : Tensor(), (mask[2] && has_w) ? r[2] : Tensor()};
+}
+std::tuple<Tensor, Tensor> k_var_mean(const Tensor& x, at::OptionalIntArrayRef dim, const std::optional<Scalar>& corr,
+                                      bool keepdim) {
+  return {k_var_c(x, dim, corr, keepdim), call1("mean", {x}, dims_attrs(dim, keepdim))};
+}
+
 // torch's rms_norm calls _fused_rms_norm on a device that has a kernel for
 // it, and its autograd formula _fused_rms_norm_backward with the rstd it
 // returned: one runtime op each way, where torch's composite (for devices
@@ -1638,6 +1710,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_softmax_backward_data", k_softmax_bw);
   m.impl("_log_softmax_backward_data", k_log_softmax_bw);
   m.impl("native_layer_norm", k_layer_norm);
+  m.impl("native_batch_norm", k_batch_norm);
+  m.impl("_native_batch_norm_legit_no_training", k_batch_norm_no_training);
+  m.impl("native_batch_norm_backward", k_batch_norm_bw);
+  m.impl("var_mean.correction", k_var_mean);
+  m.impl("native_group_norm_backward", k_group_norm_bw);
   m.impl("native_layer_norm_backward", k_layer_norm_bw);
   m.impl("_fused_rms_norm", k_fused_rms_norm);
   m.impl("_fused_rms_norm_backward", k_fused_rms_norm_bw);

@@ -767,6 +767,107 @@ def test_pad_modes_errors_name_the_problem(no_fallback):
         torch.ops.aten.replication_pad1d(x, [-1, 0])
 
 
+@pytest.mark.parametrize(
+    "make,shape",
+    [
+        (lambda: torch.nn.BatchNorm2d(3, momentum=0.2), (4, 3, 5, 6)),
+        (lambda: torch.nn.BatchNorm1d(4), (8, 4)),
+        (lambda: torch.nn.BatchNorm1d(4), (8, 4, 3)),
+        (lambda: torch.nn.BatchNorm3d(2, affine=False), (2, 2, 3, 4, 5)),
+        (lambda: torch.nn.BatchNorm2d(3, track_running_stats=False), (4, 3, 5, 6)),
+    ],
+)
+@pytest.mark.parametrize("train", [True, False])
+def test_batch_norm_forward_backward_and_running_stats(mode, no_fallback, make, shape, train):
+    """BatchNorm{1,2,3}d run the runtime's batch_norm (native_batch_norm
+    and its backward went to the CPU fallback): outputs, input, weight and
+    bias gradients and the running stats moved in place (training) within
+    f32's rounding of CPU's, in training and evaluation, affine or not,
+    with and without running stats; bf16 inputs within bf16's."""
+    torch.manual_seed(len(shape))
+    for dt in (torch.float32, torch.bfloat16):
+        ref = make()
+        with torch.no_grad():
+            if ref.running_var is not None:
+                ref.running_mean.uniform_(-1, 1)
+                ref.running_var.uniform_(0.5, 2)
+            if ref.weight is not None:
+                ref.weight.uniform_(0.5, 1.5)
+                ref.bias.uniform_(-0.5, 0.5)
+        dev = make().to("tpu")
+        dev.load_state_dict(ref.state_dict())
+        ref.train(train)
+        dev.train(train)
+        x = (torch.randn(*shape) * 2 + 0.5).to(dt)
+        xc = x.clone().requires_grad_()
+        xt = x.to("tpu").requires_grad_()
+        with torch.autocast("cpu", enabled=False):
+            r = ref(xc.float()).to(dt) if dt != torch.float32 else ref(xc)
+        o = dev(xt)
+        assert o.dtype == dt and o.shape == r.shape
+        tol = dict(rtol=1e-5, atol=2e-6) if dt == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+        torch.testing.assert_close(o.cpu(), r.detach(), **tol)
+        g = torch.randn(r.shape).to(dt)
+        r.backward(g)
+        o.backward(g.to("tpu"))
+        torch.testing.assert_close(xt.grad.cpu(), xc.grad, **tol)
+        if ref.weight is not None:
+            torch.testing.assert_close(dev.weight.grad.cpu(), ref.weight.grad, rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(dev.bias.grad.cpu(), ref.bias.grad, rtol=1e-4, atol=1e-4)
+        if ref.running_var is not None:
+            torch.testing.assert_close(dev.running_mean.cpu(), ref.running_mean, rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(dev.running_var.cpu(), ref.running_var, rtol=1e-5, atol=1e-6)
+            assert int(dev.num_batches_tracked) == int(ref.num_batches_tracked)
+
+
+@pytest.mark.parametrize(
+    "make,shape",
+    [
+        (lambda: torch.nn.GroupNorm(3, 6), (4, 6, 5, 3)),
+        (lambda: torch.nn.GroupNorm(2, 4, affine=False), (3, 4, 7)),
+        (lambda: torch.nn.GroupNorm(1, 8), (2, 8)),
+    ],
+)
+def test_group_norm_forward_and_backward(mode, no_fallback, make, shape):
+    """GroupNorm runs natively forward (aten's composite over var_mean)
+    and backward (native_group_norm_backward went to the CPU fallback):
+    CPU's outputs and input, weight and bias gradients within f32's
+    rounding; bf16 inputs within bf16's."""
+    torch.manual_seed(len(shape))
+    for dt in (torch.float32, torch.bfloat16):
+        ref = make()
+        with torch.no_grad():
+            if ref.weight is not None:
+                ref.weight.uniform_(0.5, 1.5)
+                ref.bias.uniform_(-0.5, 0.5)
+        dev = make().to("tpu")
+        dev.load_state_dict(ref.state_dict())
+        ref, dev = ref.to(dt), dev.to(dt)
+        x = (torch.randn(*shape) * 2 + 0.5).to(dt)
+        xc = x.clone().requires_grad_()
+        xt = x.to("tpu").requires_grad_()
+        r, o = ref(xc), dev(xt)
+        tol = dict(rtol=1e-5, atol=3e-6) if dt == torch.float32 else dict(rtol=2e-2, atol=3e-2)
+        torch.testing.assert_close(o.cpu(), r.detach(), **tol)
+        g = torch.randn(r.shape).to(dt)
+        r.backward(g)
+        o.backward(g.to("tpu"))
+        torch.testing.assert_close(xt.grad.cpu(), xc.grad, **tol)
+        if ref.weight is not None:
+            wtol = dict(rtol=1e-4, atol=1e-4) if dt == torch.float32 else dict(rtol=3e-2, atol=1e-1)
+            torch.testing.assert_close(dev.weight.grad.cpu(), ref.weight.grad, **wtol)
+            torch.testing.assert_close(dev.bias.grad.cpu(), ref.bias.grad, **wtol)
+
+
+def test_var_mean_is_native(no_fallback):
+    x = torch.randn(4, 5, 6)
+    for kw in (dict(dim=1), dict(dim=(0, 2), correction=0, keepdim=True), dict()):
+        v, m = torch.var_mean(x.to("tpu"), **kw)
+        rv, rm = torch.var_mean(x, **kw)
+        torch.testing.assert_close(v.cpu(), rv, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(m.cpu(), rm, rtol=1e-5, atol=1e-6)
+
+
 def test_avg_pool_errors_name_the_problem(no_fallback):
     x = torch.randn(1, 2, 5, 5, device="tpu")
     with pytest.raises(RuntimeError, match="at most half"):

@@ -568,6 +568,171 @@ fn cumsum_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<Valu
     )?])
 }
 
+/// batch_norm_backward(grad_out, x, weight, mean, invstd; training,
+/// output_mask = [true; 3]) -> (dx, dweight, dbias), channels at dim 1:
+/// `mean` and `invstd` are the forward's save_mean and save_invstd when
+/// training, else the running mean and 1 / sqrt(running_var + eps) (the
+/// binding passes them so). xhat = (x - mean) * invstd,
+/// dbias = sum(grad_out), dweight = sum(grad_out * xhat) over all dims
+/// but channels; dx = weight * invstd * (grad_out - (dbias + xhat *
+/// dweight) / M) when training (M elements a channel), else weight *
+/// invstd * grad_out.
+fn batch_norm_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let (g, input) = (x[0], x[1]);
+    let dt = e.dtype(input);
+    let cd = compute_dtype(dt)?;
+    if e.dims(g) != e.dims(input) {
+        return Err(Error::invalid(format!(
+            "grad_out of shape {:?} does not match the input {:?}",
+            e.dims(g),
+            e.dims(input)
+        )));
+    }
+    let (per, reduced) = super::nn::channel_layout(e, input)?;
+    let training = a.bool_or("training", true)?;
+    let mask = bool_mask(a, "output_mask", 3)?;
+    let w_dt = e.dtype(x[2]);
+    let w = super::nn::channel_param(e, x[2], &per, cd, "weight")?;
+    let mean = super::nn::channel_param(e, x[3], &per, cd, "mean")?;
+    let invstd = super::nn::channel_param(e, x[4], &per, cd, "invstd")?;
+    let v = e.convert(input, cd)?;
+    let dy = e.convert(g, cd)?;
+    let c = per[1];
+    let centred = e.sub(v, mean)?;
+    let xhat = e.mul(centred, invstd)?;
+    let db = e.reduce(ReduceOp::Sum, dy, &reduced, true)?;
+    let gx = e.mul(dy, xhat)?;
+    let dw = e.reduce(ReduceOp::Sum, gx, &reduced, true)?;
+    let dx = if mask[0] {
+        let scale = e.mul(w, invstd)?;
+        let r = if training {
+            let m: u64 = reduced.iter().map(|&k| e.dims(input)[k]).product();
+            let t = e.mul(xhat, dw)?;
+            let t = e.add(db, t)?;
+            let t = e.binary_scalar(BinaryOp::Div, t, m.max(1) as f64)?;
+            let t = e.sub(dy, t)?;
+            e.mul(scale, t)?
+        } else {
+            e.mul(scale, dy)?
+        };
+        e.convert(r, dt)?
+    } else {
+        not_computed(e, dt)?
+    };
+    let dw = if mask[1] {
+        let s = e.reshape(dw, &[c])?;
+        e.convert(s, w_dt)?
+    } else {
+        not_computed(e, w_dt)?
+    };
+    let db = if mask[2] {
+        let s = e.reshape(db, &[c])?;
+        e.convert(s, w_dt)?
+    } else {
+        not_computed(e, w_dt)?
+    };
+    Ok(vec![dx, dw, db])
+}
+
+/// group_norm_backward(grad_out, x, mean, rstd, weight; groups,
+/// output_mask = [true; 3]) -> (dx, dweight, dbias): torch's
+/// native_group_norm_backward. x is [N, C, ...] with C in `groups` groups;
+/// mean and rstd are the forward's, [N, groups]; weight is [C] (ones when
+/// the norm has none). Per (sample, group) of D elements, with
+/// xhat = (x - mean) * rstd and g = grad_out * weight (per channel):
+/// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)); per channel,
+/// dweight = sum(grad_out * xhat), dbias = sum(grad_out) over samples and
+/// the spatial dims.
+fn group_norm_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let (g, input) = (x[0], x[1]);
+    let dt = e.dtype(input);
+    let cd = compute_dtype(dt)?;
+    let dims = e.dims(input);
+    if e.dims(g) != dims || dims.len() < 2 {
+        return Err(Error::invalid(format!(
+            "grad_out {:?} and input {dims:?} must have one shape of at least 2 dims (N, C, ...)",
+            e.dims(g)
+        )));
+    }
+    let groups = a.int("groups")?;
+    let (n, c) = (dims[0], dims[1]);
+    if groups <= 0 || c % groups as u64 != 0 {
+        return Err(Error::invalid(format!(
+            "groups {groups} must be positive and divide the {c} channels"
+        )));
+    }
+    let groups = groups as u64;
+    let spatial: u64 = dims[2..].iter().product();
+    let per_group = c / groups * spatial;
+    let mask = bool_mask(a, "output_mask", 3)?;
+    for (what, v) in [("mean", x[2]), ("rstd", x[3])] {
+        if e.ty(v).numel() != n * groups {
+            return Err(Error::invalid(format!(
+                "{what} {:?} must have one entry per sample and group ({n} x {groups})",
+                e.dims(v)
+            )));
+        }
+    }
+    if e.dims(x[4]) != [c] {
+        return Err(Error::invalid(format!(
+            "weight {:?} must have one entry per channel ({c})",
+            e.dims(x[4])
+        )));
+    }
+    let w_dt = e.dtype(x[4]);
+    // [N, G, C/G, spatial] views; stats and weight broadcast over them.
+    let shape = [n, groups, c / groups, spatial];
+    let v = e.convert(input, cd)?;
+    let v = e.reshape(v, &shape)?;
+    let dy = e.convert(g, cd)?;
+    let dy = e.reshape(dy, &shape)?;
+    let stat = |e: &mut Emitter, s: ValueId| -> Result<ValueId> {
+        let s = e.convert(s, cd)?;
+        let s = e.reshape(s, &[n, groups, 1, 1])?;
+        e.broadcast_to(s, &shape)
+    };
+    let mean = stat(e, x[2])?;
+    let rstd = stat(e, x[3])?;
+    let w = e.convert(x[4], cd)?;
+    let w = e.reshape(w, &[1, groups, c / groups, 1])?;
+    let w = e.broadcast_to(w, &shape)?;
+    let centred = e.sub(v, mean)?;
+    let xhat = e.mul(centred, rstd)?;
+    let dx = if mask[0] && per_group > 0 {
+        let gw = e.mul(dy, w)?;
+        let mg = super::reduction::mean_of(e, gw, &[2, 3], true)?;
+        let gx = e.mul(gw, xhat)?;
+        let mgx = super::reduction::mean_of(e, gx, &[2, 3], true)?;
+        let t = e.sub(gw, mg)?;
+        let u = e.mul(xhat, mgx)?;
+        let t = e.sub(t, u)?;
+        let r = e.mul(rstd, t)?;
+        let r = e.reshape(r, &dims)?;
+        e.convert(r, dt)?
+    } else if mask[0] {
+        e.full(dt, &dims, 0.0)?
+    } else {
+        not_computed(e, dt)?
+    };
+    let per_channel = |e: &mut Emitter, v: ValueId| -> Result<ValueId> {
+        let s = e.reduce(ReduceOp::Sum, v, &[0, 3], false)?;
+        let s = e.reshape(s, &[c])?;
+        e.convert(s, w_dt)
+    };
+    let dw = if mask[1] {
+        let p = e.mul(dy, xhat)?;
+        per_channel(e, p)?
+    } else {
+        not_computed(e, w_dt)?
+    };
+    let db = if mask[2] {
+        per_channel(e, dy)?
+    } else {
+        not_computed(e, w_dt)?
+    };
+    Ok(vec![dx, dw, db])
+}
+
 pub(super) const OPS: &[OpDef] = &[
     def!("softmax_backward", Arity::Exactly(2), softmax_backward),
     def!(
@@ -586,6 +751,16 @@ pub(super) const OPS: &[OpDef] = &[
         layer_norm_backward
     ),
     def!("rms_norm_backward", Arity::Between(2, 3), rms_norm_backward),
+    def!(
+        "batch_norm_backward",
+        Arity::Exactly(5),
+        batch_norm_backward
+    ),
+    def!(
+        "group_norm_backward",
+        Arity::Exactly(5),
+        group_norm_backward
+    ),
     def!(
         "fused_rms_norm_backward",
         Arity::Between(3, 4),

@@ -1364,6 +1364,77 @@ fn linalg_cases() -> Vec<Case> {
             vec![h(DType::BF16, &[2, 3, 11], &vals(370, 66, -1.0, 1.0))],
             &[("output_size", is(&[11])), ("input_size", is(&[2, 3, 4]))],
         ),
+        c(
+            "batch_norm",
+            vec![
+                f32s(&[4, 3, 5, 2], 377),
+                f32s(&[3], 378),
+                f32s(&[3], 379),
+                f32s(&[3], 380),
+                range(DType::F32, &[3], 381, 0.5, 2.0),
+            ],
+            &[("training", b(true)), ("momentum", f(0.2))],
+        ),
+        c(
+            "batch_norm",
+            vec![
+                h(DType::BF16, &[2, 3, 4], &vals(382, 24, -2.0, 2.0)),
+                f32s(&[3], 383),
+                f32s(&[3], 384),
+                f32s(&[3], 385),
+                range(DType::F32, &[3], 386, 0.5, 2.0),
+            ],
+            &[("training", b(false))],
+        ),
+        c(
+            "batch_norm",
+            vec![f32s(&[6, 4], 387), f32s(&[4], 388), f32s(&[4], 389)],
+            &[("eps", f(1e-3))],
+        ),
+        c(
+            "batch_norm_backward",
+            vec![
+                f32s(&[4, 3, 5, 2], 390),
+                f32s(&[4, 3, 5, 2], 391),
+                f32s(&[3], 392),
+                f32s(&[3], 393),
+                range(DType::F32, &[3], 394, 0.5, 2.0),
+            ],
+            &[("training", b(true))],
+        ),
+        c(
+            "batch_norm_backward",
+            vec![
+                h(DType::BF16, &[2, 3, 4], &vals(395, 24, -2.0, 2.0)),
+                h(DType::BF16, &[2, 3, 4], &vals(396, 24, -2.0, 2.0)),
+                f32s(&[3], 397),
+                f32s(&[3], 398),
+                range(DType::F32, &[3], 399, 0.5, 2.0),
+            ],
+            &[("training", b(false)), ("output_mask", is(&[1, 0, 1]))],
+        ),
+        c(
+            "group_norm_backward",
+            vec![
+                f32s(&[2, 6, 3, 2], 400),
+                f32s(&[2, 6, 3, 2], 401),
+                f32s(&[2, 3], 402),
+                range(DType::F32, &[2, 3], 403, 0.5, 2.0),
+                f32s(&[6], 404),
+            ],
+            &[("groups", i(3))],
+        ),
+        c(
+            "group_norm_backward",
+            vec![
+                h(DType::BF16, &[2, 4, 5], &vals(405, 40, -2.0, 2.0)),
+                h(DType::BF16, &[2, 4, 5], &vals(406, 40, -2.0, 2.0)),
+                f32s(&[2, 2], 407),
+                range(DType::F32, &[2, 2], 408, 0.5, 2.0),
+                f32s(&[4], 409),
+            ],
+            &[("groups", i(2)), ("output_mask", is(&[1, 1, 0]))],
+        ),
         // bf16 with overlapping windows (the grads added in output order).
         c(
             "max_pool_backward",
@@ -2565,6 +2636,39 @@ fn zero_size_cases() -> Vec<Case> {
             "upsample_linear_backward",
             vec![f32s(&[3, 0, 7], 1546)],
             &[("output_size", is(&[7])), ("input_size", is(&[3, 0, 4]))],
+        ),
+        c(
+            "batch_norm",
+            vec![
+                f32s(&[0, 3, 4], 1547),
+                f32s(&[3], 1548),
+                f32s(&[3], 1549),
+                f32s(&[3], 1555),
+                range(DType::F32, &[3], 1556, 0.5, 2.0),
+            ],
+            &[("training", b(false))],
+        ),
+        c(
+            "batch_norm_backward",
+            vec![
+                f32s(&[2, 0, 4], 1550),
+                f32s(&[2, 0, 4], 1551),
+                f32s(&[0], 1552),
+                f32s(&[0], 1553),
+                f32s(&[0], 1554),
+            ],
+            &[],
+        ),
+        c(
+            "group_norm_backward",
+            vec![
+                f32s(&[0, 4, 3], 1557),
+                f32s(&[0, 4, 3], 1558),
+                f32s(&[0, 2], 1559),
+                f32s(&[0, 2], 1560),
+                f32s(&[4], 1561),
+            ],
+            &[("groups", i(2))],
         ),
         c("log_softmax", vec![f32s(&[0, 5], 1517)], &[("dim", i(1))]),
         c(

@@ -156,10 +156,131 @@ pub(super) fn rms_rstd(
     e.unary(UnaryOp::Rsqrt, ms)
 }
 
+/// The per-channel shape of batch norm's statistics broadcast over x:
+/// [1, C, 1, ...] (channels are dim 1), and the reduced dims (all others).
+pub(super) fn channel_layout(e: &Emitter, x: ValueId) -> Result<(Vec<u64>, Vec<usize>)> {
+    let d = e.dims(x);
+    if d.len() < 2 {
+        return Err(Error::invalid(format!(
+            "batch norm needs an input of at least 2 dims (batch, channels, ...), got {:?}",
+            d
+        )));
+    }
+    let mut per = vec![1u64; d.len()];
+    per[1] = d[1];
+    let reduced = (0..d.len()).filter(|&k| k != 1).collect();
+    Ok((per, reduced))
+}
+
+/// A per-channel input ([C]) of batch norm, checked and shaped to
+/// broadcast over x, in dtype `cd`.
+pub(super) fn channel_param(
+    e: &mut Emitter,
+    v: ValueId,
+    per: &[u64],
+    cd: DType,
+    what: &str,
+) -> Result<ValueId> {
+    if e.dims(v) != [per[1]] {
+        return Err(Error::invalid(format!(
+            "{what} {:?} must have one entry per channel ({})",
+            e.dims(v),
+            per[1]
+        )));
+    }
+    let v = e.convert(v, cd)?;
+    e.reshape(v, per)
+}
+
+/// batch_norm(x, weight, bias, running_mean?, running_var?; training,
+/// momentum = 0.1, eps = 1e-5) -> (y, save_mean, save_invstd[,
+/// new_running_mean, new_running_var]): torch's native_batch_norm over
+/// channels (dim 1). Training normalizes by the batch's mean and biased
+/// variance over every other dim and, given running stats, returns them
+/// moved by `momentum` toward the batch's (unbiased variance), as torch
+/// updates them in place; evaluation normalizes by the running stats and
+/// returns empty save_mean and save_invstd, as torch's CPU kernel. Stats
+/// are in the compute dtype (f32 for bf16 and f16).
+fn batch_norm(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let dt = e.dtype(x[0]);
+    let cd = compute_dtype(dt)?;
+    let (per, reduced) = channel_layout(e, x[0])?;
+    let training = a.bool_or("training", true)?;
+    let momentum = a.float_or("momentum", 0.1)?;
+    let eps = a.float_or("eps", 1e-5)?;
+    let running = match x.get(3..5) {
+        Some(&[m, v]) => Some((m, v)),
+        _ if x.len() == 3 => None,
+        _ => {
+            return Err(Error::invalid(
+                "batch_norm takes x, weight, bias and optionally running_mean and running_var",
+            ))
+        }
+    };
+    let w = channel_param(e, x[1], &per, cd, "weight")?;
+    let b = channel_param(e, x[2], &per, cd, "bias")?;
+    let v = e.convert(x[0], cd)?;
+    let c = e.dims(x[0])[1];
+    let (mean, invstd, batch_var) = if training {
+        let mean = super::reduction::mean_of(e, v, &reduced, true)?;
+        let centred = e.sub(v, mean)?;
+        let sq = e.mul(centred, centred)?;
+        let var = super::reduction::mean_of(e, sq, &reduced, true)?;
+        let epsv = e.scalar(cd, eps)?;
+        let ve = e.add(var, epsv)?;
+        (mean, e.unary(UnaryOp::Rsqrt, ve)?, Some(var))
+    } else {
+        let Some((rm, rv)) = running else {
+            return Err(Error::invalid(
+                "batch_norm in evaluation mode needs running_mean and running_var",
+            ));
+        };
+        let mean = channel_param(e, rm, &per, cd, "running_mean")?;
+        let var = channel_param(e, rv, &per, cd, "running_var")?;
+        let epsv = e.scalar(cd, eps)?;
+        let ve = e.add(var, epsv)?;
+        (mean, e.unary(UnaryOp::Rsqrt, ve)?, None)
+    };
+    let centred = e.sub(v, mean)?;
+    let y = e.mul(centred, invstd)?;
+    let y = e.mul(y, w)?;
+    let y = e.add(y, b)?;
+    let mut out = vec![e.convert(y, dt)?];
+    match batch_var {
+        Some(var) => {
+            out.push(e.reshape(mean, &[c])?);
+            out.push(e.reshape(invstd, &[c])?);
+            if let Some((rm, rv)) = running {
+                let n: u64 = reduced.iter().map(|&k| e.dims(x[0])[k]).product();
+                let unbiased = e.binary_scalar(
+                    crate::ir::BinaryOp::Mul,
+                    var,
+                    n as f64 / (n.max(2) - 1) as f64,
+                )?;
+                for (old, batch) in [(rm, mean), (rv, unbiased)] {
+                    let od = e.dtype(old);
+                    let o = channel_param(e, old, &per, cd, "running stats")?;
+                    let kept = e.binary_scalar(crate::ir::BinaryOp::Mul, o, 1.0 - momentum)?;
+                    let moved = e.binary_scalar(crate::ir::BinaryOp::Mul, batch, momentum)?;
+                    let new = e.add(kept, moved)?;
+                    let new = e.reshape(new, &[c])?;
+                    out.push(e.convert(new, od)?);
+                }
+            }
+        }
+        None => {
+            out.push(e.full(cd, &[0], 0.0)?);
+            out.push(e.full(cd, &[0], 0.0)?);
+        }
+    }
+    Ok(out)
+}
+
 pub(super) const OPS: &[OpDef] = &[
     def!("softmax", Arity::Exactly(1), softmax),
     def!("log_softmax", Arity::Exactly(1), log_softmax),
     def!("layer_norm", Arity::Between(1, 3), layer_norm),
     def!("rms_norm", Arity::Between(1, 2), rms_norm),
     def!("fused_rms_norm", Arity::Between(1, 2), fused_rms_norm),
+    def!("batch_norm", Arity::Between(3, 5), batch_norm),
 ];

@@ -4,20 +4,10 @@
 
 use super::attrs::Attrs;
 use super::emit::{wrap_dim, Emitter};
+use super::support::compute_dtype;
 use super::{Arity, OpDef};
 use crate::error::{Error, Result};
 use crate::ir::{DType, ReduceOp, UnaryOp, ValueId};
-
-/// The dtype to compute in: f32 for f16/bf16, else the input's.
-fn compute_dtype(d: DType) -> Result<DType> {
-    match d {
-        DType::F16 | DType::BF16 => Ok(DType::F32),
-        DType::F32 | DType::F64 => Ok(d),
-        other => Err(Error::invalid(format!(
-            "needs a floating-point input, got {other}"
-        ))),
-    }
-}
 
 fn softmax_impl(e: &mut Emitter, x: ValueId, a: &Attrs, log: bool) -> Result<ValueId> {
     let out_dt = a.dtype_opt("dtype")?.unwrap_or(e.dtype(x));
@@ -83,13 +73,7 @@ fn layer_norm(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>>
     let v = e.convert(x[0], cd)?;
     let dims = normalized_dims(e, v, a)?;
     let eps = a.float_or("eps", 1e-5)?;
-    let mean = super::reduction::mean_of(e, v, &dims, true)?;
-    let c = e.sub(v, mean)?;
-    let sq = e.mul(c, c)?;
-    let var = super::reduction::mean_of(e, sq, &dims, true)?;
-    let epsv = e.scalar(cd, eps)?;
-    let ve = e.add(var, epsv)?;
-    let rstd = e.unary(UnaryOp::Rsqrt, ve)?;
+    let (mean, c, _, rstd) = moments(e, v, &dims, eps)?;
     let mut y = e.mul(c, rstd)?;
     if let Some(&w) = x.get(1) {
         let w = e.convert(w, cd)?;
@@ -100,6 +84,30 @@ fn layer_norm(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>>
         y = e.add(y, b)?;
     }
     Ok(vec![e.convert(y, out_dt)?, mean, rstd])
+}
+
+/// The mean of `v` over `dims` (kept as 1), `v - mean`, the biased
+/// variance and 1 / sqrt(variance + eps): what layer norm, and batch norm
+/// in training, normalize by.
+fn moments(
+    e: &mut Emitter,
+    v: ValueId,
+    dims: &[usize],
+    eps: f64,
+) -> Result<(ValueId, ValueId, ValueId, ValueId)> {
+    let mean = super::reduction::mean_of(e, v, dims, true)?;
+    let centred = e.sub(v, mean)?;
+    let sq = e.mul(centred, centred)?;
+    let var = super::reduction::mean_of(e, sq, dims, true)?;
+    let rstd = rsqrt_plus(e, var, eps)?;
+    Ok((mean, centred, var, rstd))
+}
+
+/// 1 / sqrt(var + eps), in var's dtype.
+fn rsqrt_plus(e: &mut Emitter, var: ValueId, eps: f64) -> Result<ValueId> {
+    let epsv = e.scalar(e.dtype(var), eps)?;
+    let ve = e.add(var, epsv)?;
+    e.unary(UnaryOp::Rsqrt, ve)
 }
 
 /// rms_norm(x, weight?, normalized_shape, eps): x / sqrt(mean(x^2) + eps) * weight.
@@ -221,14 +229,9 @@ fn batch_norm(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>>
     let b = channel_param(e, x[2], &per, cd, "bias")?;
     let v = e.convert(x[0], cd)?;
     let c = e.dims(x[0])[1];
-    let (mean, invstd, batch_var) = if training {
-        let mean = super::reduction::mean_of(e, v, &reduced, true)?;
-        let centred = e.sub(v, mean)?;
-        let sq = e.mul(centred, centred)?;
-        let var = super::reduction::mean_of(e, sq, &reduced, true)?;
-        let epsv = e.scalar(cd, eps)?;
-        let ve = e.add(var, epsv)?;
-        (mean, e.unary(UnaryOp::Rsqrt, ve)?, Some(var))
+    let (mean, centred, invstd, batch_var) = if training {
+        let (mean, centred, var, invstd) = moments(e, v, &reduced, eps)?;
+        (mean, centred, invstd, Some(var))
     } else {
         let Some((rm, rv)) = running else {
             return Err(Error::invalid(
@@ -237,11 +240,8 @@ fn batch_norm(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>>
         };
         let mean = channel_param(e, rm, &per, cd, "running_mean")?;
         let var = channel_param(e, rv, &per, cd, "running_var")?;
-        let epsv = e.scalar(cd, eps)?;
-        let ve = e.add(var, epsv)?;
-        (mean, e.unary(UnaryOp::Rsqrt, ve)?, None)
+        (mean, e.sub(v, mean)?, rsqrt_plus(e, var, eps)?, None)
     };
-    let centred = e.sub(v, mean)?;
     let y = e.mul(centred, invstd)?;
     let y = e.mul(y, w)?;
     let y = e.add(y, b)?;

@@ -20,7 +20,7 @@
 use super::attrs::{Attr, Attrs};
 use super::emit::Emitter;
 use super::support::{
-    compute_dtype, i64_vector, iota, scatter_add_rows, spatial_list, spatial_output_size,
+    float_compute_dtype, i64_vector, iota, scatter_add_rows, spatial_list, spatial_output_size,
 };
 use super::{Arity, OpDef};
 use crate::error::{Error, Result};
@@ -377,16 +377,6 @@ fn overlapping_half_grads(
 }
 
 /// The float dtype an average is computed in (f32 for bf16 and f16), or an
-/// error naming `x`.
-fn average_dtype(e: &Emitter, x: ValueId) -> Result<DType> {
-    compute_dtype(e.dtype(x)).map_err(|_| {
-        Error::invalid(format!(
-            "average pooling needs a floating-point tensor, got {}",
-            e.ty(x)
-        ))
-    })
-}
-
 /// An average pooling's windows (as max pooling's, without dilation).
 fn average_window(dims: &[u64], a: &Attrs) -> Result<Window> {
     if let Some(d) = a.ints_opt("dilation")? {
@@ -490,7 +480,7 @@ fn average_divisor(
 fn avg_pool(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     let v = x[0];
     let dt = e.dtype(v);
-    let cd = average_dtype(e, v)?;
+    let cd = float_compute_dtype(e, v, "average pooling")?;
     let w = average_window(&e.dims(v), a)?;
     let out_dims = w.out_dims();
     if out_dims.contains(&0) {
@@ -533,7 +523,7 @@ fn check_grad(e: &Emitter, grad: ValueId, out_dims: &[u64]) -> Result<()> {
 fn avg_pool_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     let (grad, input) = (x[0], x[1]);
     let dt = e.dtype(grad);
-    let cd = average_dtype(e, grad)?;
+    let cd = float_compute_dtype(e, grad, "average pooling")?;
     let w = average_window(&e.dims(input), a)?;
     let out_dims = w.out_dims();
     check_grad(e, grad, &out_dims)?;
@@ -720,7 +710,7 @@ fn bin_offsets(bins: &[Bins]) -> Vec<Vec<i64>> {
 fn adaptive_avg_pool(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     let v = x[0];
     let dt = e.dtype(v);
-    let cd = average_dtype(e, v)?;
+    let cd = float_compute_dtype(e, v, "average pooling")?;
     let (lead, bins) = adaptive_bins(&e.dims(v), a)?;
     let out_dims = bins_shape(&lead, &bins);
     if out_dims.contains(&0) {
@@ -755,7 +745,7 @@ fn adaptive_avg_pool(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<Va
 fn adaptive_avg_pool_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     let (grad, input) = (x[0], x[1]);
     let dt = e.dtype(grad);
-    average_dtype(e, grad)?;
+    float_compute_dtype(e, grad, "average pooling")?;
     let in_dims = e.dims(input);
     let given = e.dims(grad);
     // The spatial dims: `spatial_dims`, or output_size's length.

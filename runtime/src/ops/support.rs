@@ -24,6 +24,17 @@ pub(super) fn compute_dtype(d: DType) -> Result<DType> {
     }
 }
 
+/// The dtype `x` is computed in (`compute_dtype`), or an error saying
+/// that `what` needs a floating-point tensor.
+pub(super) fn float_compute_dtype(e: &Emitter, x: ValueId, what: &str) -> Result<DType> {
+    compute_dtype(e.dtype(x)).map_err(|_| {
+        Error::invalid(format!(
+            "{what} needs a floating-point tensor, got {}",
+            e.ty(x)
+        ))
+    })
+}
+
 /// `what` must be a float tensor; returns its dtype.
 pub(super) fn need_float(e: &Emitter, x: ValueId, what: &str) -> Result<DType> {
     let d = e.dtype(x);

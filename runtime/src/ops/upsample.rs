@@ -14,7 +14,7 @@
 
 use super::attrs::Attrs;
 use super::emit::Emitter;
-use super::support::{compute_dtype, i64_vector, scatter_add_rows, spatial_output_size};
+use super::support::{float_compute_dtype, i64_vector, scatter_add_rows, spatial_output_size};
 use super::{Arity, OpDef};
 use crate::error::{Error, Result};
 use crate::ir::{DType, Prim, ValueId};
@@ -280,16 +280,6 @@ fn upsample_nearest_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Resul
     Ok(vec![scatter_into_input(e, &r, g, &at)?])
 }
 
-/// The float dtype linear upsampling computes in, or an error naming x.
-fn linear_dtype(e: &Emitter, x: ValueId) -> Result<DType> {
-    compute_dtype(e.dtype(x)).map_err(|_| {
-        Error::invalid(format!(
-            "linear upsampling needs a floating-point tensor, got {}",
-            e.ty(x)
-        ))
-    })
-}
-
 /// `v` interpolated along spatial dims `d..` (axis `first + d` onward):
 /// `t0 * w0 + t1 * w1` with t0, t1 the interpolations of the two source
 /// slices, as torch's kernel nests them.
@@ -331,7 +321,7 @@ fn interpolate(
 /// `output_size.len()` dims, computed at f32 for bf16 and f16.
 fn upsample_linear(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     let dt = e.dtype(x[0]);
-    let cd = linear_dtype(e, x[0])?;
+    let cd = float_compute_dtype(e, x[0], "linear upsampling")?;
     let r = Resize::of(&e.dims(x[0]), a)?;
     let align = a.bool_or("align_corners", false)?;
     if r.lead.contains(&0) {
@@ -353,7 +343,7 @@ fn upsample_linear(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<Valu
 fn upsample_linear_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     let grad = x[0];
     let dt = e.dtype(grad);
-    let cd = linear_dtype(e, grad)?;
+    let cd = float_compute_dtype(e, grad, "linear upsampling")?;
     let r = Resize::of_backward(&e.dims(grad), a)?;
     let align = a.bool_or("align_corners", false)?;
     if r.lead.contains(&0) {

@@ -1,12 +1,14 @@
-//! Sorting and indexed ops for training: sort, topk (sort, then the first
-//! k), embedding_bag with its backward ops, and index_put.
+//! Sorting and indexed ops: sort, topk (sort, then the first k),
+//! kthvalue and median (sort, then one position), searchsorted (a binary
+//! search in fixed steps), masked_scatter with its backward, embedding_bag
+//! with its backward ops, and index_put.
 
 use super::attrs::{Attr, Attrs};
-use super::emit::{wrap_dim, Emitter};
-use super::support::{compute_dtype, iota, wrap_indices};
+use super::emit::{broadcast_shapes, wrap_dim, Emitter};
+use super::support::{compute_dtype, iota, sizes_attr, wrap_indices};
 use super::{Arity, OpDef};
 use crate::error::{Error, Result};
-use crate::ir::{BinaryOp, CompareOp, DType, Prim, ReduceOp, ScatterCombiner, ValueId};
+use crate::ir::{BinaryOp, CompareOp, DType, Prim, ReduceOp, ScatterCombiner, UnaryOp, ValueId};
 
 /// (values, indices) of a stable sort along `dim`; rank 0 sorts as [1].
 fn sort_values(
@@ -585,6 +587,328 @@ fn index_put(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> 
     )?])
 }
 
+/// `v` with element `idx` (an i64 tensor of `v`'s shape with size 1 at
+/// `axis`) taken along `axis`; the axis is kept.
+fn take_along(e: &mut Emitter, v: ValueId, idx: ValueId, axis: usize) -> Result<ValueId> {
+    e.op(Prim::Gather { axis }, &[v, idx])
+}
+
+/// A position along a sorted axis: the same for every row, or per row
+/// (an i64 tensor with size 1 at the axis).
+enum Rank {
+    Every(u64),
+    PerRow(ValueId),
+}
+
+/// The values and indices at position `k` of a sort along `axis`, the
+/// axis removed unless `keep`.
+fn pick_sorted(
+    e: &mut Emitter,
+    (v, i): (ValueId, ValueId),
+    axis: usize,
+    k: Rank,
+    keep: bool,
+) -> Result<Vec<ValueId>> {
+    let mut one = e.dims(v);
+    one[axis] = 1;
+    let k = match k {
+        Rank::PerRow(k) => k,
+        Rank::Every(at) => e.full(DType::I64, &one, at as f64)?,
+    };
+    let (v, i) = (take_along(e, v, k, axis)?, take_along(e, i, k, axis)?);
+    if keep {
+        return Ok(vec![v, i]);
+    }
+    let mut out = one;
+    out.remove(axis);
+    Ok(vec![e.reshape(v, &out)?, e.reshape(i, &out)?])
+}
+
+/// kthvalue(x; k, dim=-1, keepdim=false) -> (values, indices): the k-th
+/// smallest (k from 1) along dim, NaN above every number; among equal
+/// values the index of one of them.
+fn kthvalue(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let k = a.int("k")?;
+    let keep = a.bool_or("keepdim", false)?;
+    let rank = e.rank(x[0]);
+    let d = wrap_dim(a.int_or("dim", -1)?, rank)?;
+    let n = if rank == 0 { 1 } else { e.dims(x[0])[d] };
+    if k < 1 || k as u64 > n {
+        return Err(Error::invalid(format!(
+            "selected number k={k} out of range for dimension {d} of size {n}"
+        )));
+    }
+    let (v, i, _) = sort_values(e, x[0], d as i64, false)?;
+    let axis = if rank == 0 { 0 } else { d };
+    let r = pick_sorted(
+        e,
+        (v, i),
+        axis,
+        Rank::Every(k as u64 - 1),
+        keep || rank == 0,
+    )?;
+    if rank == 0 {
+        return Ok(vec![e.reshape(r[0], &[])?, e.reshape(r[1], &[])?]);
+    }
+    Ok(r)
+}
+
+/// median(x; dim, keepdim=false, ignore_nan=false) -> (values, indices):
+/// the lower median along dim (the ((n - 1) / 2)-th smallest). A row with
+/// a NaN gives its first NaN (torch.median); with ignore_nan the median of
+/// the row's numbers, NaN where it has none (torch.nanmedian). Without
+/// dim, over every element (of an empty tensor: NaN, index 0).
+fn median(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let ignore_nan = a.bool_or("ignore_nan", false)?;
+    let t = e.ty(x[0]);
+    let (v, d, keep) = match a.get("dim") {
+        None | Some(Attr::None) => {
+            let n = t.dims.iter().product::<u64>();
+            if n == 0 {
+                if !t.dtype.is_float() {
+                    return Err(Error::invalid(format!(
+                        "the median of an empty {} tensor is undefined",
+                        t.dtype
+                    )));
+                }
+                return Ok(vec![
+                    e.full(t.dtype, &[], f64::NAN)?,
+                    e.full(DType::I64, &[], 0.0)?,
+                ]);
+            }
+            (e.reshape(x[0], &[n])?, 0, false)
+        }
+        Some(_) => {
+            let d = wrap_dim(a.int("dim")?, t.rank())?;
+            let v = if t.rank() == 0 {
+                e.reshape(x[0], &[1])?
+            } else {
+                x[0]
+            };
+            (v, d, a.bool_or("keepdim", false)? && t.rank() > 0)
+        }
+    };
+    let n = e.dims(v)[d];
+    if n == 0 {
+        return Err(Error::invalid(format!(
+            "expected reduction dim {d} to have non-zero size"
+        )));
+    }
+    let (s, i, _) = sort_values(e, v, d as i64, false)?;
+    let k = if t.dtype.is_float() {
+        // NaNs sort last (in their order), so a row's first NaN is at
+        // n - nans and its numbers at 0..n - nans.
+        let nan = e.compare(CompareOp::Ne, v, v)?;
+        let nan = e.convert(nan, DType::I64)?;
+        let nans = e.reduce(ReduceOp::Sum, nan, &[d], true)?;
+        let row = e.dims(nans);
+        let nn = e.full(DType::I64, &row, n as f64)?;
+        let numbers = e.sub(nn, nans)?;
+        let two = e.scalar(DType::I64, 2.0)?;
+        if ignore_nan {
+            // (numbers - 1) / 2 rounded toward zero, 0 for a row of NaNs.
+            let zero = e.scalar(DType::I64, 0.0)?;
+            let m1 = e.binary_scalar(BinaryOp::Sub, numbers, 1.0)?;
+            let m1 = e.max(m1, zero)?;
+            Rank::PerRow(e.binary(BinaryOp::Div, m1, two)?)
+        } else {
+            let zero = e.scalar(DType::I64, 0.0)?;
+            let any = e.compare(CompareOp::Gt, nans, zero)?;
+            let mid = e.full(DType::I64, &row, ((n - 1) / 2) as f64)?;
+            Rank::PerRow(e.select(any, numbers, mid)?)
+        }
+    } else {
+        Rank::Every((n - 1) / 2)
+    };
+    let r = pick_sorted(e, (s, i), d, k, keep)?;
+    if t.rank() == 0 {
+        return Ok(vec![e.reshape(r[0], &[])?, e.reshape(r[1], &[])?]);
+    }
+    Ok(r)
+}
+
+/// searchsorted(sorted_sequence, values[, sorter]; right=false,
+/// out_int32=false) -> i64 (i32) of values' shape: each value's insertion
+/// point in its row of the sequence (1-D: the one row; N-D: the row of the
+/// same leading indices), the first such point (right: the last), as
+/// torch's binary search computes it, so NaN and unsorted rows give what
+/// torch gives. `sorter` (the sequence's argsort) reads it in sorted order.
+/// Both inputs are compared in their promoted dtype.
+fn searchsorted(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let right = a.bool_or("right", false)?;
+    let out = if a.bool_or("out_int32", false)? {
+        DType::I32
+    } else {
+        DType::I64
+    };
+    let (bt, vt) = (e.ty(x[0]), e.ty(x[1]));
+    if bt.dtype == DType::Bool || vt.dtype == DType::Bool {
+        return Err(Error::invalid(format!(
+            "not implemented for bool tensors (boundaries {bt}, values {vt})"
+        )));
+    }
+    let br = bt.rank();
+    if br == 0 {
+        return Err(Error::invalid(
+            "boundaries tensor should have positive dimension, but got 0 dimension",
+        ));
+    }
+    if br > 1 && (vt.rank() != br || bt.dims[..br - 1] != vt.dims[..br - 1]) {
+        return Err(Error::invalid(format!(
+            "boundaries tensor should be 1 dimension or the first N-1 dimensions of boundaries \
+             tensor and input value tensor must match, but got boundaries {bt} and values {vt}"
+        )));
+    }
+    let m = bt.dims[br - 1];
+    let mut bd = x[0];
+    if let Some(&sorter) = x.get(2) {
+        let st = e.ty(sorter);
+        if st.dims != bt.dims || !st.dtype.is_integer() {
+            return Err(Error::invalid(format!(
+                "sorter {st} must be an integer tensor of the boundaries' shape {:?}",
+                bt.dims
+            )));
+        }
+        if m > 0 {
+            let s = e.convert(sorter, DType::I64)?;
+            let lo = e.scalar(DType::I64, 0.0)?;
+            let hi = e.scalar(DType::I64, (m - 1) as f64)?;
+            let s = e.op(Prim::Clamp, &[lo, s, hi])?;
+            bd = take_along(e, bd, s, br - 1)?;
+        }
+    }
+    let dt = super::promote::promote_types(bt.dtype, vt.dtype);
+    let bd = e.convert(bd, dt)?;
+    let v = e.convert(x[1], dt)?;
+    let mut lo = e.full(DType::I64, &vt.dims, 0.0)?;
+    let mut hi = e.full(DType::I64, &vt.dims, m as f64)?;
+    let last = e.scalar(DType::I64, m.saturating_sub(1) as f64)?;
+    let two = e.scalar(DType::I64, 2.0)?;
+    // Each step halves every open interval [lo, hi): as many steps as m
+    // has bits close them all.
+    for _ in 0..(64 - m.leading_zeros()) {
+        let open = e.compare(CompareOp::Lt, lo, hi)?;
+        let span = e.sub(hi, lo)?;
+        let half = e.binary(BinaryOp::Div, span, two)?;
+        let mid = e.add(lo, half)?;
+        let at = e.min(mid, last)?;
+        let at = if br == 1 {
+            e.op(Prim::Take { axis: 0 }, &[bd, at])?
+        } else {
+            take_along(e, bd, at, br - 1)?
+        };
+        // torch: start = mid + 1 unless boundary >= value (right: > value).
+        let stays = e.compare(if right { CompareOp::Gt } else { CompareOp::Ge }, at, v)?;
+        let moves = e.unary(UnaryOp::Not, stays)?;
+        let up = e.binary(BinaryOp::And, open, moves)?;
+        let down = e.binary(BinaryOp::And, open, stays)?;
+        let next = e.binary_scalar(BinaryOp::Add, mid, 1.0)?;
+        lo = e.select(up, next, lo)?;
+        hi = e.select(down, mid, hi)?;
+    }
+    Ok(vec![e.convert(lo, out)?])
+}
+
+/// Where each true element of `mask` (flattened) takes its value from
+/// the flattened source: its count of earlier true elements, clamped to
+/// `[0, s)` (i64 [n]).
+fn mask_slots(e: &mut Emitter, mask: ValueId, s: u64) -> Result<ValueId> {
+    let n = e.dims(mask).iter().product::<u64>();
+    let flat = e.reshape(mask, &[n])?;
+    let ones = e.convert(flat, DType::I64)?;
+    let c = e.op(
+        Prim::Cumulative {
+            op: ReduceOp::Sum,
+            dimension: 0,
+            reverse: false,
+        },
+        &[ones],
+    )?;
+    let pos = e.binary_scalar(BinaryOp::Sub, c, 1.0)?;
+    let lo = e.scalar(DType::I64, 0.0)?;
+    let hi = e.scalar(DType::I64, s.saturating_sub(1) as f64)?;
+    e.op(Prim::Clamp, &[lo, pos, hi])
+}
+
+fn bool_mask_of(e: &Emitter, mask: ValueId) -> Result<()> {
+    if e.dtype(mask) != DType::Bool {
+        return Err(Error::invalid(format!(
+            "only supports boolean masks, but got mask {}",
+            e.ty(mask)
+        )));
+    }
+    Ok(())
+}
+
+/// masked_scatter(x, mask: bool, source) -> x where mask is false; where
+/// it is true, source's elements in order (row-major) from its first. x
+/// and mask broadcast together; source needs at least as many elements as
+/// mask has true ones (the frontend checks; here a short source repeats
+/// its last element).
+fn masked_scatter(e: &mut Emitter, x: &[ValueId], _a: &Attrs) -> Result<Vec<ValueId>> {
+    let (xt, st) = (e.ty(x[0]), e.ty(x[2]));
+    bool_mask_of(e, x[1])?;
+    if xt.dtype != st.dtype {
+        return Err(Error::invalid(format!(
+            "expected self and source to have the same dtype, but got {} and {}",
+            xt.dtype, st.dtype
+        )));
+    }
+    let dims = broadcast_shapes(&xt.dims, &e.dims(x[1]))?;
+    let xb = e.broadcast_to(x[0], &dims)?;
+    let mb = e.broadcast_to(x[1], &dims)?;
+    let s = st.dims.iter().product::<u64>();
+    let n = dims.iter().product::<u64>();
+    if s == 0 || n == 0 {
+        return Ok(vec![e.identity(xb)?]);
+    }
+    let slots = mask_slots(e, mb, s)?;
+    let src = e.reshape(x[2], &[s])?;
+    let g = e.op(Prim::Take { axis: 0 }, &[src, slots])?;
+    let g = e.reshape(g, &dims)?;
+    Ok(vec![e.select(mb, g, xb)?])
+}
+
+/// masked_scatter_backward(grad, mask; sizes) -> source's gradient: the
+/// elements of grad where mask (broadcast to grad) is true, in order,
+/// then zeros, shaped `sizes`.
+fn masked_scatter_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    bool_mask_of(e, x[1])?;
+    let sizes = sizes_attr(a, "sizes")?;
+    let dims = e.dims(x[0]);
+    let dt = e.dtype(x[0]);
+    let mb = e.broadcast_to(x[1], &dims)?;
+    let s = sizes.iter().product::<u64>();
+    let n = dims.iter().product::<u64>();
+    if s == 0 || n == 0 {
+        return Ok(vec![e.full(dt, &sizes, 0.0)?]);
+    }
+    // False elements (and any beyond the source's size) land in a spare
+    // slot s, cut off after; each other slot is written once.
+    let slots = mask_slots(e, mb, s + 1)?;
+    let flat_mask = e.reshape(mb, &[n])?;
+    let spare = e.full(DType::I64, &[n], s as f64)?;
+    let slots = e.select(flat_mask, slots, spare)?;
+    let g = e.reshape(x[0], &[n])?;
+    let zeros = e.full(dt, &[s + 1], 0.0)?;
+    let r = e.op(
+        Prim::Scatter {
+            axis: 0,
+            combiner: ScatterCombiner::Replace,
+        },
+        &[zeros, slots, g],
+    )?;
+    let r = e.op(
+        Prim::Slice {
+            start: vec![0],
+            limit: vec![s],
+            stride: vec![1],
+        },
+        &[r],
+    )?;
+    Ok(vec![e.reshape(r, &sizes)?])
+}
+
 pub(super) const OPS: &[OpDef] = &[
     def!("sort", Arity::Exactly(1), sort),
     def!("topk", Arity::Exactly(1), topk),
@@ -600,4 +924,13 @@ pub(super) const OPS: &[OpDef] = &[
         embedding_bag_psw_backward
     ),
     def!("index_put", Arity::Exactly(3), index_put),
+    def!("kthvalue", Arity::Exactly(1), kthvalue),
+    def!("median", Arity::Exactly(1), median),
+    def!("searchsorted", Arity::Between(2, 3), searchsorted),
+    def!("masked_scatter", Arity::Exactly(3), masked_scatter),
+    def!(
+        "masked_scatter_backward",
+        Arity::Exactly(2),
+        masked_scatter_backward
+    ),
 ];

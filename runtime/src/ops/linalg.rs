@@ -1,5 +1,6 @@
 //! Matrix products: matmul (torch semantics), mm, bmm, addmm, baddbmm,
-//! linear, dot, outer, and JAX's ragged_dot (grouped products).
+//! linear, dot, outer, and JAX's ragged_dot (grouped products); and the
+//! small matrix and vector functions trace and linalg_cross.
 
 use super::attrs::Attrs;
 use super::emit::{broadcast_shapes, Emitter};
@@ -367,6 +368,103 @@ fn ragged_dot_rhs_grad(e: &mut Emitter, x: &[ValueId], _: &Attrs) -> Result<Vec<
     grouped_product(e, x, g, (vec![0], vec![0]))
 }
 
+/// trace(x) -> the sum of a matrix's diagonal: f32 summed in f64 and
+/// bf16/f16 in f32 (torch's CPU accumulation), rounded once; integers
+/// sum to i64.
+fn trace(e: &mut Emitter, x: &[ValueId], _: &Attrs) -> Result<Vec<ValueId>> {
+    let t = e.ty(x[0]);
+    if t.rank() != 2 {
+        return Err(Error::invalid(format!(
+            "expected a matrix, but got tensor with dim {}",
+            t.rank()
+        )));
+    }
+    if t.dtype == DType::Bool {
+        return Err(Error::invalid("not implemented for bool tensors"));
+    }
+    let (n, m) = (t.dims[0], t.dims[1]);
+    let k = n.min(m);
+    let (out, acc) = match t.dtype {
+        DType::F64 | DType::F32 => (t.dtype, DType::F64),
+        DType::BF16 | DType::F16 => (t.dtype, DType::F32),
+        _ => (DType::I64, DType::I64),
+    };
+    if k == 0 {
+        return Ok(vec![e.full(out, &[], 0.0)?]);
+    }
+    // The diagonal of the row-major matrix: every (m + 1)-th element.
+    let flat = e.reshape(x[0], &[n * m])?;
+    let diag = e.op(
+        Prim::Slice {
+            start: vec![0],
+            limit: vec![(k - 1) * (m + 1) + 1],
+            stride: vec![m + 1],
+        },
+        &[flat],
+    )?;
+    let diag = e.convert(diag, acc)?;
+    let s = e.reduce(ReduceOp::Sum, diag, &[0], false)?;
+    Ok(vec![e.convert(s, out)?])
+}
+
+/// linalg_cross(a, b; dim=-1): the cross product of 3-vectors along dim;
+/// a and b have one dtype and rank and broadcast. Per element as torch:
+/// r0 = a1 b2 - a2 b1, r1 = a2 b0 - a0 b2, r2 = a0 b1 - a1 b0.
+fn linalg_cross(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let (at, bt) = (e.ty(x[0]), e.ty(x[1]));
+    if at.rank() != bt.rank() {
+        return Err(Error::invalid(
+            "inputs must have the same number of dimensions",
+        ));
+    }
+    if at.dtype != bt.dtype {
+        return Err(Error::invalid(format!(
+            "inputs must have the same dtype, got {} and {}",
+            at.dtype, bt.dtype
+        )));
+    }
+    if at.dtype == DType::Bool {
+        return Err(Error::invalid("not implemented for bool tensors"));
+    }
+    let dim = a.int_or("dim", -1)?;
+    let d = super::emit::existing_dim(dim, at.rank())?;
+    if at.dims[d] != 3 || bt.dims[d] != 3 {
+        return Err(Error::invalid(format!(
+            "inputs dimension {dim} must have length 3. Got {} and {}",
+            at.dims[d], bt.dims[d]
+        )));
+    }
+    let dims = broadcast_shapes(&at.dims, &bt.dims)?;
+    let (a, b) = (e.broadcast_to(x[0], &dims)?, e.broadcast_to(x[1], &dims)?);
+    // v shifted by `s` along d: element i is v[(i + s) % 3].
+    let rot = |e: &mut Emitter, v: ValueId, s: u64| -> Result<ValueId> {
+        let parts = [s, 0].map(|from| {
+            let mut start = vec![0; dims.len()];
+            let mut limit = dims.clone();
+            start[d] = from;
+            limit[d] = if from == s { 3 } else { s };
+            (start, limit)
+        });
+        let mut pieces = Vec::new();
+        for (start, limit) in parts {
+            pieces.push(e.op(
+                Prim::Slice {
+                    start,
+                    limit,
+                    stride: vec![1; dims.len()],
+                },
+                &[v],
+            )?);
+        }
+        e.op(Prim::Concatenate { dimension: d }, &pieces)
+    };
+    let (a1, a2) = (rot(e, a, 1)?, rot(e, a, 2)?);
+    let (b1, b2) = (rot(e, b, 1)?, rot(e, b, 2)?);
+    let p = e.mul(a1, b2)?;
+    let q = e.mul(a2, b1)?;
+    Ok(vec![e.sub(p, q)?])
+}
+
 pub(super) const OPS: &[OpDef] = &[
     def!("matmul", Arity::Exactly(2), matmul),
     def!("mm", Arity::Exactly(2), mm),
@@ -382,4 +480,6 @@ pub(super) const OPS: &[OpDef] = &[
         Arity::Exactly(3),
         ragged_dot_rhs_grad
     ),
+    def!("trace", Arity::Exactly(1), trace),
+    def!("linalg_cross", Arity::Exactly(2), linalg_cross),
 ];

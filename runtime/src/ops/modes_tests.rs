@@ -825,6 +825,16 @@ fn reduction_cases() -> Vec<Case> {
         c("cumsum", vec![ints.clone()], &[("dim", i(-1))]),
         c("cumsum", vec![z.clone()], &[("dim", i(0))]),
         c("cumprod", vec![near_one.clone()], &[("dim", i(0))]),
+        c("cummax", vec![ties.clone()], &[("dim", i(1))]),
+        c("cummax", vec![ints.clone()], &[("dim", i(0))]),
+        c("cummin", vec![ties.clone()], &[("dim", i(-1))]),
+        c("cummin", vec![bools(&[4, 6], 113)], &[("dim", i(1))]),
+        c("logcumsumexp", vec![x.clone()], &[("dim", i(1))]),
+        c(
+            "logcumsumexp",
+            vec![rnd(BF16, &[3, 9], 114)],
+            &[("dim", i(-1))],
+        ),
         c("norm", vec![m.clone()], &[]),
         c("norm", vec![x.clone()], &[("p", f(1.0)), ("dim", is(&[2]))]),
         c(
@@ -1105,6 +1115,18 @@ fn linalg_cases() -> Vec<Case> {
     let a = f32s(&[5, 7], 300);
     let bm = f32s(&[7, 6], 301);
     vec![
+        c("trace", vec![a.clone()], &[]),
+        c("trace", vec![whole(I32, &[4, 3], 330, -5, 5)], &[]),
+        c(
+            "linalg_cross",
+            vec![f32s(&[4, 3], 331), f32s(&[1, 3], 332)],
+            &[],
+        ),
+        c(
+            "linalg_cross",
+            vec![f32s(&[3, 2], 333), f32s(&[3, 2], 334)],
+            &[("dim", i(0))],
+        ),
         c("matmul", vec![f32s(&[2, 3, 5, 7], 302), bm.clone()], &[]),
         c("matmul", vec![f32s(&[7], 303), bm.clone()], &[]),
         c("matmul", vec![a.clone(), f32s(&[7], 304)], &[]),
@@ -2076,6 +2098,48 @@ fn index_cases() -> Vec<Case> {
             &[("k", i(1)), ("dim", i(0)), ("largest", b(false))],
         ),
         c("topk", vec![f32s(&[4, 9], 1004)], &[("k", i(0))]),
+        c("kthvalue", vec![x.clone()], &[("k", i(2))]),
+        c(
+            "kthvalue",
+            vec![whole(I64, &[4, 5], 1005, -3, 3)],
+            &[("k", i(4)), ("dim", i(0)), ("keepdim", b(true))],
+        ),
+        c("median", vec![x.clone()], &[("dim", i(1))]),
+        c("median", vec![x.clone()], &[]),
+        c(
+            "median",
+            vec![whole(I32, &[6, 4], 1006, -9, 9)],
+            &[("dim", i(0)), ("keepdim", b(true)), ("ignore_nan", b(true))],
+        ),
+        c(
+            "searchsorted",
+            vec![h(F32, &[5], &[-1., 0., 0., 2., 3.5]), f32s(&[3, 4], 1007)],
+            &[],
+        ),
+        c(
+            "searchsorted",
+            vec![
+                h(F32, &[2, 3], &[0., 1., 2., -1., -1., 0.5]),
+                f32s(&[2, 5], 1008),
+                i64s(&[2, 3], &[2, 0, 1, 0, 1, 2]),
+            ],
+            &[("right", b(true)), ("out_int32", b(true))],
+        ),
+        c(
+            "searchsorted",
+            vec![i64s(&[4], &[-2, 0, 0, 1]), whole(I64, &[7], 1009, -3, 3)],
+            &[("right", b(true))],
+        ),
+        c(
+            "masked_scatter",
+            vec![x.clone(), bools(&[5], 1010), f32s(&[4, 4], 1011)],
+            &[],
+        ),
+        c(
+            "masked_scatter_backward",
+            vec![f32s(&[3, 5], 1012), bools(&[3, 5], 1013)],
+            &[("sizes", is(&[4, 5]))],
+        ),
         c(
             "embedding_bag",
             vec![weight.clone(), indices.clone(), offsets.clone()],
@@ -2507,6 +2571,28 @@ fn zero_size_cases() -> Vec<Case> {
         c("norm", vec![z4.clone()], &[d1()]),
         c("prod", vec![z4.clone()], &[d1()]),
         c("cumprod", vec![z4.clone()], &[("dim", i(1))]),
+        c("cummax", vec![z4.clone()], &[("dim", i(1))]),
+        c("cummin", vec![z.clone()], &[("dim", i(0))]),
+        c("logcumsumexp", vec![z4.clone()], &[("dim", i(1))]),
+        c("kthvalue", vec![z.clone()], &[("k", i(1))]),
+        c("median", vec![z.clone()], &[("dim", i(1))]),
+        c("searchsorted", vec![h(F32, &[0], &[]), row.clone()], &[]),
+        c(
+            "masked_scatter",
+            vec![z.clone(), bools(&[3], 1505), row.clone()],
+            &[],
+        ),
+        c(
+            "masked_scatter_backward",
+            vec![z.clone(), bools(&[3], 1506)],
+            &[("sizes", is(&[2, 0]))],
+        ),
+        c("trace", vec![f32s(&[0, 3], 1507)], &[]),
+        c(
+            "linalg_cross",
+            vec![h(F32, &[0, 3], &[]), f32s(&[1, 3], 1508)],
+            &[],
+        ),
         c("flatten", vec![z.clone()], &[]),
         c("flip", vec![z.clone()], &[("dims", is(&[1]))]),
         c(

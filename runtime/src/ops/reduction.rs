@@ -1,11 +1,12 @@
 //! Reductions: sum, mean, prod, amax/amin, max/min with indices,
-//! argmax/argmin, var/std, logsumexp, any/all, cumulative ops.
+//! argmax/argmin, var/std, logsumexp, any/all, cumulative ops (cumsum,
+//! cumprod, cummax/cummin with indices, logcumsumexp).
 
 use super::attrs::Attrs;
 use super::emit::{wrap_dim, Emitter};
 use super::{Arity, OpDef};
 use crate::error::{Error, Result};
-use crate::ir::{BinaryOp, DType, Prim, ReduceOp, UnaryOp, ValueId};
+use crate::ir::{BinaryOp, CompareOp, DType, Prim, ReduceOp, UnaryOp, ValueId};
 
 /// torch.sum's result dtype: ints and bool go to i64 unless `dtype` says.
 fn sum_dtype(e: &Emitter, x: ValueId, a: &Attrs) -> Result<DType> {
@@ -241,6 +242,105 @@ fn cumprod(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     cumulative(e, x, a, ReduceOp::Prod)
 }
 
+/// cummax / cummin(x; dim) -> (values, i64 indices): the running maximum
+/// (minimum) along dim and where it was last taken: as torch, an equal
+/// value takes over, and NaN propagates, each NaN taking over.
+fn cum_extreme(e: &mut Emitter, x: &[ValueId], a: &Attrs, max: bool) -> Result<Vec<ValueId>> {
+    let t = e.ty(x[0]);
+    let dim = wrap_dim(a.int("dim")?, t.rank())?;
+    if t.rank() == 0 {
+        return Ok(vec![e.identity(x[0])?, e.full(DType::I64, &[], 0.0)?]);
+    }
+    // Bools run as u8 (0 and 1), as their running max and min.
+    let v = if t.dtype == DType::Bool {
+        e.convert(x[0], DType::U8)?
+    } else {
+        x[0]
+    };
+    let op = if max { ReduceOp::Max } else { ReduceOp::Min };
+    let scan = |op| Prim::Cumulative {
+        op,
+        dimension: dim,
+        reverse: false,
+    };
+    let run = e.op(scan(op), &[v])?;
+    // Position j takes over where x[j] is the running value (the value
+    // before it was not beyond x[j]) or NaN; the index at i is the last
+    // such j up to i.
+    let mut takes = e.compare(CompareOp::Eq, v, run)?;
+    if t.dtype.is_float() {
+        let nan = e.compare(CompareOp::Ne, v, v)?;
+        takes = e.binary(BinaryOp::Or, takes, nan)?;
+    }
+    let pos = super::support::iota(e, &t.dims, dim)?;
+    let none = e.full(DType::I64, &t.dims, -1.0)?;
+    let at = e.select(takes, pos, none)?;
+    let idx = e.op(scan(ReduceOp::Max), &[at])?;
+    Ok(vec![e.convert(run, t.dtype)?, idx])
+}
+fn cummax(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    cum_extreme(e, x, a, true)
+}
+fn cummin(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    cum_extreme(e, x, a, false)
+}
+
+/// logcumsumexp(x; dim): log of the running sum of exp along dim, as a
+/// scan of log-add-exp in log2(n) doubling steps (each position adds the
+/// partial result `s` before it), in f64 for f32 and f64 (torch's CPU
+/// accumulates f32 in f64) and f32 for bf16/f16, rounded once. Equal
+/// infinities stay themselves; NaN propagates.
+fn logcumsumexp(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let t = e.ty(x[0]);
+    if !t.dtype.is_float() {
+        return Err(Error::invalid(format!(
+            "needs a floating-point input, got {t}"
+        )));
+    }
+    let dim = wrap_dim(a.int("dim")?, t.rank())?;
+    let cd = match t.dtype {
+        DType::F32 | DType::F64 => DType::F64,
+        _ => DType::F32,
+    };
+    let mut v = e.convert(x[0], cd)?;
+    let n = if t.rank() == 0 { 1 } else { t.dims[dim] };
+    let rank = t.rank();
+    let ninf = e.scalar(cd, f64::NEG_INFINITY)?;
+    let mut s = 1u64;
+    while s < n {
+        let (mut low, mut high) = (vec![0i64; rank], vec![0i64; rank]);
+        low[dim] = s as i64;
+        high[dim] = -(s as i64);
+        let before = e.op(
+            Prim::Pad {
+                low,
+                high,
+                interior: vec![0; rank],
+            },
+            &[v, ninf],
+        )?;
+        v = log_add_exp(e, v, before)?;
+        s *= 2;
+    }
+    Ok(vec![e.convert(v, t.dtype)?])
+}
+
+/// log(exp(a) + exp(b)) as max + log1p(exp(min - max)); a where both are
+/// the same infinity.
+fn log_add_exp(e: &mut Emitter, a: ValueId, b: ValueId) -> Result<ValueId> {
+    let hi = e.max(a, b)?;
+    let lo = e.min(a, b)?;
+    let d = e.sub(lo, hi)?;
+    let x = e.unary(UnaryOp::Exp, d)?;
+    let l = e.unary(UnaryOp::Log1p, x)?;
+    let r = e.add(l, hi)?;
+    let same = e.compare(CompareOp::Eq, lo, hi)?;
+    let fin = e.unary(UnaryOp::IsFinite, lo)?;
+    let inf = e.unary(UnaryOp::Not, fin)?;
+    let both = e.binary(BinaryOp::And, same, inf)?;
+    e.select(both, a, r)
+}
+
 /// x / ||x||_p style norms are built by callers; here the p-norm itself.
 fn norm(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     let p = a.float_or("p", 2.0)?;
@@ -286,5 +386,8 @@ pub(super) const OPS: &[OpDef] = &[
     def!("all", Arity::Exactly(1), all),
     def!("cumsum", Arity::Exactly(1), cumsum),
     def!("cumprod", Arity::Exactly(1), cumprod),
+    def!("cummax", Arity::Exactly(1), cummax),
+    def!("cummin", Arity::Exactly(1), cummin),
+    def!("logcumsumexp", Arity::Exactly(1), logcumsumexp),
     def!("norm", Arity::Exactly(1), norm),
 ];

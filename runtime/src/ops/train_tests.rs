@@ -1319,6 +1319,184 @@ fn sort_and_topk() {
     close(&run1("sort", &[&i], &Attrs::new()), &[-7.0, 2.0, 2.0], 0.0);
 }
 
+#[test]
+fn kthvalue_and_median_pick_one_sorted_position() {
+    let nan = f64::NAN;
+    let x = f32s(&[2, 5], &[3.0, 1.0, 4.0, 1.0, 5.0, 2.0, nan, 0.0, nan, 7.0]);
+    let o = runv("kthvalue", &[&x], &at(&[("k", int(2))]));
+    close(&o[0], &[1.0, 2.0], 0.0);
+    close(&o[1], &[3.0, 0.0], 0.0);
+    let o = runv(
+        "kthvalue",
+        &[&x],
+        &at(&[("k", int(5)), ("keepdim", flag(true))]),
+    );
+    assert_eq!(o[0].ty.dims, vec![2, 1]);
+    close(&o[0], &[5.0, nan], 0.0);
+    close(&o[1], &[4.0, 3.0], 0.0);
+    let e = err("kthvalue", &[&x], &at(&[("k", int(6))]));
+    assert!(e.contains("k=6") && e.contains("size 5"), "{e}");
+    // median: the lower middle; a row with NaN gives its first NaN.
+    let o = runv("median", &[&x], &at(&[("dim", int(1))]));
+    close(&o[0], &[3.0, nan], 0.0);
+    close(&o[1], &[0.0, 1.0], 0.0);
+    // nanmedian: of the numbers 2, 0, 7.
+    let o = runv(
+        "median",
+        &[&x],
+        &at(&[("dim", int(-1)), ("ignore_nan", flag(true))]),
+    );
+    close(&o[0], &[3.0, 2.0], 0.0);
+    close(&o[1], &[0.0, 0.0], 0.0);
+    let all_nan = f32s(&[2], &[nan, nan]);
+    let o = runv("median", &[&all_nan], &at(&[("ignore_nan", flag(true))]));
+    close(&o[0], &[nan], 0.0);
+    let even = i64s(&[4], &[8, -1, 5, 2]);
+    let o = runv("median", &[&even], &Attrs::new());
+    assert_eq!(o[0].ty.dims, Vec::<u64>::new());
+    close(&o[0], &[2.0], 0.0);
+    close(&o[1], &[3.0], 0.0);
+    close(
+        &run1("median", &[&f32s(&[0], &[])], &Attrs::new()),
+        &[nan],
+        0.0,
+    );
+    let e = err("median", &[&f32s(&[0, 2], &[])], &at(&[("dim", int(0))]));
+    assert!(e.contains("non-zero size"), "{e}");
+    let sc = f32s(&[], &[4.0]);
+    let o = runv(
+        "median",
+        &[&sc],
+        &at(&[("dim", int(0)), ("keepdim", flag(true))]),
+    );
+    assert_eq!(o[0].ty.dims, Vec::<u64>::new());
+}
+
+#[test]
+fn searchsorted_is_torchs_binary_search() {
+    let nan = f64::NAN;
+    let bd = f32s(&[5], &[1.0, 2.0, 2.0, 3.0, nan]);
+    let v = f32s(&[2, 3], &[0.0, 2.0, 2.5, 3.0, 9.0, nan]);
+    close(
+        &run1("searchsorted", &[&bd, &v], &Attrs::new()),
+        &[0.0, 1.0, 5.0, 5.0, 5.0, 5.0],
+        0.0,
+    );
+    let r = run1(
+        "searchsorted",
+        &[&bd, &v],
+        &at(&[("right", flag(true)), ("out_int32", flag(true))]),
+    );
+    assert_eq!(r.ty.dtype, DType::I32);
+    close(&r, &[0.0, 5.0, 5.0, 5.0, 5.0, 5.0], 0.0);
+    // torch's values: a NaN met halfway sends the search right. Rows of
+    // their own, read through a sorter; values promote (i64 -> f32).
+    let rows = f32s(&[2, 3], &[5.0, 1.0, 3.0, 0.0, -1.0, -2.0]);
+    let sorter = i64s(&[2, 3], &[1, 2, 0, 2, 1, 0]);
+    let v = i64s(&[2, 2], &[3, 6, -1, 1]);
+    close(
+        &run1("searchsorted", &[&rows, &v, &sorter], &Attrs::new()),
+        &[1.0, 3.0, 1.0, 3.0],
+        0.0,
+    );
+    let e = err(
+        "searchsorted",
+        &[&rows, &i64s(&[3, 2], &[0; 6])],
+        &Attrs::new(),
+    );
+    assert!(e.contains("first N-1 dimensions"), "{e}");
+    let empty = f32s(&[0], &[]);
+    close(
+        &run1("searchsorted", &[&empty, &v], &Attrs::new()),
+        &[0.0; 4],
+        0.0,
+    );
+}
+
+#[test]
+fn cummax_cummin_and_logcumsumexp() {
+    let nan = f64::NAN;
+    let x = f32s(&[5], &[1.0, nan, 2.0, nan, 0.0]);
+    let o = runv("cummax", &[&x], &at(&[("dim", int(0))]));
+    close(&o[0], &[1.0, nan, nan, nan, nan], 0.0);
+    close(&o[1], &[0.0, 1.0, 1.0, 3.0, 3.0], 0.0);
+    let x = i64s(&[2, 4], &[5, 1, 5, 3, 1, 1, 0, 0]);
+    let o = runv("cummin", &[&x], &at(&[("dim", int(1))]));
+    close(&o[0], &[5.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0], 0.0);
+    close(&o[1], &[0.0, 1.0, 1.0, 1.0, 0.0, 1.0, 2.0, 3.0], 0.0);
+    let o = runv("cummax", &[&x], &at(&[("dim", int(0))]));
+    close(&o[1], &[0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0], 0.0);
+    let inf = f64::INFINITY;
+    let x = f32s(&[6], &[-1000.0, 0.0, inf, inf, -inf, 1.0]);
+    let r = run1("logcumsumexp", &[&x], &at(&[("dim", int(0))]));
+    close(&r, &[-1000.0, 0.0, inf, inf, inf, inf], 0.0);
+    let x = f32s(&[2, 3], &[0.0, 0.0, 0.0, -inf, -inf, 1.0]);
+    let r = run1("logcumsumexp", &[&x], &at(&[("dim", int(1))]));
+    let l2 = 2f64.ln();
+    close(&r, &[0.0, l2, 3f64.ln(), -inf, -inf, 1.0], 1e-6);
+    let e = err(
+        "logcumsumexp",
+        &[&i64s(&[2], &[1, 2])],
+        &at(&[("dim", int(0))]),
+    );
+    assert!(e.contains("floating-point"), "{e}");
+}
+
+#[test]
+fn masked_scatter_fills_true_elements_in_order() {
+    let x = f32s(&[2, 3], &[0.0; 6]);
+    let mask = t(DType::Bool, &[3], &[1.0, 0.0, 1.0]);
+    let src = f32s(&[2, 2], &[1.0, 2.0, 3.0, 4.0]);
+    let r = run1("masked_scatter", &[&x, &mask, &src], &Attrs::new());
+    close(&r, &[1.0, 0.0, 2.0, 3.0, 0.0, 4.0], 0.0);
+    let g = f32s(&[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    let r = run1(
+        "masked_scatter_backward",
+        &[&g, &mask],
+        &at(&[("sizes", ints(&[5]))]),
+    );
+    close(&r, &[1.0, 3.0, 4.0, 6.0, 0.0], 0.0);
+    let e = err(
+        "masked_scatter",
+        &[&x, &f32s(&[3], &[1.0; 3]), &src],
+        &Attrs::new(),
+    );
+    assert!(e.contains("boolean masks"), "{e}");
+    let e = err(
+        "masked_scatter",
+        &[&x, &mask, &f64s(&[4], &[1.0; 4])],
+        &Attrs::new(),
+    );
+    assert!(e.contains("same dtype"), "{e}");
+}
+
+#[test]
+fn trace_and_cross() {
+    let m = f32s(&[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    let r = run1("trace", &[&m], &Attrs::new());
+    assert_eq!(r.ty.dims, Vec::<u64>::new());
+    close(&r, &[6.0], 0.0);
+    let r = run1(
+        "trace",
+        &[&i64s(&[3, 2], &[1, 2, 3, 4, 5, 6])],
+        &Attrs::new(),
+    );
+    assert_eq!(r.ty.dtype, DType::I64);
+    close(&r, &[5.0], 0.0);
+    let e = err("trace", &[&f32s(&[3], &[1.0; 3])], &Attrs::new());
+    assert!(e.contains("expected a matrix"), "{e}");
+    let a = f32s(&[2, 3], &[1.0, 0.0, 0.0, 1.0, 2.0, 3.0]);
+    let b = f32s(&[1, 3], &[0.0, 1.0, 0.0]);
+    let r = run1("linalg_cross", &[&a, &b], &Attrs::new());
+    close(&r, &[0.0, 0.0, 1.0, -3.0, 0.0, 1.0], 0.0);
+    let e = err(
+        "linalg_cross",
+        &[&f32s(&[2, 4], &[0.0; 8]), &f32s(&[2, 4], &[0.0; 8])],
+        &Attrs::new(),
+    );
+    assert!(e.contains("must have length 3"), "{e}");
+}
+
 /// Naive 2-D convolution y = conv(x, w) and, for a cotangent gy, the
 /// gradients dx and dw, by the definition.
 #[allow(clippy::too_many_arguments)]

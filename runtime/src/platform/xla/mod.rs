@@ -3222,6 +3222,55 @@ mod tests {
         held_by_case
     }
 
+    /// Float max and min reductions and running max and min propagate
+    /// NaN as the host and torch do (the plugin's reductions with a bare
+    /// maximum dropped it: amax of a row with NaN gave its largest number).
+    #[test]
+    fn max_and_min_reductions_propagate_nan() {
+        use crate::ir::{DType, TensorType};
+        use crate::ops::{self, Attr, Attrs};
+        use crate::platform::host::kernels::{eval_graph, HostTensor};
+        let p = XlaPlatform::load_with(&find_plugin().unwrap(), 1, None, true).unwrap();
+        let rt = crate::runtime::Runtime::with_platform_and_cache(
+            p,
+            crate::compile::CacheConfig::memory_only(8),
+        )
+        .unwrap();
+        let s = rt.default_stream(0).unwrap();
+        let nan = f64::NAN;
+        let v = [1.0, nan, 2.0, 0.0, nan, 5.0, 3.0, -1.0, 4.0, 2.0, 2.0, 0.5];
+        for dt in [DType::F32, DType::BF16] {
+            let x = HostTensor::from_f64(dt, &[2, 6], &v).unwrap();
+            let row = || Attrs::new().with("dim", Attr::Ints(vec![1]));
+            let one = || Attrs::new().with("dim", Attr::Int(1));
+            for (name, attrs) in [
+                ("amax", row()),
+                ("amin", row()),
+                ("amax", Attrs::new()),
+                ("max_dim", one()),
+                ("min_dim", one()),
+                ("cummax", one()),
+                ("cummin", one()),
+            ] {
+                let op = ops::lookup(name).unwrap();
+                let g = ops::build_graph(op, &[TensorType::new(dt, &[2, 6])], &attrs).unwrap();
+                let want = eval_graph(&g, std::slice::from_ref(&x)).unwrap();
+                let outs = rt
+                    .call_op_alloc(op, &[upload(&rt, &s, &x)], &attrs, &s)
+                    .unwrap();
+                for (o, w) in outs.iter().zip(&want) {
+                    let (got, w) = (download(&rt, &s, o).to_f64_vec(), w.to_f64_vec());
+                    let same = got
+                        .iter()
+                        .zip(&w)
+                        .all(|(a, b)| a == b || (a.is_nan() && b.is_nan()));
+                    assert!(same, "{name} {dt}: xla {got:?}, host {w:?}");
+                    assert!(w.iter().any(|b| b.is_nan()) || o.ty().dtype == DType::I64);
+                }
+            }
+        }
+    }
+
     /// TPURT_XLA_ZERO_COPY: unset or 1 allows zero copy, 0 turns it off,
     /// anything else is an error naming the variable and the value.
     #[test]

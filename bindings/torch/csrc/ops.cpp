@@ -1183,6 +1183,123 @@ std::tuple<Tensor, Tensor, Tensor> k_unique_consecutive(const Tensor& x, bool re
   return {values, inverse, counts};
 }
 
+// _unique2 (torch.unique without dim): the flattened input sorted, then
+// unique_consecutive over it; each element's inverse is its sorted
+// position's run, scattered back to where it came from. Always sorted (the
+// order of sorted=False is unspecified); NaNs are each their own value,
+// as on CPU. Bool sorts as u8.
+std::tuple<Tensor, Tensor, Tensor> k_unique2(const Tensor& x, bool sorted, bool return_inverse, bool return_counts) {
+  Tensor flat = x.reshape({-1});
+  Tensor keys = x.scalar_type() == at::kBool ? flat.to(at::kByte) : flat;
+  auto [s, order] = at::sort(keys, /*stable=*/true, 0, false);
+  if (x.scalar_type() == at::kBool) s = s.to(at::kBool);
+  auto [values, run, counts] = k_unique_consecutive(s, return_inverse, return_counts, std::nullopt);
+  Tensor inverse = empty({0}, at::kLong, dev(x));
+  if (return_inverse) inverse = at::zeros_like(run).scatter(0, order, run).view(x.sizes());
+  return {values, inverse, counts};
+}
+
+// index_fill: the positions along dim that index names (negatives
+// wrapped) marked in a bool vector by one scatter, then a where with the
+// value; an index out of range is the scatter's error.
+Tensor k_index_fill(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& value) {
+  TORCH_CHECK(index.dim() <= 1, "Index has to be a vector/scalar");
+  TORCH_CHECK(index.scalar_type() == at::kLong, "index_fill_(): Expected dtype int64 for index.");
+  TORCH_CHECK(value.dim() == 0, "index_fill_ only supports a 0-dimensional value tensor, but got tensor with ",
+              value.dim(), " dimension(s).");
+  dim = at::maybe_wrap_dim(dim, x.dim());
+  const int64_t n = x.dim() == 0 ? 1 : x.size(dim);
+  Tensor idx = index.reshape({-1});
+  idx = at::where(idx < 0, idx + n, idx);
+  Tensor hit = k_scatter_value(at::zeros({n}, x.options().dtype(at::kBool)), 0, idx, true);
+  std::vector<int64_t> shape(x.dim(), 1);
+  if (x.dim() > 0) shape[dim] = n;
+  return k_where(hit.view(shape), value.to(x.device()).to(x.scalar_type()), x);
+}
+
+// kthvalue, median and nanmedian: the runtime's stable sort, one position
+// per row (a row's first NaN for median).
+std::tuple<Tensor, Tensor> k_kthvalue(const Tensor& x, int64_t k, int64_t dim, bool keepdim) {
+  auto r = call("kthvalue", {x}, Attrs().i("k", k).i("dim", dim).b("keepdim", keepdim));
+  return {r[0], r[1]};
+}
+template <bool IgnoreNan>
+std::tuple<Tensor, Tensor> k_median_dim(const Tensor& x, int64_t dim, bool keepdim) {
+  auto r = call("median", {x}, Attrs().i("dim", dim).b("keepdim", keepdim).b("ignore_nan", IgnoreNan));
+  return {r[0], r[1]};
+}
+template <bool IgnoreNan>
+Tensor k_median(const Tensor& x) {
+  return call("median", {x}, Attrs().b("ignore_nan", IgnoreNan))[0];
+}
+template <typename F>
+std::tuple<Tensor&, Tensor&> into2(Tensor& v, Tensor& i, F&& f) {
+  auto [a, b] = f();
+  into(v, a);
+  into(i, b);
+  return {v, i};
+}
+
+// searchsorted and bucketize: the runtime's binary search. Both operands
+// compared in at::result_type's dtype (a Scalar value is a wrapped number,
+// as torch makes it); a sorter's range is checked with one read back, as
+// torch checks it.
+Tensor k_searchsorted(const Tensor& seq, const Tensor& v, bool out_int32, bool right,
+                      std::optional<c10::string_view> side, const OptTensor& sorter) {
+  if (side.has_value()) {
+    TORCH_CHECK(*side == "left" || *side == "right",
+                "torch.searchsorted(): side can only be 'left' or 'right' but got ", *side);
+    TORCH_CHECK(!right || *side == "right", "torch.searchsorted(): side and right can't be set to opposites, got side of ",
+                *side, " while right was True");
+    right = *side == "right";
+  }
+  TORCH_CHECK(seq.dim() > 0, "torch.searchsorted(): boundaries tensor should have positive dimension, but got 0 dimension");
+  TORCH_CHECK(v.dim() > 0 || seq.dim() == 1,
+              "torch.searchsorted(): input value can be a scalar only when boundaries tensor dimension is 1, but we got "
+              "boundaries tensor dim(", seq.dim(), ") and input value's dim(", v.dim(), ") numel(", v.numel(), ")");
+  const at::ScalarType common = at::result_type(seq, v);
+  std::vector<Tensor> ins{seq.to(common), v.to(common)};
+  if (sorter.has_value() && sorter->defined()) {
+    TORCH_CHECK(sorter->scalar_type() == at::kLong, "torch.searchsorted(): sorter must be a tensor of long dtype but got dtype ",
+                sorter->scalar_type());
+    TORCH_CHECK(sorter->sizes().equals(seq.sizes()), "torch.searchsorted(): boundary and sorter must have the same size, but "
+                "got boundary tensor ", seq.sizes(), " and got sorter tensor ", sorter->sizes());
+    if (sorter->numel() > 0) {
+      Tensor range = at::stack({sorter->min(), sorter->max()}).cpu();
+      TORCH_CHECK(range[0].item<int64_t>() >= 0 && range[1].item<int64_t>() < seq.size(-1),
+                  "torch.searchsorted(): sorter index out of range");
+    }
+    ins.push_back(*sorter);
+  }
+  return call1("searchsorted", ins, Attrs().b("right", right).b("out_int32", out_int32));
+}
+Tensor scalar_value(const Scalar& s, const Tensor& like) {
+  Tensor t = scalar_on(s, dev(like));
+  t.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return t;
+}
+Tensor k_bucketize(const Tensor& v, const Tensor& boundaries, bool out_int32, bool right) {
+  TORCH_CHECK(boundaries.dim() == 1, "boundaries tensor must be 1 dimension, but got dim(", boundaries.dim(), ")");
+  return k_searchsorted(boundaries, v, out_int32, right, std::nullopt, std::nullopt);
+}
+
+// masked_scatter: source's elements in order into the true elements of the
+// mask. A source with fewer elements than the mask could select is checked
+// against the mask's count with one read back (torch's error).
+Tensor k_masked_scatter(const Tensor& self, const Tensor& mask, const Tensor& source) {
+  TORCH_CHECK(mask.scalar_type() == at::kBool, "masked_scatter_ only supports boolean masks, but got mask with dtype ",
+              mask.scalar_type());
+  TORCH_CHECK(self.scalar_type() == source.scalar_type(),
+              "masked_scatter: expected self and source to have same dtypes but got ", self.scalar_type(), " and ",
+              source.scalar_type());
+  auto shape = at::infer_size(self.sizes(), mask.sizes());
+  if (source.numel() < c10::multiply_integers(shape)) {
+    const int64_t count = mask.expand(shape).sum().item<int64_t>();
+    TORCH_CHECK(count <= source.numel(), "Number of elements of source < number of ones in mask");
+  }
+  return call1("masked_scatter", {self, mask, source});
+}
+
 // upsample_bicubic2d, separable: along H then W, each output index reads
 // four neighbours (clamped at the border) with Keys' cubic weights (A =
 // -0.75, as torch). Indices and weights depend on the sizes only, so they
@@ -1758,6 +1875,84 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
          [](const Tensor& g, at::IntArrayRef o, at::IntArrayRef i, bool ac, std::optional<double> sh,
             std::optional<double> sw, Tensor& gi) -> Tensor& { return into(gi, k_upsample_bicubic2d_bw(g, o, i, ac, sh, sw)); });
   m.impl("unique_consecutive", k_unique_consecutive);
+  m.impl("_unique2", k_unique2);
+  m.impl("index_fill.int_Tensor", k_index_fill);
+  m.impl("index_fill.int_Scalar", [](const Tensor& x, int64_t d, const Tensor& i, const Scalar& v) {
+    return k_index_fill(x, d, i, S(v, x));
+  });
+  m.impl("index_fill_.int_Tensor", [](Tensor& x, int64_t d, const Tensor& i, const Tensor& v) -> Tensor& {
+    return inplace(x, k_index_fill(x, d, i, v));
+  });
+  m.impl("index_fill_.int_Scalar", [](Tensor& x, int64_t d, const Tensor& i, const Scalar& v) -> Tensor& {
+    return inplace(x, k_index_fill(x, d, i, S(v, x)));
+  });
+  m.impl("kthvalue", k_kthvalue);
+  m.impl("kthvalue.values", [](const Tensor& x, int64_t k, int64_t d, bool keep, Tensor& v, Tensor& i) {
+    return into2(v, i, [&] { return k_kthvalue(x, k, d, keep); });
+  });
+  m.impl("median", k_median<false>);
+  m.impl("nanmedian", k_median<true>);
+  m.impl("median.dim", k_median_dim<false>);
+  m.impl("nanmedian.dim", k_median_dim<true>);
+  m.impl("median.dim_values", [](const Tensor& x, int64_t d, bool keep, Tensor& v, Tensor& i) {
+    return into2(v, i, [&] { return k_median_dim<false>(x, d, keep); });
+  });
+  m.impl("nanmedian.dim_values", [](const Tensor& x, int64_t d, bool keep, Tensor& v, Tensor& i) {
+    return into2(v, i, [&] { return k_median_dim<true>(x, d, keep); });
+  });
+  m.impl("searchsorted.Tensor", k_searchsorted);
+  m.impl("searchsorted.Scalar", [](const Tensor& seq, const Scalar& v, bool i32, bool right,
+                                   std::optional<c10::string_view> side, const OptTensor& sorter) {
+    return k_searchsorted(seq, scalar_value(v, seq), i32, right, side, sorter);
+  });
+  m.impl("searchsorted.Tensor_out", [](const Tensor& seq, const Tensor& v, bool i32, bool right,
+                                       std::optional<c10::string_view> side, const OptTensor& sorter,
+                                       Tensor& out) -> Tensor& {
+    return into(out, k_searchsorted(seq, v, i32, right, side, sorter));
+  });
+  m.impl("bucketize.Tensor", k_bucketize);
+  m.impl("bucketize.Scalar", [](const Scalar& v, const Tensor& b, bool i32, bool right) {
+    return k_bucketize(scalar_value(v, b), b, i32, right);
+  });
+  m.impl("bucketize.Tensor_out", [](const Tensor& v, const Tensor& b, bool i32, bool right, Tensor& out) -> Tensor& {
+    return into(out, k_bucketize(v, b, i32, right));
+  });
+  m.impl("cummax", [](const Tensor& x, int64_t d) -> std::tuple<Tensor, Tensor> {
+    auto r = call("cummax", {x}, Attrs().i("dim", d));
+    return {r[0], r[1]};
+  });
+  m.impl("cummin", [](const Tensor& x, int64_t d) -> std::tuple<Tensor, Tensor> {
+    auto r = call("cummin", {x}, Attrs().i("dim", d));
+    return {r[0], r[1]};
+  });
+  m.impl("_cummax_helper", [](const Tensor& x, Tensor& v, Tensor& i, int64_t d) {
+    auto r = call("cummax", {x}, Attrs().i("dim", d));
+    into(v, r[0]);
+    into(i, r[1]);
+  });
+  m.impl("_cummin_helper", [](const Tensor& x, Tensor& v, Tensor& i, int64_t d) {
+    auto r = call("cummin", {x}, Attrs().i("dim", d));
+    into(v, r[0]);
+    into(i, r[1]);
+  });
+  m.impl("_logcumsumexp", [](const Tensor& x, int64_t d) { return call1("logcumsumexp", {x}, Attrs().i("dim", d)); });
+  m.impl("_logcumsumexp.out", [](const Tensor& x, int64_t d, Tensor& out) -> Tensor& {
+    return into(out, call1("logcumsumexp", {x}, Attrs().i("dim", d)));
+  });
+  m.impl("trace", [](const Tensor& x) { return call1("trace", {x}); });
+  m.impl("linalg_cross", [](const Tensor& a, const Tensor& b, int64_t d) {
+    return call1("linalg_cross", {a, b}, Attrs().i("dim", d));
+  });
+  m.impl("linalg_cross.out", [](const Tensor& a, const Tensor& b, int64_t d, Tensor& out) -> Tensor& {
+    return into(out, call1("linalg_cross", {a, b}, Attrs().i("dim", d)));
+  });
+  m.impl("masked_scatter", k_masked_scatter);
+  m.impl("masked_scatter_", [](Tensor& self, const Tensor& mask, const Tensor& source) -> Tensor& {
+    return inplace(self, k_masked_scatter(self, mask, source));
+  });
+  m.impl("masked_scatter_backward", [](const Tensor& g, const Tensor& mask, c10::SymIntArrayRef sizes) {
+    return call1("masked_scatter_backward", {g, mask}, Attrs().ints("sizes", C10_AS_INTARRAYREF_SLOW(sizes)));
+  });
   m.impl("nonzero.out", [](const Tensor& x, Tensor& out) -> Tensor& { return into(out, k_nonzero(x)); });
   m.impl("histc", k_histc);
   m.impl("histc.out", [](const Tensor& x, int64_t b, const Scalar& lo, const Scalar& hi, Tensor& out) -> Tensor& {

@@ -997,3 +997,231 @@ def test_gradient_of_a_tensor_sliced_in_two(mode, no_fallback):
     rot = torch.cat((-x[:, 3:], x[:, :3]), dim=1)
     (rot * w.to("tpu")).sum().backward()
     assert torch.equal(x.grad.cpu(), torch.cat((w[:, 3:], -w[:, :3]), dim=1))
+
+
+NAN = float("nan")
+
+
+def close_nan(out, ref, tol=1e-5):
+    """close, NaN equal to NaN."""
+    out = out.cpu()
+    assert out.dtype == ref.dtype and out.shape == ref.shape
+    torch.testing.assert_close(out, ref, atol=tol, rtol=tol, equal_nan=True)
+
+
+def _pair(out, ref, tol=1e-5):
+    assert len(out) == len(ref)
+    for o, r in zip(out, ref):
+        close_nan(o, r, tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64], ids=str)
+def test_kthvalue_median_and_nanmedian(dtype, mode, no_fallback):
+    """Values and indices as CPU's (the inputs have no ties, where torch's
+    index is unspecified), NaN rows included."""
+    g = torch.Generator().manual_seed(11)
+    x = torch.randperm(35, generator=g).view(5, 7).to(dtype)
+    if dtype.is_floating_point:
+        x[1, 2] = NAN
+        x[3, 0] = NAN
+        x[3, 5] = NAN
+        x[4, :] = NAN
+    xt = x.to("tpu")
+
+    def picks(x, dim, keep, out, ref):
+        """Values as torch's; the index points at the value (among NaNs,
+        as among equal values, torch's index is unspecified)."""
+        v, i = out
+        close_nan(v, ref.values)
+        picked = torch.gather(x, dim, i.cpu() if keep else i.cpu().unsqueeze(dim))
+        close_nan(picked if keep else picked.squeeze(dim), v.cpu())
+
+    for k, dim, keep in ((1, 1, False), (4, -1, True), (3, 0, False), (7, 1, False)):
+        picks(x, dim, keep, torch.kthvalue(xt, k, dim, keep), torch.kthvalue(x, k, dim, keep))
+    for dim, keep in ((1, False), (0, True)):
+        _pair(torch.median(xt, dim, keep), torch.median(x, dim, keep))  # a row's first NaN, as torch
+        picks(x, dim, keep, torch.nanmedian(xt, dim, keep), torch.nanmedian(x, dim, keep))
+    close_nan(torch.median(xt), torch.median(x))
+    close_nan(torch.nanmedian(xt), torch.nanmedian(x))
+    close_nan(torch.median(xt[0]), torch.median(x[0]))
+    v, i = torch.median(xt[0, :6], 0)  # even: the lower of the two middle values
+    _pair((v, i), torch.median(x[0, :6], 0))
+    # Ties: the index is one of the equal elements'.
+    t = torch.tensor([[2, 1, 2, 1, 2], [5, 5, 5, 5, 5]]).to(dtype)
+    v, i = torch.median(t.to("tpu"), 1)
+    close(v, torch.median(t, 1).values)
+    close(torch.gather(t, 1, i.cpu().unsqueeze(1)).squeeze(1), v.cpu())
+
+
+def test_kthvalue_median_errors_and_gradients(mode, no_fallback):
+    x = torch.randn(4, 6, dtype=torch.float64)
+    for f in (lambda t: torch.kthvalue(t, 2, 1).values, lambda t: torch.median(t, 0).values,
+              lambda t: torch.nanmedian(t, 1, True).values, torch.median):
+        a = x.clone().requires_grad_()
+        b = x.to("tpu").requires_grad_()
+        f(a).sum().backward()
+        f(b).sum().backward()
+        close(b.grad, a.grad)
+    with pytest.raises(RuntimeError, match="out of range"):
+        torch.kthvalue(x.to("tpu"), 7, 1)
+    with pytest.raises(RuntimeError, match="non-zero size"):
+        torch.median(torch.empty(0, 3, device="tpu"), 0)
+    if mode != torch.tpu.EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING:  # debug mode refuses a NaN made from nothing
+        close_nan(torch.median(torch.empty(0, device="tpu")), torch.median(torch.empty(0)))
+
+
+@pytest.mark.parametrize("right", [False, True])
+def test_searchsorted_and_bucketize(right, mode, no_fallback):
+    g = torch.Generator().manual_seed(5)
+    seq = torch.sort(torch.randint(-8, 8, (13,), generator=g).float()).values  # with repeats
+    v = torch.randint(-10, 10, (3, 4), generator=g).float() / 1.0
+    st = seq.to("tpu")
+    close(torch.searchsorted(st, v.to("tpu"), right=right), torch.searchsorted(seq, v, right=right))
+    close(torch.searchsorted(st, v.to("tpu"), side="right" if right else "left", out_int32=True),
+          torch.searchsorted(seq, v, side="right" if right else "left", out_int32=True))
+    close(torch.bucketize(v.to("tpu"), st, right=right), torch.bucketize(v, seq, right=right))
+    close(torch.bucketize(2.5, st, right=right), torch.bucketize(2.5, seq, right=right))
+    close(torch.searchsorted(st, 3, right=right), torch.searchsorted(seq, 3, right=right))
+    # Per-row sequences, unsorted and read through a sorter; mixed dtypes
+    # promote; NaN as torch's search meets it.
+    rows = torch.randn(2, 3, 6, generator=g, dtype=torch.float64)
+    rows[1, 2, 4] = NAN
+    sorter = torch.argsort(rows, -1)
+    vals = torch.randn(2, 3, 5, generator=g)
+    vals[0, 1, 1] = NAN
+    close(torch.searchsorted(rows.to("tpu"), vals.to("tpu"), sorter=sorter.to("tpu"), right=right),
+          torch.searchsorted(rows, vals, sorter=sorter, right=right))
+    close(torch.searchsorted(torch.sort(rows).values.to("tpu"), vals.to("tpu"), right=right),
+          torch.searchsorted(torch.sort(rows).values, vals, right=right))
+    ints = torch.tensor([-3, 0, 0, 4, 9])
+    close(torch.searchsorted(ints.to("tpu"), torch.tensor([0.5, -3.0, 9.5]).to("tpu"), right=right),
+          torch.searchsorted(ints, torch.tensor([0.5, -3.0, 9.5]), right=right))
+    close(torch.searchsorted(torch.empty(0).to("tpu"), v.to("tpu")), torch.searchsorted(torch.empty(0), v))
+
+
+def test_searchsorted_errors_name_the_problem(no_fallback):
+    seq = torch.arange(5.0, device="tpu")
+    with pytest.raises(RuntimeError, match="opposites"):
+        torch.searchsorted(seq, seq, side="left", right=True)
+    with pytest.raises(RuntimeError, match="first N-1 dimensions"):
+        torch.searchsorted(seq.view(1, 5).expand(2, 5), torch.zeros(3, 2, device="tpu"))
+    with pytest.raises(RuntimeError, match="sorter index out of range"):
+        torch.searchsorted(seq, seq, sorter=torch.tensor([0, 1, 2, 3, 5], device="tpu"))
+    with pytest.raises(RuntimeError, match="long dtype"):
+        torch.searchsorted(seq, seq, sorter=torch.arange(5, dtype=torch.int32, device="tpu"))
+    with pytest.raises(RuntimeError, match="1 dimension"):
+        torch.bucketize(seq, seq.view(5, 1))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32, torch.bool], ids=str)
+def test_cummax_cummin(dtype, mode, no_fallback):
+    g = torch.Generator().manual_seed(9)
+    x = torch.randint(-3, 3, (4, 9), generator=g).to(dtype)  # many ties: the later index wins
+    if dtype.is_floating_point:
+        x[1, 3] = NAN
+        x[2, 0] = NAN
+        x[2, 6] = NAN
+    for dim in (1, 0, -1):
+        _pair(torch.cummax(x.to("tpu"), dim), torch.cummax(x, dim))
+        _pair(torch.cummin(x.to("tpu"), dim), torch.cummin(x, dim))
+    _pair(torch.cummax(x[0, 0].to("tpu"), 0), torch.cummax(x[0, 0], 0))
+    if dtype == torch.float32:
+        y = torch.randn(4, 9, dtype=torch.float64)
+        a = y.clone().requires_grad_()
+        b = y.to("tpu").requires_grad_()
+        torch.cummax(a, 1).values.sum().backward()
+        torch.cummax(b, 1).values.sum().backward()
+        close(b.grad, a.grad)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+def test_logcumsumexp(dtype, mode, no_fallback):
+    g = torch.Generator().manual_seed(2)
+    x = (torch.randn(3, 37, generator=g) * 30).to(dtype)
+    x[0, 0] = -1000.0  # exp underflows: a plain log(cumsum(exp)) gives -inf
+    x[1, 5] = float("inf")
+    x[2, :4] = -float("inf")
+    tol = 1e-2 if dtype == torch.bfloat16 else 1e-6
+    for dim in (1, 0):
+        close_nan(torch.logcumsumexp(x.to("tpu"), dim), torch.logcumsumexp(x, dim), tol)
+    y = torch.randn(4, 10, dtype=torch.float64)
+    a = y.clone().requires_grad_()
+    b = y.to("tpu").requires_grad_()
+    torch.logcumsumexp(a, 1).sum().backward()
+    torch.logcumsumexp(b, 1).sum().backward()
+    close(b.grad, a.grad, 1e-10)
+
+
+def test_trace_and_cross(mode, no_fallback):
+    for m in (torch.randn(5, 3), torch.randn(3, 6, dtype=torch.float64), torch.arange(12).view(3, 4),
+              torch.randn(0, 4)):
+        close(torch.trace(m.to("tpu")), torch.trace(m))
+    a, b = torch.randn(4, 1, 3), torch.randn(1, 5, 3)
+    close(torch.linalg.cross(a.to("tpu"), b.to("tpu")), torch.linalg.cross(a, b))
+    c, d = torch.randint(-5, 5, (3, 2)), torch.randint(-5, 5, (3, 2))
+    close(torch.cross(c.to("tpu"), d.to("tpu"), dim=0), torch.cross(c, d, dim=0))
+    for f in (lambda t: torch.trace(t[:, :4]) * 2, lambda t: torch.linalg.cross(t[:, :3], t[:, 3:6]).pow(2).sum()):
+        y = torch.randn(4, 7, dtype=torch.float64)
+        p = y.clone().requires_grad_()
+        q = y.to("tpu").requires_grad_()
+        f(p).backward()
+        f(q).backward()
+        close(q.grad, p.grad)
+    with pytest.raises(RuntimeError, match="expected a matrix"):
+        torch.trace(torch.ones(3, device="tpu"))
+    with pytest.raises(RuntimeError, match="must have length 3"):
+        torch.linalg.cross(torch.ones(2, 4, device="tpu"), torch.ones(2, 4, device="tpu"))
+
+
+def test_masked_scatter_forward_backward_and_errors(mode, no_fallback):
+    """What vision-language models do to put image features into the text
+    embeddings: inputs_embeds.masked_scatter(mask, features)."""
+    g = torch.Generator().manual_seed(4)
+    emb = torch.randn(2, 6, 4, generator=g, dtype=torch.float64)
+    mask = torch.zeros(2, 6, 1, dtype=torch.bool)
+    mask[0, 1:3] = True
+    mask[1, 4] = True
+    feats = torch.randn(3, 4, generator=g, dtype=torch.float64)
+    mask = mask.expand(2, 6, 4)
+    close(emb.to("tpu").masked_scatter(mask.to("tpu"), feats.to("tpu")), emb.masked_scatter(mask, feats))
+    t = emb.to("tpu")
+    t.masked_scatter_(mask.to("tpu"), feats.to("tpu"))
+    close(t, emb.masked_scatter(mask, feats))
+    row = torch.tensor([True, False, True, True])
+    src = torch.arange(60.0, dtype=torch.float64)  # more than the 36 it needs
+    close(emb.to("tpu").masked_scatter(row.to("tpu"), src.to("tpu")), emb.masked_scatter(row, src))
+    a = emb.clone().requires_grad_()
+    b = emb.to("tpu").requires_grad_()
+    fa = feats.clone().requires_grad_()
+    fb = feats.to("tpu").requires_grad_()
+    w = torch.randn(2, 6, 4, dtype=torch.float64)
+    (a.masked_scatter(mask, fa) * w).sum().backward()
+    (b.masked_scatter(mask.to("tpu"), fb) * w.to("tpu")).sum().backward()
+    close(b.grad, a.grad)
+    close(fb.grad, fa.grad)
+    with pytest.raises(RuntimeError, match="source < number of ones"):
+        emb.to("tpu").masked_scatter_(mask.to("tpu"), feats[:2].to("tpu"))
+    with pytest.raises(RuntimeError, match="boolean masks"):
+        emb.to("tpu").masked_scatter_(mask.to("tpu").byte(), feats.to("tpu"))
+    with pytest.raises(RuntimeError, match="same dtypes"):
+        emb.to("tpu").masked_scatter_(mask.to("tpu"), feats.float().to("tpu"))
+
+
+def test_unique_and_index_fill(mode, no_fallback):
+    g = torch.Generator().manual_seed(6)
+    for x in (torch.randint(-4, 4, (5, 7), generator=g), torch.randint(0, 2, (9,), generator=g).bool(),
+              torch.tensor([2.0, NAN, 1.0, 2.0, NAN]), torch.empty(0)):
+        for inv in (False, True):
+            for counts in (False, True):
+                out = torch.unique(x.to("tpu"), return_inverse=inv, return_counts=counts)
+                ref = torch.unique(x, return_inverse=inv, return_counts=counts)
+                _pair(out if isinstance(out, tuple) else (out,), ref if isinstance(ref, tuple) else (ref,))
+    x = torch.randn(3, 5)
+    idx = torch.tensor([-1, 2, 2])
+    close(x.to("tpu").index_fill(1, idx.to("tpu"), -2.0), x.index_fill(1, idx, -2.0))
+    close(x.to("tpu").index_fill(0, torch.tensor(1).to("tpu"), torch.tensor(7.0)), x.index_fill(0, torch.tensor(1), torch.tensor(7.0)))
+    t = torch.arange(6).view(2, 3).to("tpu")
+    t.index_fill_(1, torch.tensor([0]).to("tpu"), 2.7)
+    close(t, torch.arange(6).view(2, 3).index_fill(1, torch.tensor([0]), 2.7))
+    with pytest.raises(RuntimeError, match="int64 for index"):
+        x.to("tpu").index_fill(1, torch.tensor([1.0]).to("tpu"), 0.0)

@@ -1,12 +1,13 @@
 //! Matrix products: matmul (torch semantics), mm, bmm, addmm, baddbmm,
 //! linear, dot, outer, and JAX's ragged_dot (grouped products); and the
-//! small matrix and vector functions trace and linalg_cross.
+//! small matrix and vector functions trace, linalg_cross and cdist (with
+//! its backward).
 
 use super::attrs::Attrs;
 use super::emit::{broadcast_shapes, Emitter};
 use super::{Arity, OpDef};
 use crate::error::{Error, Result};
-use crate::ir::{BinaryOp, CompareOp, DType, Prim, ReduceOp, ValueId};
+use crate::ir::{BinaryOp, CompareOp, DType, Prim, ReduceOp, UnaryOp, ValueId};
 
 fn check_numeric(e: &Emitter, x: ValueId) -> Result<()> {
     if e.dtype(x) == DType::Bool {
@@ -465,6 +466,152 @@ fn linalg_cross(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId
     Ok(vec![e.sub(p, q)?])
 }
 
+/// The pairwise differences of cdist: x1 [..., P, M] and x2 [..., R, M]
+/// (batch dims broadcast) as [..., P, R, M].
+fn pair_differences(e: &mut Emitter, x1: ValueId, x2: ValueId) -> Result<ValueId> {
+    let (at, bt) = (e.ty(x1), e.ty(x2));
+    if at.rank() < 2 || bt.rank() < 2 {
+        return Err(Error::invalid(format!(
+            "only supports at least 2-D tensors, got {at} and {bt}"
+        )));
+    }
+    if !at.dtype.is_float() || at.dtype != bt.dtype {
+        return Err(Error::invalid(format!(
+            "only supports floating-point inputs of one dtype, got {at} and {bt}"
+        )));
+    }
+    let (ar, br) = (at.rank(), bt.rank());
+    let m = at.dims[ar - 1];
+    if bt.dims[br - 1] != m {
+        return Err(Error::invalid(format!(
+            "x1 and x2 must have the same number of columns, got {m} and {}",
+            bt.dims[br - 1]
+        )));
+    }
+    let (p, r) = (at.dims[ar - 2], bt.dims[br - 2]);
+    let mut dims = broadcast_shapes(&at.dims[..ar - 2], &bt.dims[..br - 2])?;
+    dims.extend([p, r, m]);
+    let mut ad = at.dims[..ar - 1].to_vec();
+    ad.extend([1, m]);
+    let mut bd = bt.dims[..br - 2].to_vec();
+    bd.extend([1, r, m]);
+    let a = e.reshape(x1, &ad)?;
+    let b = e.reshape(x2, &bd)?;
+    let (a, b) = (e.broadcast_to(a, &dims)?, e.broadcast_to(b, &dims)?);
+    e.sub(a, b)
+}
+
+fn norm_order(a: &Attrs) -> Result<f64> {
+    let p = a.float_or("p", 2.0)?;
+    if p.is_nan() || p < 0.0 {
+        return Err(Error::invalid(format!(
+            "only supports non-negative p values, got {p}"
+        )));
+    }
+    Ok(p)
+}
+
+/// cdist(x1 [..., P, M], x2 [..., R, M]; p=2) -> [..., P, R]: the p-norm
+/// distance of every row pair, as torch's direct kernel (aten's
+/// _cdist_forward): p = 0 counts differing elements, p = inf takes the
+/// largest difference, 1 and 2 their own formulas, others
+/// (sum |d|^p)^(1/p). The product form for large p = 2 inputs is aten's
+/// _euclidean_dist, which needs no op here.
+fn cdist(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let p = norm_order(a)?;
+    let d = pair_differences(e, x[0], x[1])?;
+    let last = e.rank(d) - 1;
+    let dt = e.dtype(d);
+    let ab = e.unary(UnaryOp::Abs, d)?;
+    let r = if p == 0.0 {
+        let zero = e.full_like(d, 0.0)?;
+        let ne = e.compare(CompareOp::Ne, d, zero)?;
+        let ne = e.convert(ne, dt)?;
+        e.reduce(ReduceOp::Sum, ne, &[last], false)?
+    } else if p == f64::INFINITY {
+        e.reduce(ReduceOp::Max, ab, &[last], false)?
+    } else if p == 1.0 {
+        e.reduce(ReduceOp::Sum, ab, &[last], false)?
+    } else if p == 2.0 {
+        let sq = e.mul(d, d)?;
+        let s = e.reduce(ReduceOp::Sum, sq, &[last], false)?;
+        e.unary(UnaryOp::Sqrt, s)?
+    } else {
+        let pw = e.binary_scalar(BinaryOp::Pow, ab, p)?;
+        let s = e.reduce(ReduceOp::Sum, pw, &[last], false)?;
+        e.binary_scalar(BinaryOp::Pow, s, 1.0 / p)?
+    };
+    Ok(vec![r])
+}
+
+/// cdist_backward(grad [..., P, R], x1, x2, dist [..., P, R]; p) -> x1's
+/// gradient [..., P, M] (x2's is this with the operands swapped and grad
+/// and dist transposed), by torch's per-pair formulas: 0 for p = 0;
+/// sign(d) g for p = 1; d g / dist for p = 2; sign(d) |d|^(p-1) g /
+/// dist^(p-1) below 2 (0 where d = 0 for p < 1); d |d|^(p-2) g /
+/// dist^(p-1) above; sign(d) g where |d| is the distance for p = inf; 0
+/// where the distance is 0. Summed over x2's rows.
+fn cdist_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let p = norm_order(a)?;
+    let (grad, x1, x2, dist) = (x[0], x[1], x[2], x[3]);
+    let d = pair_differences(e, x1, x2)?;
+    let dd = e.dims(d);
+    let pair = dd[..dd.len() - 1].to_vec();
+    for (what, v) in [("grad", grad), ("dist", dist)] {
+        if e.dims(v) != pair {
+            return Err(Error::invalid(format!(
+                "{what} {} must have the distances' shape {pair:?}",
+                e.ty(v)
+            )));
+        }
+    }
+    let last = dd.len() - 1;
+    let mut col = pair.clone();
+    col.push(1);
+    let g = e.reshape(grad, &col)?;
+    let g = e.broadcast_to(g, &dd)?;
+    let dist = e.reshape(dist, &col)?;
+    let dist = e.broadcast_to(dist, &dd)?;
+    let zero = e.full_like(d, 0.0)?;
+    let sign = e.unary(UnaryOp::Sign, d)?;
+    let ab = e.unary(UnaryOp::Abs, d)?;
+    let per_pair = if p == 0.0 {
+        zero
+    } else if p == 1.0 {
+        e.mul(sign, g)?
+    } else if p == f64::INFINITY {
+        let at = e.compare(CompareOp::Eq, ab, dist)?;
+        let sg = e.mul(sign, g)?;
+        e.select(at, sg, zero)?
+    } else {
+        let r = if p == 2.0 {
+            let dg = e.mul(d, g)?;
+            e.div(dg, dist)?
+        } else {
+            let lead = if p < 2.0 {
+                let pw = e.binary_scalar(BinaryOp::Pow, ab, p - 1.0)?;
+                e.mul(sign, pw)?
+            } else {
+                let pw = e.binary_scalar(BinaryOp::Pow, ab, p - 2.0)?;
+                e.mul(d, pw)?
+            };
+            let lg = e.mul(lead, g)?;
+            let den = e.binary_scalar(BinaryOp::Pow, dist, p - 1.0)?;
+            e.div(lg, den)?
+        };
+        let mut none = e.compare(CompareOp::Eq, dist, zero)?;
+        if p < 1.0 {
+            let flat = e.compare(CompareOp::Eq, d, zero)?;
+            none = e.binary(BinaryOp::Or, none, flat)?;
+        }
+        e.select(none, zero, r)?
+    };
+    // Sum over x2's rows (axis -2 of [..., P, R, M]), then to x1's batch
+    // shape where x1's batch dims were broadcast.
+    let s = e.reduce(ReduceOp::Sum, per_pair, &[last - 1], false)?;
+    Ok(vec![super::support::sum_to(e, s, &e.dims(x1))?])
+}
+
 pub(super) const OPS: &[OpDef] = &[
     def!("matmul", Arity::Exactly(2), matmul),
     def!("mm", Arity::Exactly(2), mm),
@@ -482,4 +629,6 @@ pub(super) const OPS: &[OpDef] = &[
     ),
     def!("trace", Arity::Exactly(1), trace),
     def!("linalg_cross", Arity::Exactly(2), linalg_cross),
+    def!("cdist", Arity::Exactly(2), cdist),
+    def!("cdist_backward", Arity::Exactly(4), cdist_backward),
 ];

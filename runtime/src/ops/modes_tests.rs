@@ -1127,6 +1127,40 @@ fn linalg_cases() -> Vec<Case> {
             vec![f32s(&[3, 2], 333), f32s(&[3, 2], 334)],
             &[("dim", i(0))],
         ),
+        c(
+            "cdist",
+            vec![f32s(&[2, 4, 3], 335), f32s(&[5, 3], 336)],
+            &[],
+        ),
+        c(
+            "cdist",
+            vec![f32s(&[4, 3], 337), f32s(&[6, 3], 338)],
+            &[("p", f(1.5))],
+        ),
+        c(
+            "cdist",
+            vec![f32s(&[4, 3], 339), f32s(&[6, 3], 340)],
+            &[("p", f(f64::INFINITY))],
+        ),
+        {
+            let (x1, x2) = (f32s(&[4, 3], 341), f32s(&[5, 3], 342));
+            let p3 = [("p", f(3.0))];
+            let dist = fwd("cdist", &[x1.clone(), x2.clone()], &p3)[0].clone();
+            c(
+                "cdist_backward",
+                vec![f32s(&[4, 5], 343), x1, x2, dist],
+                &p3,
+            )
+        },
+        {
+            let (x1, x2) = (f32s(&[2, 4, 3], 344), f32s(&[2, 5, 3], 345));
+            let dist = fwd("cdist", &[x1.clone(), x2.clone()], &[])[0].clone();
+            c(
+                "cdist_backward",
+                vec![f32s(&[2, 4, 5], 346), x1, x2, dist],
+                &[],
+            )
+        },
         c("matmul", vec![f32s(&[2, 3, 5, 7], 302), bm.clone()], &[]),
         c("matmul", vec![f32s(&[7], 303), bm.clone()], &[]),
         c("matmul", vec![a.clone(), f32s(&[7], 304)], &[]),
@@ -1326,6 +1360,57 @@ fn linalg_cases() -> Vec<Case> {
             "adaptive_avg_pool_backward",
             vec![f32s(&[1, 5, 7], 360), f32s(&[1, 2, 3], 361)],
             &[("spatial_dims", i(2))],
+        ),
+        c(
+            "adaptive_max_pool",
+            vec![f32s(&[2, 3, 9, 8], 370)],
+            &[("output_size", is(&[4, 3]))],
+        ),
+        c(
+            "adaptive_max_pool",
+            vec![whole(DType::I32, &[2, 5, 4, 3], 371, -4, 4)],
+            &[("output_size", is(&[3, 7, 2]))],
+        ),
+        {
+            let x = f32s(&[2, 3, 7, 5], 372);
+            let size = [("output_size", is(&[3, 4]))];
+            let idx = fwd("adaptive_max_pool", std::slice::from_ref(&x), &size)[1].clone();
+            c(
+                "adaptive_max_pool_backward",
+                vec![f32s(&[2, 3, 3, 4], 373), x, idx],
+                &[("spatial_dims", i(2))],
+            )
+        },
+        c(
+            "im2col",
+            vec![f32s(&[2, 3, 6, 7], 374)],
+            &[
+                ("kernel_size", is(&[2, 3])),
+                ("dilation", is(&[1, 2])),
+                ("padding", is(&[1, 2])),
+                ("stride", is(&[2, 1])),
+            ],
+        ),
+        c(
+            "im2col",
+            vec![rnd(DType::BF16, &[2, 5, 5], 375)],
+            &[("kernel_size", is(&[3, 3]))],
+        ),
+        c(
+            "col2im",
+            vec![f32s(&[2, 18, 28], 376)],
+            &[
+                ("output_size", is(&[6, 7])),
+                ("kernel_size", is(&[2, 3])),
+                ("dilation", is(&[1, 2])),
+                ("padding", is(&[1, 2])),
+                ("stride", is(&[2, 1])),
+            ],
+        ),
+        c(
+            "col2im",
+            vec![rnd(DType::BF16, &[9, 9], 377)],
+            &[("output_size", is(&[5, 5])), ("kernel_size", is(&[3, 3]))],
         ),
         c(
             "upsample_nearest",
@@ -2593,6 +2678,17 @@ fn zero_size_cases() -> Vec<Case> {
             vec![h(F32, &[0, 3], &[]), f32s(&[1, 3], 1508)],
             &[],
         ),
+        c("cdist", vec![f32s(&[0, 3], 1509), f32s(&[4, 3], 1510)], &[]),
+        c(
+            "cdist_backward",
+            vec![
+                f32s(&[0, 4], 1511),
+                f32s(&[0, 3], 1512),
+                f32s(&[4, 3], 1513),
+                f32s(&[0, 4], 1514),
+            ],
+            &[],
+        ),
         c("flatten", vec![z.clone()], &[]),
         c("flip", vec![z.clone()], &[("dims", is(&[1]))]),
         c(
@@ -2699,6 +2795,30 @@ fn zero_size_cases() -> Vec<Case> {
             "adaptive_avg_pool_backward",
             vec![f32s(&[3, 0, 3], 1541), f32s(&[3, 5, 4], 1542)],
             &[("spatial_dims", i(2))],
+        ),
+        c(
+            "adaptive_max_pool",
+            vec![f32s(&[0, 3, 5, 4], 1544)],
+            &[("output_size", is(&[2, 3]))],
+        ),
+        c(
+            "adaptive_max_pool_backward",
+            vec![
+                f32s(&[0, 3, 2, 3], 1545),
+                f32s(&[0, 3, 5, 4], 1546),
+                h(DType::I64, &[0, 3, 2, 3], &[]),
+            ],
+            &[("spatial_dims", i(2))],
+        ),
+        c(
+            "im2col",
+            vec![f32s(&[0, 3, 4, 4], 1547)],
+            &[("kernel_size", is(&[2, 2]))],
+        ),
+        c(
+            "col2im",
+            vec![f32s(&[0, 12, 9], 1548)],
+            &[("output_size", is(&[4, 4])), ("kernel_size", is(&[2, 2]))],
         ),
         c(
             "upsample_nearest",

@@ -1,7 +1,8 @@
 //! Pooling over 1, 2 or 3 spatial dims, forward and backward, from slices,
 //! selects, pads and scatters: max pooling (aten's max_pool{1,2,3}d and
-//! their `_with_indices` forms), average pooling (avg_pool{1,2,3}d) and
-//! adaptive average pooling (adaptive_avg_pool{1,2,3}d).
+//! their `_with_indices` forms), average pooling (avg_pool{1,2,3}d),
+//! adaptive average and max pooling (adaptive_{avg,max}_pool{1,2,3}d), and
+//! the sliding blocks of F.unfold and F.fold (im2col, col2im).
 //!
 //! The window at output position o along a spatial dim starts at
 //! `o * stride - padding` and takes `kernel` elements `dilation` apart;
@@ -20,7 +21,8 @@
 use super::attrs::{Attr, Attrs};
 use super::emit::Emitter;
 use super::support::{
-    float_compute_dtype, i64_vector, iota, scatter_add_rows, spatial_list, spatial_output_size,
+    float_compute_dtype, i64_vector, iota, scatter_add_rows, sizes_attr, spatial_list,
+    spatial_output_size,
 };
 use super::{Arity, OpDef};
 use crate::error::{Error, Result};
@@ -338,11 +340,29 @@ fn max_pool_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<Va
     if matches!(dt, DType::BF16 | DType::F16) {
         return Ok(vec![overlapping_half_grads(e, &w, grad, idx)?]);
     }
+    Ok(vec![add_at_indices(
+        e,
+        grad,
+        idx,
+        (rows, o, i),
+        &e.dims(input),
+    )?])
+}
+
+/// Zeros of `in_dims` with each element of `grad` (`rows` x `o`) added at
+/// its i64 index in its row's `i` elements.
+fn add_at_indices(
+    e: &mut Emitter,
+    grad: ValueId,
+    idx: ValueId,
+    (rows, o, i): (u64, u64, u64),
+    in_dims: &[u64],
+) -> Result<ValueId> {
     let g = e.reshape(grad, &[rows, o])?;
     let idx = e.reshape(idx, &[rows, o])?;
-    let zeros = e.full(dt, &[rows, i], 0.0)?;
+    let zeros = e.full(e.dtype(grad), &[rows, i], 0.0)?;
     let r = scatter_add_rows(e, zeros, idx, g)?;
-    Ok(vec![e.reshape(r, &e.dims(input))?])
+    e.reshape(r, in_dims)
 }
 
 /// The backward in bf16 or f16, where overlapping windows add several
@@ -850,6 +870,267 @@ fn adaptive_avg_pool_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Resu
     Ok(vec![e.reshape(acc, &in_dims)?])
 }
 
+/// adaptive_max_pool(x; output_size) -> (values, i64 indices): each bin's
+/// maximum (bins as `adaptive_avg_pool`'s) and its flat position in the
+/// input's spatial dims. As torch's kernels: the bin's first element, then
+/// an element replaces the maximum when greater or NaN.
+fn adaptive_max_pool(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let v = x[0];
+    let dt = e.dtype(v);
+    if dt == DType::Bool {
+        return Err(Error::invalid(
+            "max pooling of bool tensors is not supported",
+        ));
+    }
+    let (lead, bins) = adaptive_bins(&e.dims(v), a)?;
+    let out_dims = bins_shape(&lead, &bins);
+    if out_dims.contains(&0) {
+        return Ok(vec![
+            e.full(dt, &out_dims, 0.0)?,
+            e.full(DType::I64, &out_dims, 0.0)?,
+        ]);
+    }
+    let (first, n) = (lead.len(), bins.len());
+    let mut best: Option<(ValueId, ValueId)> = None;
+    for j in bin_offsets(&bins) {
+        let mut val = v;
+        let mut index: Option<ValueId> = None;
+        for (d, b) in bins.iter().enumerate() {
+            val = bin_element(e, val, first + d, b, j[d])?;
+            let last = b.input as i64 - 1;
+            let at: Vec<i64> = b.starts.iter().map(|&s| (s + j[d]).min(last)).collect();
+            let pos = along(e, &at, d, n, &out_dims, DType::I64)?;
+            index = Some(match index {
+                None => pos,
+                Some(i) => {
+                    let scaled = e.binary_scalar(BinaryOp::Mul, i, b.input as f64)?;
+                    e.add(scaled, pos)?
+                }
+            });
+        }
+        let index = index.expect("1 to 3 spatial dims");
+        best = Some(match best {
+            None => (val, index),
+            Some((bv, bi)) => {
+                let mut take = e.compare(CompareOp::Gt, val, bv)?;
+                if dt.is_float() {
+                    let number = e.compare(CompareOp::Eq, val, val)?;
+                    let nan = e.unary(UnaryOp::Not, number)?;
+                    take = e.binary(BinaryOp::Or, take, nan)?;
+                }
+                if let Some(inside) = inside_bins(e, &bins, &j, &out_dims)? {
+                    take = e.binary(BinaryOp::And, take, inside)?;
+                }
+                (e.select(take, val, bv)?, e.select(take, index, bi)?)
+            }
+        });
+    }
+    let (values, indices) = best.expect("every bin has an element");
+    Ok(vec![values, indices])
+}
+
+/// adaptive_max_pool_backward(grad, self, indices; spatial_dims) -> zeros
+/// of self's shape with each grad element added at its index (in the
+/// input's last `spatial_dims` dims, per leading row).
+fn adaptive_max_pool_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let (grad, input, indices) = (x[0], x[1], x[2]);
+    let (gd, in_dims) = (e.dims(grad), e.dims(input));
+    if e.dims(indices) != gd || gd.len() != in_dims.len() || gd.len() < 2 {
+        return Err(Error::invalid(format!(
+            "grad {gd:?}, input {in_dims:?} and indices {:?} must have one rank, grad and \
+             indices one shape",
+            e.dims(indices)
+        )));
+    }
+    if !e.dtype(indices).is_integer() {
+        return Err(Error::invalid(format!(
+            "indices must be an integer tensor, got {:?}",
+            e.dtype(indices)
+        )));
+    }
+    let spatial = a.int("spatial_dims")?;
+    if !(1..=3).contains(&spatial)
+        || gd.len() <= spatial as usize
+        || gd.len() > spatial as usize + 2
+    {
+        return Err(Error::invalid(format!(
+            "spatial_dims {spatial} must be 1 to 3, after one or two leading dims of grad {gd:?}"
+        )));
+    }
+    let spatial = spatial as usize;
+    if gd[..gd.len() - spatial] != in_dims[..in_dims.len() - spatial] {
+        return Err(Error::invalid(format!(
+            "grad {gd:?} and input {in_dims:?} must share their leading (batch, channel) dims"
+        )));
+    }
+    let rows: u64 = gd[..gd.len() - spatial].iter().product();
+    let o: u64 = gd[gd.len() - spatial..].iter().product();
+    let i: u64 = in_dims[in_dims.len() - spatial..].iter().product();
+    let dt = e.dtype(grad);
+    if rows * o * i == 0 {
+        return Ok(vec![e.full(dt, &in_dims, 0.0)?]);
+    }
+    let idx = e.convert(indices, DType::I64)?;
+    Ok(vec![add_at_indices(e, grad, idx, (rows, o, i), &in_dims)?])
+}
+
+/// The sliding blocks of im2col / col2im over a 2-D image of `image`
+/// (height, width): a window with aten's arguments, any padding.
+fn blocks(lead: &[u64], image: &[u64], a: &Attrs) -> Result<Window> {
+    let kernel = spatial_list(a, "kernel_size", 2, 0)?;
+    let dilation = spatial_list(a, "dilation", 2, 1)?;
+    let padding = spatial_list(a, "padding", 2, 0)?;
+    let stride = spatial_list(a, "stride", 2, 1)?;
+    if kernel.contains(&0) || stride.contains(&0) || dilation.contains(&0) {
+        return Err(Error::invalid(format!(
+            "kernel_size {kernel:?}, stride {stride:?} and dilation {dilation:?} must be positive"
+        )));
+    }
+    let output: Vec<i64> = (0..2)
+        .map(|d| {
+            let span = dilation[d] * (kernel[d] - 1) + 1;
+            (image[d] + 2 * padding[d]) as i64 - span as i64
+        })
+        .zip(&stride)
+        .map(|(room, &s)| room.div_euclid(s as i64) + 1)
+        .collect();
+    if output.iter().any(|&o| o < 1) {
+        return Err(Error::invalid(format!(
+            "given spatial size {image:?}, kernel_size {kernel:?}, dilation {dilation:?}, padding \
+             {padding:?} and stride {stride:?}, the array of sliding blocks would be {output:?}, \
+             but its sizes must be at least one"
+        )));
+    }
+    Ok(Window {
+        lead: lead.to_vec(),
+        input: image.to_vec(),
+        output: output.iter().map(|&o| o as u64).collect(),
+        kernel,
+        stride,
+        padding,
+        dilation,
+    })
+}
+
+/// im2col(x [N, C, H, W] or [C, H, W]; kernel_size, dilation, padding,
+/// stride) -> [N, C * kh * kw, L] (or without N): torch's F.unfold, each
+/// column one sliding block (L of them, row-major), rows channel-major then
+/// the kernel's offsets row-major; positions in the padding read zero.
+fn im2col(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let v = x[0];
+    let dims = e.dims(v);
+    if dims.len() != 3 && dims.len() != 4 {
+        return Err(Error::invalid(format!(
+            "expected a 3-D or 4-D input, got {}",
+            e.ty(v)
+        )));
+    }
+    let (lead, image) = dims.split_at(dims.len() - 2);
+    let w = blocks(lead, image, a)?;
+    let k: u64 = w.kernel.iter().product();
+    let l: u64 = w.output.iter().product();
+    let mut out = lead.to_vec();
+    let c = out.pop().expect("channels");
+    out.extend([c * k, l]);
+    if out.contains(&0) {
+        return Ok(vec![e.full(e.dtype(v), &out, 0.0)?]);
+    }
+    let padded = w.padded(e, v, 0.0)?;
+    let mut parts = Vec::with_capacity(k as usize);
+    let mut one = lead.to_vec();
+    one.extend([1, l]);
+    for flat in 0..k {
+        let s = w.slice(e, padded, &w.offset(flat))?;
+        parts.push(e.reshape(s, &one)?);
+    }
+    let cols = e.op(
+        Prim::Concatenate {
+            dimension: lead.len(),
+        },
+        &parts,
+    )?;
+    Ok(vec![e.reshape(cols, &out)?])
+}
+
+/// col2im(cols [N, C * kh * kw, L] or [C * kh * kw, L]; output_size,
+/// kernel_size, dilation, padding, stride) -> [N, C, H, W]: torch's
+/// F.fold, each column's values added back where im2col read them
+/// (positions in the padding dropped); bf16 and f16 add at f32.
+fn col2im(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let v = x[0];
+    let dims = e.dims(v);
+    let dt = e.dtype(v);
+    if dims.len() != 2 && dims.len() != 3 {
+        return Err(Error::invalid(format!(
+            "expected a 2-D or 3-D input, got {}",
+            e.ty(v)
+        )));
+    }
+    let image = sizes_attr(a, "output_size")?;
+    if image.len() != 2 {
+        return Err(Error::invalid(format!(
+            "output_size must have 2 entries, got {image:?}"
+        )));
+    }
+    let batch = &dims[..dims.len() - 2];
+    let (rows, l) = (dims[dims.len() - 2], dims[dims.len() - 1]);
+    let probe = blocks(&[], &image, a)?;
+    let k: u64 = probe.kernel.iter().product();
+    if rows % k != 0 {
+        return Err(Error::invalid(format!(
+            "expected size of input's dimension {} to be divisible by the product of kernel_size \
+             {k}, but got {rows}",
+            dims.len() - 2
+        )));
+    }
+    let blocks_count: u64 = probe.output.iter().product();
+    if l != blocks_count {
+        return Err(Error::invalid(format!(
+            "expected size of input's dimension {} to match the calculated number of sliding \
+             blocks {:?} = {blocks_count}, but got {l}",
+            dims.len() - 1,
+            probe.output
+        )));
+    }
+    let mut lead = batch.to_vec();
+    lead.push(rows / k);
+    let w = blocks(&lead, &image, a)?;
+    let mut out = lead.clone();
+    out.extend(&image);
+    if out.contains(&0) {
+        return Ok(vec![e.full(dt, &out, 0.0)?]);
+    }
+    let cd = float_compute_dtype(e, v, "col2im")?;
+    let mut split = lead.clone();
+    split.push(k);
+    split.extend(&w.output);
+    let cols = e.convert(v, cd)?;
+    let cols = e.reshape(cols, &split)?;
+    let axis = lead.len();
+    let mut acc: Option<ValueId> = None;
+    for flat in 0..k {
+        let mut start = vec![0u64; split.len()];
+        let mut limit = split.clone();
+        start[axis] = flat;
+        limit[axis] = flat + 1;
+        let part = e.op(
+            Prim::Slice {
+                start,
+                limit,
+                stride: vec![1; split.len()],
+            },
+            &[cols],
+        )?;
+        let part = e.reshape(part, &w.out_dims())?;
+        let placed = w.place(e, part, &w.offset(flat))?;
+        acc = Some(match acc {
+            None => placed,
+            Some(s) => e.add(s, placed)?,
+        });
+    }
+    Ok(vec![e.convert(acc.expect("a kernel has an element"), dt)?])
+}
+
 pub(super) const OPS: &[OpDef] = &[
     def!("max_pool", Arity::Exactly(1), max_pool),
     def!("max_pool_backward", Arity::Exactly(3), max_pool_backward),
@@ -861,4 +1142,12 @@ pub(super) const OPS: &[OpDef] = &[
         Arity::Exactly(2),
         adaptive_avg_pool_backward
     ),
+    def!("adaptive_max_pool", Arity::Exactly(1), adaptive_max_pool),
+    def!(
+        "adaptive_max_pool_backward",
+        Arity::Exactly(3),
+        adaptive_max_pool_backward
+    ),
+    def!("im2col", Arity::Exactly(1), im2col),
+    def!("col2im", Arity::Exactly(1), col2im),
 ];

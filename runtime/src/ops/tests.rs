@@ -1297,3 +1297,117 @@ fn reflect_replicate_and_circular_pads_match_torch_and_their_backward_adds_back(
         .to_string();
     assert!(e.contains("non-negative"), "{e}");
 }
+
+/// im2col against loops; col2im is its adjoint: <im2col(x), y> equals
+/// <x, col2im(y)> for every x and y.
+#[test]
+fn im2col_matches_loops_and_col2im_is_its_adjoint() {
+    let (n, c, h, w) = (2usize, 3usize, 5usize, 6usize);
+    let xv: Vec<f64> = (0..n * c * h * w)
+        .map(|i| ((i * 29) % 17) as f64 - 8.0)
+        .collect();
+    let x = f32s(&[n as u64, c as u64, h as u64, w as u64], &xv);
+    // (kernel, dilation, padding, stride)
+    for (k, d, p, s) in [
+        ([2, 3], [1, 1], [0, 0], [1, 1]),
+        ([3, 2], [2, 1], [1, 3], [2, 1]),
+        ([1, 1], [1, 1], [0, 0], [3, 4]),
+    ] {
+        let mut a = Attrs::new();
+        a.set("kernel_size", ints(&k.map(|v| v as i64)));
+        a.set("dilation", ints(&d.map(|v| v as i64)));
+        a.set("padding", ints(&p.map(|v| v as i64)));
+        a.set("stride", ints(&s.map(|v| v as i64)));
+        let oh = (h + 2 * p[0] - d[0] * (k[0] - 1) - 1) / s[0] + 1;
+        let ow = (w + 2 * p[1] - d[1] * (k[1] - 1) - 1) / s[1] + 1;
+        let rows = c * k[0] * k[1];
+        let mut want = vec![0.0; n * rows * oh * ow];
+        for b in 0..n {
+            for r in 0..rows {
+                let (ch, ki, kj) = (r / (k[0] * k[1]), r / k[1] % k[0], r % k[1]);
+                for i in 0..oh {
+                    for j in 0..ow {
+                        let y = (i * s[0] + ki * d[0]) as i64 - p[0] as i64;
+                        let z = (j * s[1] + kj * d[1]) as i64 - p[1] as i64;
+                        if (0..h as i64).contains(&y) && (0..w as i64).contains(&z) {
+                            want[(b * rows + r) * oh * ow + i * ow + j] =
+                                xv[((b * c + ch) * h + y as usize) * w + z as usize];
+                        }
+                    }
+                }
+            }
+        }
+        let cols = run1("im2col", &[&x], a.clone());
+        assert_eq!(cols.ty.dims, vec![n as u64, rows as u64, (oh * ow) as u64]);
+        close(&cols, &want, 0.0);
+        let yv: Vec<f64> = (0..want.len())
+            .map(|i| ((i * 13) % 7) as f64 - 3.0)
+            .collect();
+        let y = f32s(&cols.ty.dims, &yv);
+        a.set("output_size", ints(&[h as i64, w as i64]));
+        let back = run1("col2im", &[&y], a);
+        assert_eq!(back.ty.dims, x.ty.dims);
+        let lhs: f64 = want.iter().zip(&yv).map(|(a, b)| a * b).sum();
+        let rhs: f64 = xv.iter().zip(back.to_f64_vec()).map(|(a, b)| a * b).sum();
+        assert_eq!(lhs, rhs, "{k:?} {d:?} {p:?} {s:?}");
+    }
+    let mut a = Attrs::new();
+    a.set("kernel_size", ints(&[2, 2]));
+    a.set("output_size", ints(&[4, 4]));
+    let e = run("col2im", &[&f32s(&[1, 4, 8], &[0.0; 32])], a)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("sliding blocks") && e.contains("= 9"), "{e}");
+}
+
+/// adaptive max pooling against loops over torch's bins (uneven bins,
+/// more bins than inputs, NaN and -inf), and its backward adds at the
+/// indices.
+#[test]
+fn adaptive_max_pool_matches_loops() {
+    let (c, h, w) = (2usize, 7usize, 5usize);
+    let mut xv: Vec<f64> = (0..c * h * w)
+        .map(|i| ((i * 31) % 19) as f64 - 9.0)
+        .collect();
+    xv[12] = f64::NAN;
+    xv[40] = f64::NEG_INFINITY;
+    xv[41] = f64::NEG_INFINITY;
+    let x = f32s(&[c as u64, h as u64, w as u64], &xv);
+    for (oh, ow) in [(3usize, 2usize), (7, 5), (9, 4), (1, 1)] {
+        let mut a = Attrs::new();
+        a.set("output_size", ints(&[oh as i64, ow as i64]));
+        let out = run("adaptive_max_pool", &[&x], a).unwrap();
+        let (mut wv, mut wi) = (vec![], vec![]);
+        for ch in 0..c {
+            for i in 0..oh {
+                for j in 0..ow {
+                    let (y0, y1) = (i * h / oh, ((i + 1) * h).div_ceil(oh));
+                    let (z0, z1) = (j * w / ow, ((j + 1) * w).div_ceil(ow));
+                    let (mut best, mut at) = (f64::NEG_INFINITY, y0 * w + z0);
+                    for y in y0..y1 {
+                        for z in z0..z1 {
+                            let v = xv[(ch * h + y) * w + z];
+                            if v > best || v.is_nan() {
+                                best = v;
+                                at = y * w + z;
+                            }
+                        }
+                    }
+                    wv.push(best);
+                    wi.push(at as f64);
+                }
+            }
+        }
+        close(&out[0], &wv, 0.0);
+        close(&out[1], &wi, 0.0);
+        let g = f32s(&out[0].ty.dims, &vec![1.0; c * oh * ow]);
+        let mut a = Attrs::new();
+        a.set("spatial_dims", int(2));
+        let back = run1("adaptive_max_pool_backward", &[&g, &x, &out[1]], a);
+        let mut want = vec![0.0; c * h * w];
+        for (k, &i) in wi.iter().enumerate() {
+            want[k / (oh * ow) * h * w + i as usize] += 1.0;
+        }
+        close(&back, &want, 0.0);
+    }
+}

@@ -1217,6 +1217,32 @@ Tensor k_index_fill(const Tensor& x, int64_t dim, const Tensor& index, const Ten
   return k_where(hit.view(shape), value.to(x.device()).to(x.scalar_type()), x);
 }
 
+// F.unfold and F.fold: the runtime's im2col and col2im (2-D images).
+Attrs block_attrs(at::IntArrayRef kernel, at::IntArrayRef dilation, at::IntArrayRef padding, at::IntArrayRef stride) {
+  return Attrs().ints("kernel_size", kernel).ints("dilation", dilation).ints("padding", padding).ints("stride", stride);
+}
+Tensor k_im2col(const Tensor& x, at::IntArrayRef kernel, at::IntArrayRef dilation, at::IntArrayRef padding,
+                at::IntArrayRef stride) {
+  return call1("im2col", {x}, block_attrs(kernel, dilation, padding, stride));
+}
+Tensor k_col2im(const Tensor& x, c10::SymIntArrayRef size, at::IntArrayRef kernel, at::IntArrayRef dilation,
+                at::IntArrayRef padding, at::IntArrayRef stride) {
+  return call1("col2im", {x},
+               block_attrs(kernel, dilation, padding, stride).ints("output_size", C10_AS_INTARRAYREF_SLOW(size)));
+}
+// adaptive_max_pool{2,3}d (values and flat spatial indices) and backward.
+template <int64_t N>
+std::tuple<Tensor, Tensor> k_adaptive_max_pool(const Tensor& x, at::IntArrayRef size) {
+  TORCH_CHECK(static_cast<int64_t>(size.size()) == N, "adaptive_max_pool", N, "d: internal error: output_size must be ", N,
+              "-D, got ", size);
+  auto r = call("adaptive_max_pool", {x}, Attrs().ints("output_size", size));
+  return {r[0], r[1]};
+}
+template <int64_t N>
+Tensor k_adaptive_max_pool_bw(const Tensor& grad, const Tensor& x, const Tensor& indices) {
+  return call1("adaptive_max_pool_backward", {grad, x, indices}, Attrs().i("spatial_dims", N));
+}
+
 // kthvalue, median and nanmedian: the runtime's stable sort, one position
 // per row (a row's first NaN for median).
 std::tuple<Tensor, Tensor> k_kthvalue(const Tensor& x, int64_t k, int64_t dim, bool keepdim) {
@@ -1876,6 +1902,23 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
             std::optional<double> sw, Tensor& gi) -> Tensor& { return into(gi, k_upsample_bicubic2d_bw(g, o, i, ac, sh, sw)); });
   m.impl("unique_consecutive", k_unique_consecutive);
   m.impl("_unique2", k_unique2);
+  // torch.cdist's direct form (its product form for large p = 2 inputs is
+  // _euclidean_dist, composite); the compute mode only chooses between them.
+  m.impl("_cdist_forward", [](const Tensor& a, const Tensor& b, double p, std::optional<int64_t> mode) {
+    return call1("cdist", {a, b}, Attrs().f("p", p));
+  });
+  m.impl("_cdist_backward", [](const Tensor& g, const Tensor& a, const Tensor& b, double p, const Tensor& dist) {
+    return call1("cdist_backward", {g, a, b, dist}, Attrs().f("p", p));
+  });
+  m.impl("im2col", k_im2col);
+  m.impl("col2im", k_col2im);
+  m.impl("adaptive_max_pool2d", k_adaptive_max_pool<2>);
+  m.impl("adaptive_max_pool3d", k_adaptive_max_pool<3>);
+  m.impl("adaptive_max_pool2d_backward", k_adaptive_max_pool_bw<2>);
+  m.impl("adaptive_max_pool3d_backward", k_adaptive_max_pool_bw<3>);
+  m.impl("adaptive_max_pool2d.out", [](const Tensor& x, at::IntArrayRef size, Tensor& out, Tensor& idx) {
+    return into2(out, idx, [&] { return k_adaptive_max_pool<2>(x, size); });
+  });
   m.impl("index_fill.int_Tensor", k_index_fill);
   m.impl("index_fill.int_Scalar", [](const Tensor& x, int64_t d, const Tensor& i, const Scalar& v) {
     return k_index_fill(x, d, i, S(v, x));

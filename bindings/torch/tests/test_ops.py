@@ -1225,3 +1225,86 @@ def test_unique_and_index_fill(mode, no_fallback):
     close(t, torch.arange(6).view(2, 3).index_fill(1, torch.tensor([0]), 2.7))
     with pytest.raises(RuntimeError, match="int64 for index"):
         x.to("tpu").index_fill(1, torch.tensor([1.0]).to("tpu"), 0.0)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [{"kernel_size": (2, 3)}, {"kernel_size": 3, "dilation": 2, "padding": 2, "stride": (2, 1)},
+     {"kernel_size": 1, "stride": 3}],
+    ids=["plain", "dilated_padded_strided", "strided_1x1"],
+)
+def test_unfold_and_fold_forward_and_backward(mode, no_fallback, kw):
+    """F.unfold (im2col) and F.fold (col2im), each the other's backward."""
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(2, 3, 9, 7, generator=g, dtype=torch.float64)
+    a = x.clone().requires_grad_()
+    b = x.to("tpu").requires_grad_()
+    ua, ub = F.unfold(a, **kw), F.unfold(b, **kw)
+    close(ub, ua, 1e-12)
+    gu = torch.randn(ua.shape, generator=g, dtype=torch.float64)
+    ua.backward(gu)
+    ub.backward(gu.to("tpu"))
+    close(b.grad, a.grad, 1e-12)
+    c = gu.clone().requires_grad_()
+    d = gu.to("tpu").requires_grad_()
+    fa, fb = F.fold(c, (9, 7), **kw), F.fold(d, (9, 7), **kw)
+    close(fb, fa, 1e-12)
+    fa.pow(2).sum().backward()
+    fb.pow(2).sum().backward()
+    close(d.grad, c.grad, 1e-12)
+    # Unbatched, and bf16 (fold adds at f32).
+    close(F.unfold(x[0].to("tpu"), **kw), F.unfold(x[0], **kw))
+    xb = x.bfloat16()
+    close(F.fold(F.unfold(xb.to("tpu"), **kw), (9, 7), **kw), F.fold(F.unfold(xb, **kw), (9, 7), **kw), 1e-2)
+
+
+def test_unfold_and_fold_errors_name_the_problem(no_fallback):
+    x = torch.ones(1, 2, 3, 3, device="tpu")
+    with pytest.raises(RuntimeError, match="sliding blocks"):
+        F.unfold(x, kernel_size=4)
+    with pytest.raises(RuntimeError, match="sliding blocks"):
+        F.fold(torch.ones(1, 8, 5, device="tpu"), (3, 3), kernel_size=2)
+
+
+@pytest.mark.parametrize("size", [(3, 2), (4, 4), (11, 9), 1], ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_adaptive_max_pool_forward_indices_and_backward(mode, no_fallback, size, dtype):
+    g = torch.Generator().manual_seed(8)
+    x = torch.randn(2, 3, 9, 7, generator=g).to(dtype)
+    x[0, 1, 4, 2] = NAN
+    x[1, 0, :3, :3] = -float("inf")
+    a = x.clone().requires_grad_()
+    b = x.to("tpu").requires_grad_()
+    ra, ia = F.adaptive_max_pool2d(a, size, return_indices=True)
+    rb, ib = F.adaptive_max_pool2d(b, size, return_indices=True)
+    close_nan(rb, ra, 0)
+    close(ib, ia)
+    gr = torch.randn(ra.shape, generator=g).to(dtype)
+    ra.backward(gr)
+    rb.backward(gr.to("tpu"))
+    close(b.grad, a.grad, 1e-2 if dtype == torch.bfloat16 else 0)
+    x3 = torch.randn(2, 2, 5, 6, 7, generator=g)
+    for fn, t, s in ((F.adaptive_max_pool3d, x3, (2, 3, 4)), (F.adaptive_max_pool1d, x3[0, 0], 3)):
+        _pair(fn(t.to("tpu"), s, return_indices=True), fn(t, s, return_indices=True), 0)
+
+
+@pytest.mark.parametrize("p", [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, float("inf")], ids=str)
+def test_cdist_forward_and_backward(mode, no_fallback, p):
+    g = torch.Generator().manual_seed(10)
+    for s1, s2 in (((4, 3), (5, 3)), ((2, 1, 4, 3), (3, 6, 3)), ((30, 3), (28, 3))):
+        x1 = torch.randn(*s1, generator=g, dtype=torch.float64)
+        x2 = torch.randn(*s2, generator=g, dtype=torch.float64)
+        if s1 == (4, 3):
+            # A zero distance: its gradient is 0 (in torch's product form
+            # for more than 25 rows, p = 2, the gradient is infinite, as on
+            # CPU, which debug mode refuses).
+            x2[0] = x1[0]
+        a1, a2 = x1.clone().requires_grad_(), x2.clone().requires_grad_()
+        b1, b2 = x1.to("tpu").requires_grad_(), x2.to("tpu").requires_grad_()
+        ra, rb = torch.cdist(a1, a2, p), torch.cdist(b1, b2, p)
+        close(rb, ra, 1e-10)
+        gr = torch.randn(ra.shape, generator=g, dtype=torch.float64)
+        ra.backward(gr)
+        rb.backward(gr.to("tpu"))
+        close(b1.grad, a1.grad, 1e-8)
+        close(b2.grad, a2.grad, 1e-8)

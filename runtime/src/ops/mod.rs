@@ -26,6 +26,7 @@ mod attrs;
 mod backward;
 mod conv;
 mod emit;
+mod grid;
 mod index;
 mod linalg;
 mod loss;
@@ -126,6 +127,7 @@ fn registry() -> &'static Registry {
             (sparse::OPS, false),
             (pool::OPS, false),
             (upsample::OPS, false),
+            (grid::OPS, false),
         ] {
             defs.extend(group.iter());
             products.extend(group.iter().map(|_| with_products));

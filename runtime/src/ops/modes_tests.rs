@@ -1413,6 +1413,44 @@ fn linalg_cases() -> Vec<Case> {
             &[("output_size", is(&[5, 5])), ("kernel_size", is(&[3, 3]))],
         ),
         c(
+            "grid_sampler_2d",
+            vec![
+                f32s(&[2, 3, 5, 6], 378),
+                range(DType::F32, &[2, 4, 3, 2], 379, -1.3, 1.3),
+            ],
+            &[],
+        ),
+        c(
+            "grid_sampler_2d",
+            vec![
+                f32s(&[1, 2, 4, 5], 380),
+                range(DType::F32, &[1, 3, 3, 2], 381, -1.5, 1.5),
+            ],
+            &[
+                ("interpolation_mode", i(1)),
+                ("padding_mode", i(2)),
+                ("align_corners", b(true)),
+            ],
+        ),
+        c(
+            "grid_sampler_2d_backward",
+            vec![
+                f32s(&[2, 3, 4, 3], 382),
+                f32s(&[2, 3, 5, 6], 383),
+                range(DType::F32, &[2, 4, 3, 2], 384, -1.3, 1.3),
+            ],
+            &[("padding_mode", i(1))],
+        ),
+        c(
+            "grid_sampler_2d_backward",
+            vec![
+                f32s(&[1, 2, 3, 3], 385),
+                f32s(&[1, 2, 4, 5], 386),
+                range(DType::F32, &[1, 3, 3, 2], 387, -1.5, 1.5),
+            ],
+            &[("padding_mode", i(2))],
+        ),
+        c(
             "upsample_nearest",
             vec![f32s(&[2, 3, 5, 7], 362)],
             &[("output_size", is(&[9, 4]))],
@@ -2819,6 +2857,20 @@ fn zero_size_cases() -> Vec<Case> {
             "col2im",
             vec![f32s(&[0, 12, 9], 1548)],
             &[("output_size", is(&[4, 4])), ("kernel_size", is(&[2, 2]))],
+        ),
+        c(
+            "grid_sampler_2d",
+            vec![f32s(&[0, 3, 4, 4], 1549), f32s(&[0, 2, 2, 2], 1550)],
+            &[],
+        ),
+        c(
+            "grid_sampler_2d_backward",
+            vec![
+                f32s(&[1, 2, 0, 3], 1551),
+                f32s(&[1, 2, 4, 4], 1552),
+                f32s(&[1, 0, 3, 2], 1553),
+            ],
+            &[],
         ),
         c(
             "upsample_nearest",

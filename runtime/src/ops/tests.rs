@@ -1411,3 +1411,48 @@ fn adaptive_max_pool_matches_loops() {
         close(&back, &want, 0.0);
     }
 }
+
+/// grid_sampler_2d: an identity grid (align_corners) gives the input back;
+/// points outside read zero, the border's pixel or the reflected one; the
+/// backward's input gradient adds each output's grad at its pixel.
+#[test]
+fn grid_sampler_2d_samples_where_the_grid_points() {
+    let (h, w) = (3usize, 4usize);
+    let xv: Vec<f64> = (0..h * w).map(|i| i as f64).collect();
+    let x = f32s(&[1, 1, h as u64, w as u64], &xv);
+    let mut gv = Vec::new();
+    for i in 0..h {
+        for j in 0..w {
+            gv.push(-1.0 + 2.0 * j as f64 / (w - 1) as f64);
+            gv.push(-1.0 + 2.0 * i as f64 / (h - 1) as f64);
+        }
+    }
+    let grid = f32s(&[1, h as u64, w as u64, 2], &gv);
+    let mut a = Attrs::new();
+    a.set("align_corners", Attr::Bool(true));
+    close(&run1("grid_sampler_2d", &[&x, &grid], a.clone()), &xv, 1e-6);
+    // (x, y) = (3, -1/3): column 7.5 of 0..=3 without align_corners, row
+    // 0.5 between rows 0 and 1. Border: column 3; reflection about -0.5
+    // and 3.5: 7.5 -> -0.5, clipped to column 0.
+    let far = f32s(&[1, 1, 1, 2], &[3.0, -1.0 / 3.0]);
+    for (pad, want) in [(0, 0.0), (1, 3.0 + 0.5 * 4.0), (2, 0.5 * 4.0)] {
+        let mut a = Attrs::new();
+        a.set("padding_mode", int(pad));
+        close(&run1("grid_sampler_2d", &[&x, &far], a), &[want], 1e-6);
+    }
+    // Nearest rounds half to even: column 1.5 -> 2, row 0.5 -> 0.
+    let mid = f32s(&[1, 1, 1, 2], &[0.0, -1.0 / 3.0]);
+    let mut a = Attrs::new();
+    a.set("interpolation_mode", int(1));
+    close(
+        &run1("grid_sampler_2d", &[&x, &mid], a.clone()),
+        &[2.0],
+        0.0,
+    );
+    let g = f32s(&[1, 1, 1, 1], &[5.0]);
+    let back = run("grid_sampler_2d_backward", &[&g, &x, &mid], a).unwrap();
+    let mut want = vec![0.0; h * w];
+    want[2] = 5.0;
+    close(&back[0], &want, 0.0);
+    close(&back[1], &[0.0, 0.0], 0.0);
+}

@@ -47,6 +47,14 @@ void tpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 bool cpu_fallback_enabled() { return enabled().load(); }
 void set_cpu_fallback_enabled(bool on) { enabled().store(on); }
 
+void count_cpu_fallback(const std::string& what) {
+  TORCH_CHECK_NOT_IMPLEMENTED(enabled().load(), "tpu: ", what,
+                              " has no tpu kernel and the CPU fallback is off "
+                              "(torch.tpu.enable_cpu_fallback(True) turns it on)");
+  std::lock_guard<std::mutex> g(g_mu);
+  ++g_counts[what];
+}
+
 std::map<std::string, uint64_t> fallback_counts() {
   std::lock_guard<std::mutex> g(g_mu);
   return g_counts;

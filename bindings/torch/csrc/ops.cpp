@@ -34,6 +34,7 @@
 #include <numeric>
 
 #include "common.h"
+#include "fallback.h"
 #include "generator.h"
 
 namespace tpurt_torch {
@@ -1243,6 +1244,32 @@ Tensor k_adaptive_max_pool_bw(const Tensor& grad, const Tensor& x, const Tensor&
   return call1("adaptive_max_pool_backward", {grad, x, indices}, Attrs().i("spatial_dims", N));
 }
 
+// F.grid_sample over 2-D images: bilinear and nearest on the op library;
+// bicubic on the CPU, counted and switchable as the fallback is.
+Attrs grid_attrs(int64_t interpolation, int64_t padding, bool align_corners) {
+  return Attrs().i("interpolation_mode", interpolation).i("padding_mode", padding).b("align_corners", align_corners);
+}
+Tensor k_grid_sampler_2d(const Tensor& x, const Tensor& grid, int64_t interpolation, int64_t padding,
+                         bool align_corners) {
+  if (interpolation == 2) {
+    count_cpu_fallback("grid_sampler_2d (bicubic)");
+    return at::grid_sampler_2d(x.cpu(), grid.cpu(), interpolation, padding, align_corners).to(x.device());
+  }
+  return call1("grid_sampler_2d", {x, grid}, grid_attrs(interpolation, padding, align_corners));
+}
+std::tuple<Tensor, Tensor> k_grid_sampler_2d_bw(const Tensor& grad, const Tensor& x, const Tensor& grid,
+                                                int64_t interpolation, int64_t padding, bool align_corners,
+                                                std::array<bool, 2> mask) {
+  if (interpolation == 2) {
+    count_cpu_fallback("grid_sampler_2d_backward (bicubic)");
+    auto [gi, gg] = at::grid_sampler_2d_backward(grad.cpu(), x.cpu(), grid.cpu(), interpolation, padding,
+                                                 align_corners, mask);
+    return {gi.defined() ? gi.to(x.device()) : gi, gg.defined() ? gg.to(x.device()) : gg};
+  }
+  auto r = call("grid_sampler_2d_backward", {grad, x, grid}, grid_attrs(interpolation, padding, align_corners));
+  return {r[0], r[1]};
+}
+
 // kthvalue, median and nanmedian: the runtime's stable sort, one position
 // per row (a row's first NaN for median).
 std::tuple<Tensor, Tensor> k_kthvalue(const Tensor& x, int64_t k, int64_t dim, bool keepdim) {
@@ -1902,6 +1929,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
             std::optional<double> sw, Tensor& gi) -> Tensor& { return into(gi, k_upsample_bicubic2d_bw(g, o, i, ac, sh, sw)); });
   m.impl("unique_consecutive", k_unique_consecutive);
   m.impl("_unique2", k_unique2);
+  m.impl("grid_sampler_2d", k_grid_sampler_2d);
+  m.impl("grid_sampler_2d_backward", k_grid_sampler_2d_bw);
   // torch.cdist's direct form (its product form for large p = 2 inputs is
   // _euclidean_dist, composite); the compute mode only chooses between them.
   m.impl("_cdist_forward", [](const Tensor& a, const Tensor& b, double p, std::optional<int64_t> mode) {

@@ -1308,3 +1308,49 @@ def test_cdist_forward_and_backward(mode, no_fallback, p):
         rb.backward(gr.to("tpu"))
         close(b1.grad, a1.grad, 1e-8)
         close(b2.grad, a2.grad, 1e-8)
+
+
+@pytest.mark.parametrize("interp", ["bilinear", "nearest"])
+@pytest.mark.parametrize("pad", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_grid_sample_forward_and_backward(mode, no_fallback, interp, pad, align_corners):
+    """F.grid_sample (spatial transformers, deformable attention): the
+    input's and the grid's gradients as CPU's; grid points outside the
+    image exercise the padding."""
+    g = torch.Generator().manual_seed(12)
+    x = torch.randn(2, 3, 5, 6, generator=g, dtype=torch.float64)
+    grid = torch.rand(2, 4, 7, 2, generator=g, dtype=torch.float64) * 2.8 - 1.4
+    kw = {"mode": interp, "padding_mode": pad, "align_corners": align_corners}
+    a, ga = x.clone().requires_grad_(), grid.clone().requires_grad_()
+    b, gb = x.to("tpu").requires_grad_(), grid.to("tpu").requires_grad_()
+    ra, rb = F.grid_sample(a, ga, **kw), F.grid_sample(b, gb, **kw)
+    close(rb, ra, 1e-12)
+    w = torch.randn(ra.shape, generator=g, dtype=torch.float64)
+    (ra * w).sum().backward()
+    (rb * w.to("tpu")).sum().backward()
+    close(b.grad, a.grad, 1e-12)
+    close(gb.grad, ga.grad, 1e-10)
+    xf, gf = x.float(), grid.float()
+    close(F.grid_sample(xf.to("tpu"), gf.to("tpu"), **kw), F.grid_sample(xf, gf, **kw), 1e-5)
+    # bf16 computes at f32 and rounds once (torch's CPU kernel rounds the
+    # positions and weights to bf16 on the way, which moves some points):
+    # CPU's f32 result on the same bf16 values, rounded.
+    xh, gh = x.bfloat16(), grid.bfloat16()
+    close(F.grid_sample(xh.to("tpu"), gh.to("tpu"), **kw), F.grid_sample(xh.float(), gh.float(), **kw).bfloat16(), 1e-2)
+
+
+def test_grid_sample_bicubic_runs_on_the_counted_cpu_fallback():
+    x = torch.randn(1, 2, 4, 5)
+    grid = torch.rand(1, 3, 3, 2) * 2 - 1
+    was = torch.tpu.cpu_fallback_enabled()
+    try:
+        torch.tpu.enable_cpu_fallback(False)
+        with pytest.raises(NotImplementedError, match="grid_sampler_2d \\(bicubic\\)"):
+            F.grid_sample(x.to("tpu"), grid.to("tpu"), mode="bicubic", align_corners=False)
+        torch.tpu.enable_cpu_fallback(True)
+        before = torch.tpu.fallback_stats().get("grid_sampler_2d (bicubic)", 0)
+        close(F.grid_sample(x.to("tpu"), grid.to("tpu"), mode="bicubic", align_corners=False),
+              F.grid_sample(x, grid, mode="bicubic", align_corners=False))
+        assert torch.tpu.fallback_stats()["grid_sampler_2d (bicubic)"] == before + 1
+    finally:
+        torch.tpu.enable_cpu_fallback(was)

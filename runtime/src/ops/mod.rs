@@ -21,6 +21,7 @@ macro_rules! def {
     };
 }
 
+mod activation;
 mod attention;
 mod attrs;
 mod backward;
@@ -30,6 +31,7 @@ mod grid;
 mod index;
 mod linalg;
 mod loss;
+mod math;
 #[cfg(test)]
 mod modes_tests;
 mod nn;
@@ -113,6 +115,8 @@ fn registry() -> &'static Registry {
         // attention primitive (a test checks every op's graphs).
         for (group, with_products) in [
             (pointwise::OPS, false),
+            (math::OPS, false),
+            (activation::OPS, false),
             (reduction::OPS, false),
             (shape::OPS, false),
             (linalg::OPS, true),

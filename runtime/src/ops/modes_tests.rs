@@ -3268,9 +3268,229 @@ fn sparse_cases() -> Vec<Case> {
     ]
 }
 
+/// math.rs and activation.rs: each op on values inside its domain (every
+/// result finite, as debug mode checks), bf16 and broadcast operands, and
+/// a zero-size case each.
+fn math_and_activation_cases() -> Vec<Case> {
+    use DType::*;
+    let x = f32s(&[5, 7], 3001);
+    let unit = range(F32, &[5, 7], 3002, -0.95, 0.95);
+    let pos = range(F32, &[5, 7], 3003, 0.05, 8.0);
+    let prob = range(F32, &[5, 7], 3004, 0.05, 0.95);
+    let g = f32s(&[5, 7], 3005);
+    let wide = range(F32, &[5, 7], 3006, -6.0, 6.0);
+    let row = range(F32, &[7], 3007, 0.5, 3.0);
+    let mut cases = vec![
+        c("tan", vec![range(F32, &[5, 7], 3010, -1.4, 1.4)], &[]),
+        c("asin", vec![unit.clone()], &[]),
+        c("acos", vec![unit.clone()], &[]),
+        c("atan", vec![wide.clone()], &[]),
+        c("atan", vec![whole(I64, &[6], 3011, -5, 5)], &[]),
+        c("sinh", vec![wide.clone()], &[]),
+        c("cosh", vec![wide.clone()], &[]),
+        c("cosh", vec![rnd(BF16, &[5, 7], 3012)], &[]),
+        c("asinh", vec![wide.clone()], &[]),
+        c("acosh", vec![range(F32, &[5, 7], 3013, 1.0, 40.0)], &[]),
+        c("atanh", vec![unit.clone()], &[]),
+        c("log2", vec![pos.clone()], &[]),
+        c("log2", vec![h(F32, &[4], &[1.0, 8.0, 0.25, 1024.0])], &[]),
+        c("log10", vec![pos.clone()], &[]),
+        c("log10", vec![range(F16, &[5, 7], 3014, 0.1, 100.0)], &[]),
+        c("exp2", vec![wide.clone()], &[]),
+        c("frac", vec![wide.clone()], &[]),
+        c("logit", vec![prob.clone()], &[]),
+        c("logit", vec![x.clone()], &[("eps", f(0.01))]),
+        c("logit_backward", vec![g.clone(), prob.clone()], &[]),
+        c(
+            "logit_backward",
+            vec![g.clone(), x.clone()],
+            &[("eps", f(0.1))],
+        ),
+        c("sinc", vec![h(F32, &[4], &[0.0, 0.5, -1.25, 3.0])], &[]),
+        c("sinc", vec![x.clone()], &[]),
+        c("xlogy", vec![x.clone(), pos.clone()], &[]),
+        c(
+            "xlogy",
+            vec![
+                h(F32, &[3], &[0.0, 2.0, -1.0]),
+                row.clone().reshaped(&[7, 1]),
+            ],
+            &[],
+        ),
+        c("logaddexp", vec![wide.clone(), x.clone()], &[]),
+        c("logaddexp2", vec![wide.clone(), row.clone()], &[]),
+        c("hypot", vec![x.clone(), wide.clone()], &[]),
+        c(
+            "heaviside",
+            vec![h(F32, &[4], &[-1.0, 0.0, 2.0, 0.0]), scalar(F32, 0.5)],
+            &[],
+        ),
+        c("fmax", vec![x.clone(), row.clone()], &[]),
+        c("fmin", vec![x.clone(), whole(I32, &[7], 3015, -2, 3)], &[]),
+        c("elu", vec![wide.clone()], &[]),
+        c(
+            "elu",
+            vec![rnd(BF16, &[5, 7], 3016)],
+            &[("alpha", f(1.67)), ("scale", f(1.05))],
+        ),
+        c(
+            "elu_backward",
+            vec![g.clone(), wide.clone()],
+            &[("alpha", f(1.3)), ("input_scale", f(0.5))],
+        ),
+        c(
+            "elu_backward",
+            vec![g.clone(), range(F32, &[5, 7], 3017, -0.9, 3.0)],
+            &[("is_result", b(true))],
+        ),
+        c(
+            "leaky_relu",
+            vec![wide.clone()],
+            &[("negative_slope", f(0.2))],
+        ),
+        c("leaky_relu_backward", vec![g.clone(), wide.clone()], &[]),
+        c(
+            "hardtanh",
+            vec![wide.clone()],
+            &[("min_val", f(0.0)), ("max_val", f(6.0))],
+        ),
+        c("hardtanh_backward", vec![g.clone(), wide.clone()], &[]),
+        c(
+            "softplus",
+            vec![range(F32, &[5, 7], 3018, -30.0, 30.0)],
+            &[],
+        ),
+        c(
+            "softplus",
+            vec![wide.clone()],
+            &[("beta", f(2.0)), ("threshold", f(4.0))],
+        ),
+        c("softplus_backward", vec![g.clone(), wide.clone()], &[]),
+        c("hardswish", vec![wide.clone()], &[]),
+        c("hardswish_backward", vec![g.clone(), wide.clone()], &[]),
+        c("hardsigmoid", vec![rnd(F16, &[5, 7], 3019)], &[]),
+        c("hardsigmoid_backward", vec![g.clone(), wide.clone()], &[]),
+        c("mish", vec![wide.clone()], &[]),
+        c(
+            "threshold",
+            vec![x.clone()],
+            &[("threshold", f(0.1)), ("value", f(-3.0))],
+        ),
+        c(
+            "threshold",
+            vec![whole(I64, &[8], 3020, -4, 4)],
+            &[("threshold", f(0.0)), ("value", f(7.0))],
+        ),
+        c("softshrink", vec![x.clone()], &[("lambd", f(0.3))]),
+        c("softshrink_backward", vec![g.clone(), x.clone()], &[]),
+        c("hardshrink", vec![x.clone()], &[]),
+        c(
+            "hardshrink_backward",
+            vec![g.clone(), x.clone()],
+            &[("lambd", f(1.0))],
+        ),
+        c("glu", vec![f32s(&[5, 8], 3021)], &[]),
+        c("glu", vec![f32s(&[6, 3], 3022)], &[("dim", i(0))]),
+        c(
+            "glu_backward",
+            vec![f32s(&[5, 4], 3023), f32s(&[5, 8], 3024)],
+            &[],
+        ),
+        c(
+            "prelu",
+            vec![
+                f32s(&[4, 3, 5], 3025),
+                range(F32, &[1, 3, 1], 3026, 0.0, 0.5),
+            ],
+            &[],
+        ),
+        c(
+            "prelu_backward",
+            vec![
+                f32s(&[4, 3, 5], 3027),
+                f32s(&[4, 3, 5], 3028),
+                range(F32, &[1, 3, 1], 3029, 0.0, 0.5),
+            ],
+            &[],
+        ),
+    ];
+    let z = f32s(&[0, 3], 3040);
+    for op in [
+        "tan",
+        "asin",
+        "acos",
+        "atan",
+        "sinh",
+        "cosh",
+        "asinh",
+        "acosh",
+        "atanh",
+        "log2",
+        "log10",
+        "exp2",
+        "frac",
+        "logit",
+        "sinc",
+        "elu",
+        "leaky_relu",
+        "hardtanh",
+        "softplus",
+        "hardswish",
+        "hardsigmoid",
+        "mish",
+        "softshrink",
+        "hardshrink",
+    ] {
+        cases.push(c(op, vec![z.clone()], &[]));
+    }
+    cases.push(c(
+        "threshold",
+        vec![z.clone()],
+        &[("threshold", f(0.0)), ("value", f(1.0))],
+    ));
+    for op in [
+        "logit_backward",
+        "xlogy",
+        "logaddexp",
+        "logaddexp2",
+        "hypot",
+        "heaviside",
+        "fmax",
+        "fmin",
+        "elu_backward",
+        "leaky_relu_backward",
+        "hardtanh_backward",
+        "softplus_backward",
+        "hardswish_backward",
+        "hardsigmoid_backward",
+        "softshrink_backward",
+        "hardshrink_backward",
+    ] {
+        cases.push(c(op, vec![z.clone(), z.clone()], &[]));
+    }
+    cases.push(c("glu", vec![f32s(&[0, 4], 3041)], &[]));
+    cases.push(c(
+        "glu_backward",
+        vec![f32s(&[0, 2], 3042), f32s(&[0, 4], 3043)],
+        &[],
+    ));
+    cases.push(c(
+        "prelu",
+        vec![z.clone(), range(F32, &[1, 3], 3044, 0.0, 0.5)],
+        &[],
+    ));
+    cases.push(c(
+        "prelu_backward",
+        vec![z.clone(), z.clone(), range(F32, &[1, 3], 3045, 0.0, 0.5)],
+        &[],
+    ));
+    cases
+}
+
 fn all_cases() -> Vec<Case> {
     [
         pointwise_cases(),
+        math_and_activation_cases(),
         reduction_cases(),
         shape_cases(),
         linalg_cases(),

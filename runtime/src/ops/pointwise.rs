@@ -80,7 +80,11 @@ fn opmath(dt: DType) -> DType {
 
 /// Promote, then move integer and bool results to the default float dtype
 /// (for ops such as exp or true division that always give floats).
-fn promote_float(e: &mut Emitter, xs: &[ValueId], attrs: &Attrs) -> Result<(Vec<ValueId>, DType)> {
+pub(super) fn promote_float(
+    e: &mut Emitter,
+    xs: &[ValueId],
+    attrs: &Attrs,
+) -> Result<(Vec<ValueId>, DType)> {
     let (xs, dt) = promote(e, xs, attrs)?;
     if dt.is_float() {
         return Ok((xs, dt));
@@ -345,7 +349,7 @@ fn div(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
 }
 
 /// Round toward zero: floor for positive, ceil for negative.
-fn trunc(e: &mut Emitter, x: ValueId) -> Result<ValueId> {
+pub(super) fn trunc(e: &mut Emitter, x: ValueId) -> Result<ValueId> {
     let f = e.unary(UnaryOp::Floor, x)?;
     let c = e.unary(UnaryOp::Ceil, x)?;
     let zero = e.full_like(x, 0.0)?;

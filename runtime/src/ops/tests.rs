@@ -6,14 +6,14 @@ use super::*;
 use crate::ir::DType;
 use crate::platform::host::kernels::{eval_graph, HostTensor};
 
-fn t(dtype: DType, dims: &[u64], v: &[f64]) -> HostTensor {
+pub(super) fn t(dtype: DType, dims: &[u64], v: &[f64]) -> HostTensor {
     HostTensor::from_f64(dtype, dims, v).unwrap()
 }
-fn f32s(dims: &[u64], v: &[f64]) -> HostTensor {
+pub(super) fn f32s(dims: &[u64], v: &[f64]) -> HostTensor {
     t(DType::F32, dims, v)
 }
 
-fn run(op: &str, inputs: &[&HostTensor], attrs: Attrs) -> Result<Vec<HostTensor>> {
+pub(super) fn run(op: &str, inputs: &[&HostTensor], attrs: Attrs) -> Result<Vec<HostTensor>> {
     let id = lookup(op)?;
     let types: Vec<TensorType> = inputs.iter().map(|x| x.ty.clone()).collect();
     let g = build_graph(id, &types, &attrs)?;
@@ -21,13 +21,13 @@ fn run(op: &str, inputs: &[&HostTensor], attrs: Attrs) -> Result<Vec<HostTensor>
     eval_graph(&g, &owned)
 }
 
-fn run1(op: &str, inputs: &[&HostTensor], attrs: Attrs) -> HostTensor {
+pub(super) fn run1(op: &str, inputs: &[&HostTensor], attrs: Attrs) -> HostTensor {
     run(op, inputs, attrs)
         .unwrap_or_else(|e| panic!("{op}: {e}"))
         .remove(0)
 }
 
-fn close(got: &HostTensor, want: &[f64], tol: f64) {
+pub(super) fn close(got: &HostTensor, want: &[f64], tol: f64) {
     let g = got.to_f64_vec();
     assert_eq!(g.len(), want.len(), "{got:?} vs {want:?}");
     for (i, (a, b)) in g.iter().zip(want).enumerate() {

@@ -18,8 +18,9 @@ use std::fmt::Write;
 /// loaded). 2: f32 and f64 products at HIGHEST precision. 3: compiled
 /// without excess precision (`options::DEFAULTS`); bf16 and f16
 /// transcendental functions at f32. 4: bf16 and f16 scatter sums and
-/// products at f32. 5: float max and min reductions propagate NaN.
-pub const LOWERING_VERSION: u32 = 5;
+/// products at f32. 5: float max and min reductions propagate NaN. 6:
+/// elementwise float max and min propagate NaN from either operand.
+pub const LOWERING_VERSION: u32 = 6;
 
 /// The precision a product or convolution of `d` operands is emitted at,
 /// None for none given: f32 at the product's own (HIGHEST, full f32, as
@@ -840,6 +841,19 @@ fn lower_module(graph: &Graph, slots: &[OutputSlot]) -> Result<(String, Vec<Inde
             Prim::Unary(op) => {
                 let op = unary_name(*op).unwrap_or("stablehlo.abs");
                 w(format!("{o} = {op} {} : {ot}", ins[0]));
+            }
+            // Float max and min propagate NaN from either side, as torch
+            // and the host do: the XLA CPU plugin's maximum(0, NaN) gave 0
+            // (while maximum(NaN, 0) gave NaN). Where an operand is a
+            // constant (relu's 0), XLA folds its compare away.
+            Prim::Binary(op @ (BinaryOp::Max | BinaryOp::Min)) if graph.value_type(out).dtype.is_float() => {
+                let mask = shaped(&graph.value_type(out).dims, "i1");
+                let (a, b) = (&ins[0], &ins[1]);
+                w(format!("{o}_m = {} {a}, {b} : {ot}", binary_name(*op)));
+                w(format!("{o}_an = stablehlo.compare NE, {a}, {a}, FLOAT : ({ot}, {ot}) -> {mask}"));
+                w(format!("{o}_bn = stablehlo.compare NE, {b}, {b}, FLOAT : ({ot}, {ot}) -> {mask}"));
+                w(format!("{o}_mb = stablehlo.select {o}_bn, {b}, {o}_m : {mask}, {ot}"));
+                w(format!("{o} = stablehlo.select {o}_an, {a}, {o}_mb : {mask}, {ot}"));
             }
             Prim::Binary(op) => w(format!("{o} = {} {}, {} : {ot}", binary_name(*op), ins[0], ins[1])),
             Prim::Compare(op) => {

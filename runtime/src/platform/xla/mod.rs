@@ -3271,6 +3271,55 @@ mod tests {
         }
     }
 
+    /// Elementwise float maximum and minimum propagate a NaN from either
+    /// operand (the XLA CPU plugin's maximum(0, NaN) gave 0), and the ops
+    /// built on them (hypot, clamp) follow; fmax and fmin still skip NaN.
+    #[test]
+    fn elementwise_max_and_min_propagate_nan_from_either_side() {
+        use crate::ir::{DType, TensorType};
+        use crate::ops::{self, Attrs};
+        use crate::platform::host::kernels::{eval_graph, HostTensor};
+        let p = XlaPlatform::load_with(&find_plugin().unwrap(), 1, None, true).unwrap();
+        let rt = crate::runtime::Runtime::with_platform_and_cache(
+            p,
+            crate::compile::CacheConfig::memory_only(8),
+        )
+        .unwrap();
+        let s = rt.default_stream(0).unwrap();
+        let nan = f64::NAN;
+        let a = [0.0, 1.0, nan, 2.0, nan, -3.0];
+        let b = [nan, nan, 0.0, 1.0, nan, 4.0];
+        for dt in [DType::F32, DType::BF16, DType::F64] {
+            let (x, y) = (
+                HostTensor::from_f64(dt, &[6], &a).unwrap(),
+                HostTensor::from_f64(dt, &[6], &b).unwrap(),
+            );
+            for name in ["maximum", "minimum", "hypot", "fmax", "fmin"] {
+                let op = ops::lookup(name).unwrap();
+                let ty = TensorType::new(dt, &[6]);
+                let g = ops::build_graph(op, &[ty.clone(), ty], &Attrs::new()).unwrap();
+                let want = eval_graph(&g, &[x.clone(), y.clone()]).unwrap();
+                let outs = rt
+                    .call_op_alloc(
+                        op,
+                        &[upload(&rt, &s, &x), upload(&rt, &s, &y)],
+                        &Attrs::new(),
+                        &s,
+                    )
+                    .unwrap();
+                let (got, w) = (
+                    download(&rt, &s, &outs[0]).to_f64_vec(),
+                    want[0].to_f64_vec(),
+                );
+                let same = got
+                    .iter()
+                    .zip(&w)
+                    .all(|(p, q)| p == q || (p.is_nan() && q.is_nan()));
+                assert!(same, "{name} {dt}: xla {got:?}, host {w:?}");
+            }
+        }
+    }
+
     /// TPURT_XLA_ZERO_COPY: unset or 1 allows zero copy, 0 turns it off,
     /// anything else is an error naming the variable and the value.
     #[test]

@@ -1023,6 +1023,21 @@ fn shape_cases() -> Vec<Case> {
             &[("start", f(-1.0)), ("end", f(2.0)), ("step", f(0.25))],
         ),
         c("arange", vec![], &[("end", i(7))]),
+        c(
+            "linspace",
+            vec![],
+            &[("start", f(-2.0)), ("end", f(3.5)), ("steps", i(9))],
+        ),
+        c(
+            "linspace",
+            vec![],
+            &[
+                ("start", f(0.0)),
+                ("end", f(1.0)),
+                ("steps", i(0)),
+                ("dtype", dt(DType::BF16)),
+            ],
+        ),
         c("arange", vec![], &[("start", i(3)), ("end", i(3))]),
         c("full", vec![], &[("size", is(&[2, 3])), ("value", f(-4.5))]),
         c(

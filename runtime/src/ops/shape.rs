@@ -540,6 +540,69 @@ fn arange(e: &mut Emitter, _: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     Ok(vec![e.convert(v, dt)?])
 }
 
+/// linspace(start, end, steps, dtype = f32): torch's two-sided form, the
+/// first half start + step · i and the rest end - step · (steps - 1 - i),
+/// so both ends are exact. step is (end - start) / (steps - 1) in the
+/// dtype's compute type (f32 for f32, bf16 and f16; f64 for f64 and for
+/// integer results, which truncate toward zero, as torch's).
+fn linspace(e: &mut Emitter, _: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let start = a.float("start")?;
+    let end = a.float("end")?;
+    let steps = a.int("steps")?;
+    if steps < 0 {
+        return Err(Error::invalid(format!(
+            "number of steps must be non-negative, got {steps}"
+        )));
+    }
+    let dt = a.dtype_opt("dtype")?.unwrap_or(DType::F32);
+    if dt == DType::Bool {
+        return Err(Error::invalid(
+            "linspace into a bool tensor is not supported",
+        ));
+    }
+    let n = steps as u64;
+    let ct = match dt {
+        DType::F32 | DType::BF16 | DType::F16 => DType::F32,
+        _ => DType::F64,
+    };
+    // The ends in the result's dtype (torch reads them as it), and the
+    // step computed as the compute type rounds it.
+    let in_dtype = |v: f64| match dt {
+        DType::F32 => v as f32 as f64,
+        DType::BF16 => half::bf16::from_f64(v).to_f64(),
+        DType::F16 => half::f16::from_f64(v).to_f64(),
+        DType::F64 => v,
+        _ => v.trunc(),
+    };
+    let (start, end) = (in_dtype(start), in_dtype(end));
+    let step = if steps > 1 {
+        if ct == DType::F32 {
+            ((end as f32 - start as f32) / (steps - 1) as f32) as f64
+        } else {
+            (end - start) / (steps - 1) as f64
+        }
+    } else {
+        0.0
+    };
+    let i = iota_of(e, ct, &[n], 0)?;
+    let st = e.full(ct, &[n], step)?;
+    let lo = e.mul(st, i)?;
+    let s0 = e.full(ct, &[n], start)?;
+    let lo = e.add(s0, lo)?;
+    let last = e.full(ct, &[n], (steps - 1).max(0) as f64)?;
+    let back = e.sub(last, i)?;
+    let hi = e.mul(st, back)?;
+    let e0 = e.full(ct, &[n], end)?;
+    let hi = e.sub(e0, hi)?;
+    // One step is the start (torch fills it), where the split would give
+    // the end.
+    let split = if steps == 1 { 1 } else { steps / 2 };
+    let half = e.full(ct, &[n], split as f64)?;
+    let first = e.compare(CompareOp::Lt, i, half)?;
+    let v = e.select(first, lo, hi)?;
+    Ok(vec![e.convert(v, dt)?])
+}
+
 /// full(size, value, dtype): no inputs.
 fn full(e: &mut Emitter, _: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     let dims: Vec<u64> = a
@@ -646,6 +709,7 @@ pub(super) const OPS: &[OpDef] = &[
     def!("tril", Arity::Exactly(1), tril),
     def!("triu", Arity::Exactly(1), triu),
     def!("arange", Arity::Exactly(0), arange),
+    def!("linspace", Arity::Exactly(0), linspace),
     def!("full", Arity::Exactly(0), full),
     def!("index_select", Arity::Exactly(2), index_select),
     def!("embedding", Arity::Exactly(2), embedding),

@@ -1456,3 +1456,43 @@ fn grid_sampler_2d_samples_where_the_grid_points() {
     close(&back[0], &want, 0.0);
     close(&back[1], &[0.0, 0.0], 0.0);
 }
+
+#[test]
+fn linspace_has_exact_ends_and_torchs_rounding() {
+    let ls = |start: f64, end: f64, steps: i64, dt: DType| {
+        run(
+            "linspace",
+            &[],
+            Attrs::new()
+                .with("start", Attr::Float(start))
+                .with("end", Attr::Float(end))
+                .with("steps", int(steps))
+                .with("dtype", Attr::DType(dt)),
+        )
+    };
+    close(
+        &ls(0.0, 1.0, 5, DType::F32).unwrap()[0],
+        &[0.0, 0.25, 0.5, 0.75, 1.0],
+        0.0,
+    );
+    let r = ls(-1.0, 0.3, 7, DType::F64).unwrap().remove(0);
+    let v = r.to_f64_vec();
+    assert_eq!((v[0], v[6]), (-1.0, 0.3), "both ends exact: {v:?}");
+    close(
+        &r,
+        &(0..7)
+            .map(|i| -1.0 + 1.3 * i as f64 / 6.0)
+            .collect::<Vec<_>>(),
+        1e-15,
+    );
+    // Integer results truncate; one step is the start; none is empty.
+    close(
+        &ls(0.0, 10.0, 4, DType::I64).unwrap()[0],
+        &[0.0, 3.0, 6.0, 10.0],
+        0.0,
+    );
+    close(&ls(2.5, 9.0, 1, DType::F32).unwrap()[0], &[2.5], 0.0);
+    assert_eq!(ls(0.0, 1.0, 0, DType::F32).unwrap()[0].ty.dims, vec![0]);
+    let e = ls(0.0, 1.0, -2, DType::F32).unwrap_err().to_string();
+    assert!(e.contains("linspace") && e.contains("non-negative"), "{e}");
+}

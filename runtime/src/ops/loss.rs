@@ -394,7 +394,238 @@ fn mse_loss_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<Va
     Ok(vec![e.convert(grad, dt)?])
 }
 
+/// `loss` reduced as `r` asks: as it is, summed, or averaged over all of
+/// its elements.
+fn reduce_loss(e: &mut Emitter, loss: ValueId, r: Reduction) -> Result<ValueId> {
+    match r {
+        Reduction::None => Ok(loss),
+        Reduction::Sum => sum_all(e, loss),
+        Reduction::Mean => {
+            let dims: Vec<usize> = (0..e.rank(loss)).collect();
+            super::reduction::mean_of(e, loss, &dims, false)
+        }
+    }
+}
+
+/// The backward's scale of each element: 1/numel for mean, else 1; and
+/// the grad, checked a scalar when the loss was reduced, in `cd`.
+fn loss_grad(
+    e: &mut Emitter,
+    g: ValueId,
+    like: ValueId,
+    r: Reduction,
+    what: &str,
+) -> Result<(ValueId, f64)> {
+    if r != Reduction::None && e.rank(g) != 0 {
+        return Err(Error::invalid(format!(
+            "{what}: grad_output must be a scalar for reduction {r:?}, got {:?}",
+            e.dims(g)
+        )));
+    }
+    let numel = e.ty(like).numel().max(1);
+    let norm = if r == Reduction::Mean {
+        1.0 / numel as f64
+    } else {
+        1.0
+    };
+    let g = e.convert(g, e.dtype(like))?;
+    Ok((g, norm))
+}
+
+/// binary_cross_entropy(input, target[, weight]; reduction): -w (t ·
+/// max(log x, -100) + (1 - t) · max(log(1 - x), -100)), the logs clamped
+/// at -100 as torch's (so x = 0 or 1 gives a finite loss). torch's CPU
+/// kernel also refuses inputs outside [0, 1]; here they give NaN (the
+/// check would need a read back).
+fn binary_cross_entropy(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let r = reduction(a)?;
+    let (xs, dt) = mse_operands(e, &x[..2])?;
+    if e.dims(x[0]) != e.dims(x[1]) {
+        return Err(Error::invalid(format!(
+            "target size {:?} differs from input size {:?}",
+            e.dims(x[1]),
+            e.dims(x[0])
+        )));
+    }
+    let (p, t) = (xs[0], xs[1]);
+    let floor = e.full_like(p, -100.0)?;
+    let lp = e.unary(UnaryOp::Log, p)?;
+    let lp = e.max(lp, floor)?;
+    let np = e.unary(UnaryOp::Neg, p)?;
+    let lq = e.unary(UnaryOp::Log1p, np)?;
+    let lq = e.max(lq, floor)?;
+    // (t - 1) · log(1 - x) - t · log x, torch's order.
+    let tm1 = e.binary_scalar(BinaryOp::Sub, t, 1.0)?;
+    let a1 = e.mul(tm1, lq)?;
+    let a2 = e.mul(t, lp)?;
+    let mut loss = e.sub(a1, a2)?;
+    if let Some(&w) = x.get(2) {
+        let w = e.convert(w, e.dtype(p))?;
+        loss = e.mul(loss, w)?;
+    }
+    let loss = reduce_loss(e, loss, r)?;
+    Ok(vec![e.convert(loss, dt)?])
+}
+
+/// binary_cross_entropy_backward(grad, input, target[, weight];
+/// reduction): w · grad · (x - t) / max((1 - x) x, 1e-12), over numel for
+/// mean.
+fn binary_cross_entropy_backward(
+    e: &mut Emitter,
+    x: &[ValueId],
+    a: &Attrs,
+) -> Result<Vec<ValueId>> {
+    let r = reduction(a)?;
+    let (xs, dt) = mse_operands(e, &x[1..3])?;
+    let (p, t) = (xs[0], xs[1]);
+    let (g, norm) = loss_grad(e, x[0], p, r, "binary_cross_entropy_backward")?;
+    let one = e.full_like(p, 1.0)?;
+    let q = e.sub(one, p)?;
+    let den = e.mul(q, p)?;
+    let eps = e.full_like(den, 1e-12)?;
+    let den = e.max(den, eps)?;
+    let d = e.sub(p, t)?;
+    let gd = e.mul(g, d)?;
+    let mut grad = e.div(gd, den)?;
+    if norm != 1.0 {
+        grad = e.binary_scalar(BinaryOp::Mul, grad, norm)?;
+    }
+    if let Some(&w) = x.get(3) {
+        let w = e.convert(w, e.dtype(p))?;
+        grad = e.mul(grad, w)?;
+    }
+    Ok(vec![e.convert(grad, dt)?])
+}
+
+/// smooth_l1_loss(input, target; reduction, beta = 1): 0.5 z² / beta
+/// where z = |x - t| < beta, else z - beta / 2 (beta 0: z, the L1 loss).
+/// huber_loss(input, target; reduction, delta = 1): 0.5 z² where z <
+/// delta, else delta (z - delta / 2).
+fn smooth_or_huber(e: &mut Emitter, x: &[ValueId], a: &Attrs, huber: bool) -> Result<Vec<ValueId>> {
+    let r = reduction(a)?;
+    let k = if huber {
+        a.float_or("delta", 1.0)?
+    } else {
+        a.float_or("beta", 1.0)?
+    };
+    if k < 0.0 || (huber && k == 0.0) {
+        return Err(Error::invalid(format!(
+            "{} must be {}, got {k}",
+            if huber { "delta" } else { "beta" },
+            if huber { "positive" } else { "non-negative" }
+        )));
+    }
+    let (xs, dt) = mse_operands(e, x)?;
+    let d = e.sub(xs[0], xs[1])?;
+    let z = e.unary(UnaryOp::Abs, d)?;
+    let sq = e.mul(z, z)?;
+    let (inner, outer) = if huber {
+        let inner = e.binary_scalar(BinaryOp::Mul, sq, 0.5)?;
+        let o = e.binary_scalar(BinaryOp::Sub, z, 0.5 * k)?;
+        (inner, e.binary_scalar(BinaryOp::Mul, o, k)?)
+    } else if k == 0.0 {
+        (z, z)
+    } else {
+        let h = e.binary_scalar(BinaryOp::Mul, sq, 0.5)?;
+        let inner = e.binary_scalar(BinaryOp::Div, h, k)?;
+        (inner, e.binary_scalar(BinaryOp::Sub, z, 0.5 * k)?)
+    };
+    let kk = e.scalar(e.dtype(z), k)?;
+    let small = e.compare(CompareOp::Lt, z, kk)?;
+    let loss = e.select(small, inner, outer)?;
+    let loss = reduce_loss(e, loss, r)?;
+    Ok(vec![e.convert(loss, dt)?])
+}
+
+fn smooth_l1_loss(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    smooth_or_huber(e, x, a, false)
+}
+
+fn huber_loss(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    smooth_or_huber(e, x, a, true)
+}
+
+/// smooth_l1_loss_backward and huber_loss_backward(grad, input, target;
+/// reduction, beta or delta): with d = x - t, -s where d <= -k, s where
+/// d >= k, else d · grad / beta (smooth L1) or d · grad (Huber); s is
+/// grad (smooth L1) or grad · delta (Huber); over numel for mean.
+fn smooth_or_huber_backward(
+    e: &mut Emitter,
+    x: &[ValueId],
+    a: &Attrs,
+    huber: bool,
+) -> Result<Vec<ValueId>> {
+    let r = reduction(a)?;
+    let k = if huber {
+        a.float_or("delta", 1.0)?
+    } else {
+        a.float_or("beta", 1.0)?
+    };
+    let (xs, dt) = mse_operands(e, &x[1..])?;
+    let d = e.sub(xs[0], xs[1])?;
+    let what = if huber {
+        "huber_loss_backward"
+    } else {
+        "smooth_l1_loss_backward"
+    };
+    let (g, norm) = loss_grad(e, x[0], d, r, what)?;
+    let g = e.binary_scalar(BinaryOp::Mul, g, norm)?;
+    let side = if huber {
+        e.binary_scalar(BinaryOp::Mul, g, k)?
+    } else {
+        g
+    };
+    let mid = e.mul(d, g)?;
+    let mid = if huber || k == 0.0 {
+        mid
+    } else {
+        e.binary_scalar(BinaryOp::Div, mid, k)?
+    };
+    let (side, mid) = (
+        e.broadcast_to(side, &e.dims(d))?,
+        e.broadcast_to(mid, &e.dims(d))?,
+    );
+    let neg = e.unary(UnaryOp::Neg, side)?;
+    let kk = e.scalar(e.dtype(d), k)?;
+    let nk = e.scalar(e.dtype(d), -k)?;
+    let hi = e.compare(CompareOp::Ge, d, kk)?;
+    let lo = e.compare(CompareOp::Le, d, nk)?;
+    let grad = e.select(hi, side, mid)?;
+    let grad = e.select(lo, neg, grad)?;
+    Ok(vec![e.convert(grad, dt)?])
+}
+
+fn smooth_l1_loss_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    smooth_or_huber_backward(e, x, a, false)
+}
+
+fn huber_loss_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    smooth_or_huber_backward(e, x, a, true)
+}
+
 pub(super) const OPS: &[OpDef] = &[
+    def!(
+        "binary_cross_entropy",
+        Arity::Between(2, 3),
+        binary_cross_entropy
+    ),
+    def!(
+        "binary_cross_entropy_backward",
+        Arity::Between(3, 4),
+        binary_cross_entropy_backward
+    ),
+    def!("smooth_l1_loss", Arity::Exactly(2), smooth_l1_loss),
+    def!(
+        "smooth_l1_loss_backward",
+        Arity::Exactly(3),
+        smooth_l1_loss_backward
+    ),
+    def!("huber_loss", Arity::Exactly(2), huber_loss),
+    def!(
+        "huber_loss_backward",
+        Arity::Exactly(3),
+        huber_loss_backward
+    ),
     def!("nll_loss", Arity::Between(2, 3), nll_loss),
     def!("nll_loss_backward", Arity::Between(4, 5), nll_loss_backward),
     def!("cross_entropy", Arity::Between(2, 3), cross_entropy),

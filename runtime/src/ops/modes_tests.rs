@@ -3502,9 +3502,106 @@ fn math_and_activation_cases() -> Vec<Case> {
     cases
 }
 
+/// The losses of loss.rs beyond cross entropy and MSE.
+fn more_loss_cases() -> Vec<Case> {
+    use DType::*;
+    let p = range(F32, &[4, 5], 3101, 0.02, 0.98);
+    let t = range(F32, &[4, 5], 3102, 0.0, 1.0);
+    let w = range(F32, &[4, 5], 3103, 0.5, 2.0);
+    let x = f32s(&[4, 5], 3104);
+    let y = f32s(&[4, 5], 3105);
+    let g = f32s(&[4, 5], 3106);
+    let one = scalar(F32, 1.5);
+    let z = f32s(&[0, 3], 3107);
+    let zs = scalar(F32, 1.0);
+    vec![
+        c("binary_cross_entropy", vec![p.clone(), t.clone()], &[]),
+        c(
+            "binary_cross_entropy",
+            vec![p.clone(), t.clone(), w.clone()],
+            &[("reduction", i(0))],
+        ),
+        c(
+            "binary_cross_entropy",
+            vec![
+                range(BF16, &[3, 4], 3108, 0.05, 0.95),
+                h(BF16, &[3, 4], &[0.5; 12]),
+            ],
+            &[("reduction", i(2))],
+        ),
+        c(
+            "binary_cross_entropy_backward",
+            vec![one.clone(), p.clone(), t.clone()],
+            &[],
+        ),
+        c(
+            "binary_cross_entropy_backward",
+            vec![g.clone(), p.clone(), t.clone(), w.clone()],
+            &[("reduction", i(0))],
+        ),
+        c("smooth_l1_loss", vec![x.clone(), y.clone()], &[]),
+        c(
+            "smooth_l1_loss",
+            vec![x.clone(), y.clone()],
+            &[("reduction", i(0)), ("beta", f(0.0))],
+        ),
+        c(
+            "smooth_l1_loss_backward",
+            vec![one.clone(), x.clone(), y.clone()],
+            &[("beta", f(0.5))],
+        ),
+        c(
+            "smooth_l1_loss_backward",
+            vec![g.clone(), x.clone(), y.clone()],
+            &[("reduction", i(0))],
+        ),
+        c(
+            "huber_loss",
+            vec![x.clone(), y.clone()],
+            &[("delta", f(0.7)), ("reduction", i(2))],
+        ),
+        c(
+            "huber_loss_backward",
+            vec![g.clone(), x.clone(), y.clone()],
+            &[("reduction", i(0)), ("delta", f(2.0))],
+        ),
+        c(
+            "binary_cross_entropy",
+            vec![z.clone(), z.clone()],
+            &[("reduction", i(0))],
+        ),
+        c(
+            "binary_cross_entropy_backward",
+            vec![z.clone(), z.clone(), z.clone()],
+            &[("reduction", i(0))],
+        ),
+        c(
+            "smooth_l1_loss",
+            vec![z.clone(), z.clone()],
+            &[("reduction", i(2))],
+        ),
+        c(
+            "smooth_l1_loss_backward",
+            vec![zs.clone(), z.clone(), z.clone()],
+            &[("reduction", i(2))],
+        ),
+        c(
+            "huber_loss",
+            vec![z.clone(), z.clone()],
+            &[("reduction", i(0))],
+        ),
+        c(
+            "huber_loss_backward",
+            vec![z.clone(), z.clone(), z.clone()],
+            &[("reduction", i(0))],
+        ),
+    ]
+}
+
 fn all_cases() -> Vec<Case> {
     [
         pointwise_cases(),
+        more_loss_cases(),
         math_and_activation_cases(),
         reduction_cases(),
         shape_cases(),

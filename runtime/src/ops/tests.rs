@@ -1496,3 +1496,92 @@ fn linspace_has_exact_ends_and_torchs_rounding() {
     let e = ls(0.0, 1.0, -2, DType::F32).unwrap_err().to_string();
     assert!(e.contains("linspace") && e.contains("non-negative"), "{e}");
 }
+
+#[test]
+fn bce_smooth_l1_and_huber_losses_and_their_gradients() {
+    let xs = [0.1, 0.5, 0.93, 0.0, 1.0, 0.3];
+    let ts = [0.0, 1.0, 0.7, 0.0, 0.5, 1.0];
+    let x = t(DType::F64, &[6], &xs);
+    let tt = t(DType::F64, &[6], &ts);
+    let none = || Attrs::new().with("reduction", int(0));
+    let bce: Vec<f64> = xs
+        .iter()
+        .zip(&ts)
+        .map(|(&p, &q)| -(q * p.ln().max(-100.0) + (1.0 - q) * (1.0 - p).ln().max(-100.0)))
+        .collect();
+    close(
+        &run1("binary_cross_entropy", &[&x, &tt], none()),
+        &bce,
+        1e-14,
+    );
+    let mean = run1("binary_cross_entropy", &[&x, &tt], Attrs::new());
+    close(&mean, &[bce.iter().sum::<f64>() / 6.0], 1e-14);
+    let w = t(DType::F64, &[6], &[1.0, 2.0, 0.5, 1.0, 1.0, 3.0]);
+    let ws = run1(
+        "binary_cross_entropy",
+        &[&x, &tt, &w],
+        Attrs::new().with("reduction", int(2)),
+    );
+    let want: f64 = bce.iter().zip(w.to_f64_vec()).map(|(l, w)| l * w).sum();
+    close(&ws, &[want], 1e-14);
+    let g = t(DType::F64, &[], &[2.0]);
+    let gb = run1(
+        "binary_cross_entropy_backward",
+        &[&g, &x, &tt],
+        Attrs::new(),
+    );
+    let want: Vec<f64> = xs
+        .iter()
+        .zip(&ts)
+        .map(|(&p, &q)| 2.0 * (p - q) / ((1.0 - p) * p).max(1e-12) / 6.0)
+        .collect();
+    close(&gb, &want, 1e-14);
+    // Smooth L1 and Huber: formulas, the sides at ±k, and slopes.
+    let d = [-3.0, -1.0, -0.4, 0.0, 0.25, 1.0, 2.5];
+    let zero = t(DType::F64, &[7], &[0.0; 7]);
+    let dx = t(DType::F64, &[7], &d);
+    for (op, k, f) in [
+        (
+            "smooth_l1_loss",
+            0.5,
+            (|z: f64, k: f64| if z < k { 0.5 * z * z / k } else { z - 0.5 * k })
+                as fn(f64, f64) -> f64,
+        ),
+        ("huber_loss", 1.5, |z: f64, k: f64| {
+            if z < k {
+                0.5 * z * z
+            } else {
+                k * (z - 0.5 * k)
+            }
+        }),
+    ] {
+        let key = if op == "huber_loss" { "delta" } else { "beta" };
+        let attrs = none().with(key, Attr::Float(k));
+        let want: Vec<f64> = d.iter().map(|&v| f(v.abs(), k)).collect();
+        close(&run1(op, &[&dx, &zero], attrs.clone()), &want, 1e-15);
+        let ones = t(DType::F64, &[7], &[1.0; 7]);
+        let back = format!("{op}_backward");
+        let got = run1(&back, &[&ones, &dx, &zero], attrs.clone()).to_f64_vec();
+        for (i, &v) in d.iter().enumerate() {
+            let h = 1e-7;
+            let slope = (f((v + h).abs(), k) - f((v - h).abs(), k)) / (2.0 * h);
+            // At exactly ±k torch takes the outer side; the slope agrees.
+            assert!(
+                (got[i] - slope).abs() < 1e-6,
+                "{back} at {v}: {} vs {slope}",
+                got[i]
+            );
+        }
+        let e = run(op, &[&dx, &zero], none().with(key, Attr::Float(-1.0)))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(key), "{e}");
+    }
+    // beta 0 is the L1 loss.
+    let l1 = run1(
+        "smooth_l1_loss",
+        &[&dx, &zero],
+        Attrs::new().with("beta", Attr::Float(0.0)),
+    );
+    close(&l1, &[d.iter().map(|v| v.abs()).sum::<f64>() / 7.0], 1e-15);
+}

@@ -750,6 +750,22 @@ fn reduction_cases() -> Vec<Case> {
         ),
         c("sum", vec![x.clone()], &[("dim", is(&[0, 2]))]),
         c("sum", vec![ints.clone()], &[("dim", is(&[-1]))]),
+        c(
+            "nansum",
+            vec![h(
+                F32,
+                &[2, 3],
+                &[1.0, f64::NAN, 2.5, f64::NAN, f64::NAN, -1.0],
+            )],
+            &[("dim", is(&[1]))],
+        ),
+        c("nansum", vec![x.clone()], &[]),
+        c(
+            "nansum",
+            vec![ints.clone()],
+            &[("dim", is(&[-1])), ("keepdim", b(true))],
+        ),
+        c("nansum", vec![f32s(&[0, 3], 3201)], &[("dim", is(&[0]))]),
         c("sum", vec![rnd(BF16, &[6, 9], 105)], &[("dim", is(&[1]))]),
         c(
             "sum",

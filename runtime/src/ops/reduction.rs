@@ -32,6 +32,21 @@ fn sum(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     Ok(vec![e.reduce(ReduceOp::Sum, v, &dims, keep)?])
 }
 
+/// nansum: sum with NaN counted as 0 (integers: sum).
+fn nansum(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let dt = sum_dtype(e, x[0], a)?;
+    let v = e.convert(x[0], dt)?;
+    let v = if dt.is_float() {
+        let nan = e.compare(crate::ir::CompareOp::Ne, v, v)?;
+        let zero = e.full_like(v, 0.0)?;
+        e.select(nan, zero, v)?
+    } else {
+        v
+    };
+    let (dims, keep) = dims_keep(e, v, a)?;
+    Ok(vec![e.reduce(ReduceOp::Sum, v, &dims, keep)?])
+}
+
 fn prod(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     let dt = sum_dtype(e, x[0], a)?;
     let v = e.convert(x[0], dt)?;
@@ -371,6 +386,7 @@ fn norm(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
 
 pub(super) const OPS: &[OpDef] = &[
     def!("sum", Arity::Exactly(1), sum),
+    def!("nansum", Arity::Exactly(1), nansum),
     def!("prod", Arity::Exactly(1), prod),
     def!("mean", Arity::Exactly(1), mean),
     def!("amax", Arity::Exactly(1), amax),

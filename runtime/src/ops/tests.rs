@@ -1585,3 +1585,19 @@ fn bce_smooth_l1_and_huber_losses_and_their_gradients() {
     );
     close(&l1, &[d.iter().map(|v| v.abs()).sum::<f64>() / 7.0], 1e-15);
 }
+
+#[test]
+fn nansum_counts_nan_as_zero() {
+    let x = t(
+        DType::F32,
+        &[2, 3],
+        &[1.0, f64::NAN, 2.5, f64::NAN, f64::NAN, -1.0],
+    );
+    close(&run1("nansum", &[&x], Attrs::new()), &[2.5], 0.0);
+    let rows = run1("nansum", &[&x], Attrs::new().with("dim", ints(&[1])));
+    close(&rows, &[3.5, -1.0], 0.0);
+    let i = t(DType::I32, &[3], &[1.0, 2.0, 3.0]);
+    let s = run1("nansum", &[&i], Attrs::new());
+    assert_eq!(s.ty.dtype, DType::I64);
+    close(&s, &[6.0], 0.0);
+}

@@ -2110,6 +2110,14 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_adaptive_avg_pool3d", k_adaptive_avg_pool);
   m.impl("_adaptive_avg_pool3d_backward", k_adaptive_avg_pool_bw<3>);
   m.impl("arange.start_out", k_arange_out);
+  m.impl("linspace.out", [](const Scalar& start, const Scalar& end, int64_t steps, Tensor& out) -> Tensor& {
+    TORCH_CHECK(steps >= 0, "number of steps must be non-negative");
+    TORCH_CHECK(!start.isComplex() && !end.isComplex() && !out.is_complex(), "tpu: complex linspace is not supported");
+    Tensor r = call("linspace", {},
+                    Attrs().f("start", start.toDouble()).f("end", end.toDouble()).i("steps", steps)
+                        .dtype("dtype", out.scalar_type()))[0];
+    return into(out, r);
+  });
   m.impl("index.Tensor", k_index);
   m.impl("index.Tensor_out", [](const Tensor& x, const c10::List<std::optional<Tensor>>& i, Tensor& out) -> Tensor& {
     return into(out, k_index(x, i));
@@ -2347,6 +2355,256 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_foreach_copy_", Deferred<&at::native::foreach_tensor_copy_list_kernel_slow_>::call);
   m.impl("_foreach_zero_", Deferred<&at::native::foreach_tensor_zero_slow_>::call);
   m.impl("_foreach_pow.ScalarAndTensor", Deferred<&at::native::foreach_scalar_pow_list_kernel_slow>::call);
+}
+
+// Elementwise math beyond the basics and the activations with their
+// backward ops (the op library's math.rs and activation.rs). Their
+// Python-number and alias forms (xlogy.Scalar_Other, arcsin, relu6, selu,
+// celu, F.silu's friends) are torch's composites over these.
+namespace {
+
+Tensor k_logit(const Tensor& x, std::optional<double> eps) {
+  Attrs a;
+  if (eps.has_value()) a.f("eps", *eps);
+  return call1("logit", {x}, a);
+}
+Tensor k_logit_bw(const Tensor& g, const Tensor& x, std::optional<double> eps) {
+  Attrs a;
+  if (eps.has_value()) a.f("eps", *eps);
+  return call1("logit_backward", {g, x}, a);
+}
+Tensor k_elu(const Tensor& x, const Scalar& alpha, const Scalar& scale, const Scalar& input_scale) {
+  return call1("elu", {x},
+               Attrs().f("alpha", alpha.toDouble()).f("scale", scale.toDouble()).f("input_scale", input_scale.toDouble()));
+}
+Tensor k_elu_bw(const Tensor& g, const Scalar& alpha, const Scalar& scale, const Scalar& input_scale, bool is_result,
+                const Tensor& x_or_y) {
+  return call1("elu_backward", {g, x_or_y},
+               Attrs()
+                   .f("alpha", alpha.toDouble())
+                   .f("scale", scale.toDouble())
+                   .f("input_scale", input_scale.toDouble())
+                   .b("is_result", is_result));
+}
+Tensor k_leaky_relu(const Tensor& x, const Scalar& slope) {
+  return call1("leaky_relu", {x}, Attrs().f("negative_slope", slope.toDouble()));
+}
+Tensor k_leaky_relu_bw(const Tensor& g, const Tensor& x, const Scalar& slope, bool self_is_result) {
+  // From the result, the mask is the same: torch refuses a negative slope
+  // in place, and a positive one keeps every sign.
+  return call1("leaky_relu_backward", {g, x}, Attrs().f("negative_slope", slope.toDouble()));
+}
+Tensor k_hardtanh(const Tensor& x, const Scalar& lo, const Scalar& hi) {
+  return call1("hardtanh", {x}, Attrs().f("min_val", lo.toDouble()).f("max_val", hi.toDouble()));
+}
+Tensor k_hardtanh_bw(const Tensor& g, const Tensor& x, const Scalar& lo, const Scalar& hi) {
+  return call1("hardtanh_backward", {g, x}, Attrs().f("min_val", lo.toDouble()).f("max_val", hi.toDouble()));
+}
+Tensor k_softplus(const Tensor& x, const Scalar& beta, const Scalar& threshold) {
+  return call1("softplus", {x}, Attrs().f("beta", beta.toDouble()).f("threshold", threshold.toDouble()));
+}
+Tensor k_softplus_bw(const Tensor& g, const Tensor& x, const Scalar& beta, const Scalar& threshold) {
+  return call1("softplus_backward", {g, x}, Attrs().f("beta", beta.toDouble()).f("threshold", threshold.toDouble()));
+}
+Tensor k_threshold(const Tensor& x, const Scalar& th, const Scalar& value) {
+  return call1("threshold", {x}, Attrs().f("threshold", th.toDouble()).f("value", value.toDouble()));
+}
+Tensor k_softshrink(const Tensor& x, const Scalar& l) {
+  TORCH_CHECK(l.toDouble() >= 0, "lambda must be greater or equal to 0, but found to be ", l.toDouble(), ".");
+  return call1("softshrink", {x}, Attrs().f("lambd", l.toDouble()));
+}
+Tensor k_softshrink_bw(const Tensor& g, const Tensor& x, const Scalar& l) {
+  return call1("softshrink_backward", {g, x}, Attrs().f("lambd", l.toDouble()));
+}
+Tensor k_hardshrink(const Tensor& x, const Scalar& l) { return call1("hardshrink", {x}, Attrs().f("lambd", l.toDouble())); }
+Tensor k_hardshrink_bw(const Tensor& g, const Tensor& x, const Scalar& l) {
+  return call1("hardshrink_backward", {g, x}, Attrs().f("lambd", l.toDouble()));
+}
+Tensor k_glu(const Tensor& x, int64_t dim) { return call1("glu", {x}, Attrs().i("dim", dim)); }
+Tensor k_glu_bw(const Tensor& g, const Tensor& x, int64_t dim) {
+  return call1("glu_backward", {g, x}, Attrs().i("dim", dim));
+}
+Tensor k_bce(const Tensor& x, const Tensor& t, const OptTensor& w, int64_t red) {
+  std::vector<Tensor> ins{x, t};
+  if (w.has_value() && w->defined()) ins.push_back(*w);
+  return call1("binary_cross_entropy", ins, Attrs().i("reduction", red));
+}
+Tensor k_bce_bw(const Tensor& g, const Tensor& x, const Tensor& t, const OptTensor& w, int64_t red) {
+  std::vector<Tensor> ins{g, x, t};
+  if (w.has_value() && w->defined()) ins.push_back(*w);
+  return call1("binary_cross_entropy_backward", ins, Attrs().i("reduction", red));
+}
+Tensor k_smooth_l1(const Tensor& x, const Tensor& t, int64_t red, double beta) {
+  return call1("smooth_l1_loss", {x, t}, Attrs().i("reduction", red).f("beta", beta));
+}
+Tensor k_huber(const Tensor& x, const Tensor& t, int64_t red, double delta) {
+  return call1("huber_loss", {x, t}, Attrs().i("reduction", red).f("delta", delta));
+}
+Tensor k_nansum(const Tensor& x, at::OptionalIntArrayRef dim, bool keepdim, std::optional<at::ScalarType> dt) {
+  Attrs a = dims_attrs(dim, keepdim);
+  if (dt.has_value()) a.dtype("dtype", *dt);
+  return call1("nansum", {x}, a);
+}
+std::tuple<Tensor, Tensor> k_prelu_bw(const Tensor& g, const Tensor& x, const Tensor& w) {
+  auto r = call("prelu_backward", {g, x, w});
+  return {r[0], r[1]};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  TPU_UNARY(m, "tan", "tan");
+  TPU_UNARY(m, "asin", "asin");
+  TPU_UNARY(m, "acos", "acos");
+  TPU_UNARY(m, "atan", "atan");
+  TPU_UNARY(m, "sinh", "sinh");
+  TPU_UNARY(m, "cosh", "cosh");
+  TPU_UNARY(m, "asinh", "asinh");
+  TPU_UNARY(m, "acosh", "acosh");
+  TPU_UNARY(m, "atanh", "atanh");
+  TPU_UNARY(m, "log2", "log2");
+  TPU_UNARY(m, "log10", "log10");
+  TPU_UNARY(m, "exp2", "exp2");
+  TPU_UNARY(m, "frac", "frac");
+  TPU_UNARY(m, "sinc", "sinc");
+  m.impl("logit", k_logit);
+  m.impl("logit_", [](Tensor& x, std::optional<double> eps) -> Tensor& { return inplace(x, k_logit(x, eps)); });
+  m.impl("logit.out", [](const Tensor& x, std::optional<double> eps, Tensor& out) -> Tensor& {
+    return into(out, k_logit(x, eps));
+  });
+  m.impl("logit_backward", k_logit_bw);
+  m.impl("logit_backward.grad_input", [](const Tensor& g, const Tensor& x, std::optional<double> eps,
+                                         Tensor& out) -> Tensor& { return into(out, k_logit_bw(g, x, eps)); });
+  m.impl("xlogy.Tensor", [](const Tensor& a, const Tensor& b) { return call1("xlogy", {a, b}); });
+  m.impl("xlogy_.Tensor", [](Tensor& a, const Tensor& b) -> Tensor& { return inplace(a, call1("xlogy", {a, b})); });
+  m.impl("xlogy.OutTensor", [](const Tensor& a, const Tensor& b, Tensor& out) -> Tensor& {
+    return into(out, call1("xlogy", {a, b}));
+  });
+  m.impl("logaddexp", [](const Tensor& a, const Tensor& b) { return call1("logaddexp", {a, b}); });
+  m.impl("logaddexp.out",
+         [](const Tensor& a, const Tensor& b, Tensor& out) -> Tensor& { return into(out, call1("logaddexp", {a, b})); });
+  m.impl("logaddexp2", [](const Tensor& a, const Tensor& b) { return call1("logaddexp2", {a, b}); });
+  m.impl("logaddexp2.out",
+         [](const Tensor& a, const Tensor& b, Tensor& out) -> Tensor& { return into(out, call1("logaddexp2", {a, b})); });
+  m.impl("fmax", [](const Tensor& a, const Tensor& b) { return call1("fmax", {a, b}); });
+  m.impl("fmax.out",
+         [](const Tensor& a, const Tensor& b, Tensor& out) -> Tensor& { return into(out, call1("fmax", {a, b})); });
+  m.impl("fmin", [](const Tensor& a, const Tensor& b) { return call1("fmin", {a, b}); });
+  m.impl("fmin.out",
+         [](const Tensor& a, const Tensor& b, Tensor& out) -> Tensor& { return into(out, call1("fmin", {a, b})); });
+  TPU_BINARY_PLAIN(m, "hypot", "hypot");
+  TPU_BINARY_PLAIN(m, "heaviside", "heaviside");
+
+  m.impl("elu", k_elu);
+  m.impl("elu_", [](Tensor& x, const Scalar& al, const Scalar& sc, const Scalar& is) -> Tensor& {
+    return inplace(x, k_elu(x, al, sc, is));
+  });
+  m.impl("elu.out", [](const Tensor& x, const Scalar& al, const Scalar& sc, const Scalar& is, Tensor& out) -> Tensor& {
+    return into(out, k_elu(x, al, sc, is));
+  });
+  m.impl("elu_backward", k_elu_bw);
+  m.impl("elu_backward.grad_input", [](const Tensor& g, const Scalar& al, const Scalar& sc, const Scalar& is,
+                                       bool is_result, const Tensor& x, Tensor& out) -> Tensor& {
+    return into(out, k_elu_bw(g, al, sc, is, is_result, x));
+  });
+  m.impl("leaky_relu", k_leaky_relu);
+  m.impl("leaky_relu_", [](Tensor& x, const Scalar& s) -> Tensor& { return inplace(x, k_leaky_relu(x, s)); });
+  m.impl("leaky_relu.out",
+         [](const Tensor& x, const Scalar& s, Tensor& out) -> Tensor& { return into(out, k_leaky_relu(x, s)); });
+  m.impl("leaky_relu_backward", k_leaky_relu_bw);
+  m.impl("leaky_relu_backward.grad_input",
+         [](const Tensor& g, const Tensor& x, const Scalar& s, bool r, Tensor& out) -> Tensor& {
+           return into(out, k_leaky_relu_bw(g, x, s, r));
+         });
+  m.impl("hardtanh", k_hardtanh);
+  m.impl("hardtanh_",
+         [](Tensor& x, const Scalar& lo, const Scalar& hi) -> Tensor& { return inplace(x, k_hardtanh(x, lo, hi)); });
+  m.impl("hardtanh.out", [](const Tensor& x, const Scalar& lo, const Scalar& hi, Tensor& out) -> Tensor& {
+    return into(out, k_hardtanh(x, lo, hi));
+  });
+  m.impl("hardtanh_backward", k_hardtanh_bw);
+  m.impl("hardtanh_backward.grad_input",
+         [](const Tensor& g, const Tensor& x, const Scalar& lo, const Scalar& hi, Tensor& out) -> Tensor& {
+           return into(out, k_hardtanh_bw(g, x, lo, hi));
+         });
+  m.impl("softplus", k_softplus);
+  m.impl("softplus.out", [](const Tensor& x, const Scalar& b, const Scalar& t, Tensor& out) -> Tensor& {
+    return into(out, k_softplus(x, b, t));
+  });
+  m.impl("softplus_backward", k_softplus_bw);
+  m.impl("softplus_backward.grad_input",
+         [](const Tensor& g, const Tensor& x, const Scalar& b, const Scalar& t, Tensor& out) -> Tensor& {
+           return into(out, k_softplus_bw(g, x, b, t));
+         });
+  TPU_UNARY(m, "hardswish", "hardswish");
+  m.impl("hardswish_backward", [](const Tensor& g, const Tensor& x) { return call1("hardswish_backward", {g, x}); });
+  TPU_UNARY(m, "hardsigmoid", "hardsigmoid");
+  m.impl("hardsigmoid_backward",
+         [](const Tensor& g, const Tensor& x) { return call1("hardsigmoid_backward", {g, x}); });
+  m.impl("hardsigmoid_backward.grad_input", [](const Tensor& g, const Tensor& x, Tensor& out) -> Tensor& {
+    return into(out, call1("hardsigmoid_backward", {g, x}));
+  });
+  TPU_UNARY(m, "mish", "mish");
+  m.impl("threshold", k_threshold);
+  m.impl("threshold_",
+         [](Tensor& x, const Scalar& t, const Scalar& v) -> Tensor& { return inplace(x, k_threshold(x, t, v)); });
+  m.impl("threshold.out", [](const Tensor& x, const Scalar& t, const Scalar& v, Tensor& out) -> Tensor& {
+    return into(out, k_threshold(x, t, v));
+  });
+  m.impl("softshrink", k_softshrink);
+  m.impl("softshrink.out",
+         [](const Tensor& x, const Scalar& l, Tensor& out) -> Tensor& { return into(out, k_softshrink(x, l)); });
+  m.impl("softshrink_backward", k_softshrink_bw);
+  m.impl("softshrink_backward.grad_input", [](const Tensor& g, const Tensor& x, const Scalar& l, Tensor& out) -> Tensor& {
+    return into(out, k_softshrink_bw(g, x, l));
+  });
+  m.impl("hardshrink", k_hardshrink);
+  m.impl("hardshrink.out",
+         [](const Tensor& x, const Scalar& l, Tensor& out) -> Tensor& { return into(out, k_hardshrink(x, l)); });
+  m.impl("hardshrink_backward", k_hardshrink_bw);
+  m.impl("hardshrink_backward.grad_input", [](const Tensor& g, const Tensor& x, const Scalar& l, Tensor& out) -> Tensor& {
+    return into(out, k_hardshrink_bw(g, x, l));
+  });
+  m.impl("glu", k_glu);
+  m.impl("glu.out", [](const Tensor& x, int64_t d, Tensor& out) -> Tensor& { return into(out, k_glu(x, d)); });
+  m.impl("glu_backward", k_glu_bw);
+  m.impl("glu_backward.grad_input", [](const Tensor& g, const Tensor& x, int64_t d, Tensor& out) -> Tensor& {
+    return into(out, k_glu_bw(g, x, d));
+  });
+  m.impl("_prelu_kernel", [](const Tensor& x, const Tensor& w) { return call1("prelu", {x, w}); });
+  m.impl("_prelu_kernel_backward", k_prelu_bw);
+
+  m.impl("binary_cross_entropy", k_bce);
+  m.impl("binary_cross_entropy.out", [](const Tensor& x, const Tensor& t, const OptTensor& w, int64_t red,
+                                        Tensor& out) -> Tensor& { return into(out, k_bce(x, t, w, red)); });
+  m.impl("binary_cross_entropy_backward", k_bce_bw);
+  m.impl("binary_cross_entropy_backward.grad_input",
+         [](const Tensor& g, const Tensor& x, const Tensor& t, const OptTensor& w, int64_t red, Tensor& out) -> Tensor& {
+           return into(out, k_bce_bw(g, x, t, w, red));
+         });
+  m.impl("smooth_l1_loss", k_smooth_l1);
+  m.impl("smooth_l1_loss.out", [](const Tensor& x, const Tensor& t, int64_t red, double beta, Tensor& out) -> Tensor& {
+    return into(out, k_smooth_l1(x, t, red, beta));
+  });
+  m.impl("smooth_l1_loss_backward.grad_input", [](const Tensor& g, const Tensor& x, const Tensor& t, int64_t red,
+                                                  double beta, Tensor& out) -> Tensor& {
+    return into(out, call1("smooth_l1_loss_backward", {g, x, t}, Attrs().i("reduction", red).f("beta", beta)));
+  });
+  m.impl("huber_loss", k_huber);
+  m.impl("huber_loss.out", [](const Tensor& x, const Tensor& t, int64_t red, double delta, Tensor& out) -> Tensor& {
+    return into(out, k_huber(x, t, red, delta));
+  });
+  m.impl("huber_loss_backward.out", [](const Tensor& g, const Tensor& x, const Tensor& t, int64_t red, double delta,
+                                       Tensor& out) -> Tensor& {
+    return into(out, call1("huber_loss_backward", {g, x, t}, Attrs().i("reduction", red).f("delta", delta)));
+  });
+  m.impl("nansum", k_nansum);
+  m.impl("nansum.out", [](const Tensor& x, at::OptionalIntArrayRef d, bool k, std::optional<at::ScalarType> dt,
+                          Tensor& out) -> Tensor& { return into(out, k_nansum(x, d, k, dt)); });
+  m.impl("std_mean.correction",
+         [](const Tensor& x, at::OptionalIntArrayRef dim, const std::optional<Scalar>& corr, bool keepdim) {
+           return std::make_tuple(k_std_c(x, dim, corr, keepdim), call1("mean", {x}, dims_attrs(dim, keepdim)));
+         });
 }
 
 }  // namespace tpurt_torch

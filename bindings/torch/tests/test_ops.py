@@ -1354,3 +1354,68 @@ def test_grid_sample_bicubic_runs_on_the_counted_cpu_fallback():
         assert torch.tpu.fallback_stats()["grid_sampler_2d (bicubic)"] == before + 1
     finally:
         torch.tpu.enable_cpu_fallback(was)
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+def test_bce_smooth_l1_and_huber_losses(reduction, mode, no_fallback):
+    """Values and gradients of both inputs (where torch has them) against
+    CPU, with and without BCE's weight, beta and delta at their defaults
+    and not."""
+    p = torch.rand(5, 6) * 0.96 + 0.02
+    t = torch.rand(5, 6)
+    w = torch.rand(5, 6) + 0.5
+    cases = [
+        (lambda a, b, c: F.binary_cross_entropy(a, b, reduction=reduction), (p, t, w)),
+        (lambda a, b, c: F.binary_cross_entropy(a, b, weight=c, reduction=reduction), (p, t, w)),
+        (lambda a, b, c: F.smooth_l1_loss(a, b, reduction=reduction), (X[:, :6] * 2, Y[:, :6], w)),
+        (lambda a, b, c: F.smooth_l1_loss(a, b, reduction=reduction, beta=0.3), (X * 2, Y, w)),
+        (lambda a, b, c: F.smooth_l1_loss(a, b, reduction=reduction, beta=0.0), (X, Y, w)),
+        (lambda a, b, c: F.huber_loss(a, b, reduction=reduction), (X * 2, Y, w)),
+        (lambda a, b, c: F.huber_loss(a, b, reduction=reduction, delta=0.4), (X * 2, Y, w)),
+    ]
+    for f, (a, b, c) in cases:
+        for dtype in (torch.float32, torch.float64):
+            ca = a.to(dtype, copy=True).requires_grad_()
+            cb = b.to(dtype, copy=True).requires_grad_()
+            ta = ca.detach().to("tpu").requires_grad_()
+            tb = cb.detach().to("tpu").requires_grad_()
+            ref, out = f(ca, cb, c.to(dtype)), f(ta, tb, c.to(dtype).to("tpu"))
+            tol = 1e-5 if dtype == torch.float32 else 1e-12
+            close(out, ref.detach(), tol)
+            go = torch.rand(ref.shape, dtype=dtype)
+            need = [ca] if f is cases[0][0] or f is cases[1][0] else [ca, cb]
+            want = torch.autograd.grad(ref, need, go)
+            got = torch.autograd.grad(out, [ta] if len(need) == 1 else [ta, tb], go.to("tpu"))
+            for g1, g2 in zip(got, want):
+                close(g1, g2, tol)
+
+
+def test_nansum_std_mean_and_linspace(mode, no_fallback):
+    x = X.clone()
+    x[0, 1] = x[2, 3] = x[2, 5] = float("nan")
+    close(torch.nansum(x.to("tpu")), torch.nansum(x))
+    close(torch.nansum(x.to("tpu"), dim=1, keepdim=True), torch.nansum(x, dim=1, keepdim=True))
+    i = torch.arange(12, dtype=torch.int32).view(3, 4)
+    close(torch.nansum(i.to("tpu"), 0), torch.nansum(i, 0))
+    for kw in ({}, {"dim": 1}, {"dim": (0, 1), "correction": 0, "keepdim": True}):
+        s, m = torch.std_mean(X.to("tpu"), **kw)
+        rs, rm = torch.std_mean(X, **kw)
+        close(s, rs)
+        close(m, rm)
+    for start, end, steps in ((0.0, 1.0, 5), (-3.5, 2.25, 17), (2.0, -7.0, 1), (0.0, 1.0, 0), (1e-3, 1e3, 100)):
+        close(torch.linspace(start, end, steps, device="tpu"), torch.linspace(start, end, steps), 1e-6)
+        close(torch.linspace(start, end, steps, device="tpu", dtype=torch.float64),
+              torch.linspace(start, end, steps, dtype=torch.float64), 1e-15)
+    close(torch.linspace(0, 10, 4, device="tpu", dtype=torch.int64), torch.linspace(0, 10, 4, dtype=torch.int64))
+    close(torch.linspace(-1, 1, 9, device="tpu", dtype=torch.bfloat16),
+          torch.linspace(-1, 1, 9, dtype=torch.bfloat16), 1e-2)
+    with pytest.raises(RuntimeError, match="number of steps must be non-negative"):
+        torch.linspace(0, 1, -1, device="tpu")
+
+
+def test_loss_errors_name_the_problem(no_fallback):
+    # (F.binary_cross_entropy checks sizes in Python; the aten op is ours.)
+    with pytest.raises(RuntimeError, match="target size"):
+        torch.ops.aten.binary_cross_entropy(torch.rand(3, device="tpu"), torch.rand(2, device="tpu"))
+    with pytest.raises(RuntimeError, match="delta"):
+        F.huber_loss(torch.rand(3, device="tpu"), torch.rand(3, device="tpu"), delta=-1.0)

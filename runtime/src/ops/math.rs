@@ -1,5 +1,5 @@
 //! Elementwise math written from the primitives: tangent, the inverse
-//! trigonometric and hyperbolic functions, log2, log10, exp2, frac, logit,
+//! trigonometric and hyperbolic functions, log2, log10, exp2, erfinv, frac, logit,
 //! sinc, and the binary xlogy, logaddexp, logaddexp2, hypot, heaviside,
 //! fmax and fmin. Each promotes as torch does (integers to the default
 //! float), computes at f32 for bf16 and f16 and rounds once, as torch's CPU
@@ -231,6 +231,77 @@ fn exp2(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     })
 }
 
+/// erfinv: Giles' single-precision approximation ("Approximating the
+/// erfinv function", GPU Computing Gems, 2011: a polynomial in
+/// w = -log((1 - x)(1 + x)), one for w < 5 and one in sqrt(w) beyond),
+/// then Newton steps on erf(y) = x (two at f64, one at f32, each roughly
+/// doubling the correct digits), ±inf at ±1 and NaN past them.
+fn erfinv(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    const CENTRAL: [f64; 9] = [
+        2.810_226_36e-08,
+        3.432_739_39e-07,
+        -3.523_387_7e-06,
+        -4.391_506_54e-06,
+        0.000_218_580_87,
+        -0.001_253_725_03,
+        -0.004_177_681_64,
+        0.246_640_727,
+        1.501_409_41,
+    ];
+    const TAIL: [f64; 9] = [
+        -0.000_200_214_257,
+        0.000_100_950_558,
+        0.001_349_343_22,
+        -0.003_673_428_44,
+        0.005_739_507_73,
+        -0.007_622_461_3,
+        0.009_438_870_47,
+        1.001_674_06,
+        2.832_976_82,
+    ];
+    unary_in(e, x[0], a, |e, v, ct| {
+        let horner = |e: &mut Emitter, w: ValueId, c: &[f64; 9]| -> Result<ValueId> {
+            let mut p = e.full_like(w, c[0])?;
+            for &k in &c[1..] {
+                p = e.mul(p, w)?;
+                p = e.binary_scalar(BinaryOp::Add, p, k)?;
+            }
+            Ok(p)
+        };
+        let q = sqrt_one_minus_sq(e, v)?;
+        let q2 = e.mul(q, q)?;
+        let l = e.unary(UnaryOp::Log, q2)?;
+        let w = e.unary(UnaryOp::Neg, l)?;
+        let wc = e.binary_scalar(BinaryOp::Sub, w, 2.5)?;
+        let pc = horner(e, wc, &CENTRAL)?;
+        let ws = e.unary(UnaryOp::Sqrt, w)?;
+        let ws = e.binary_scalar(BinaryOp::Sub, ws, 3.0)?;
+        let pt = horner(e, ws, &TAIL)?;
+        let five = e.scalar(ct, 5.0)?;
+        let central = e.compare(CompareOp::Lt, w, five)?;
+        let p = e.select(central, pc, pt)?;
+        let mut y = e.mul(p, v)?;
+        // y -= (erf(y) - x) / (2/sqrt(pi) e^(-y^2))
+        let steps = if ct == DType::F64 { 2 } else { 1 };
+        for _ in 0..steps {
+            let f = e.unary(UnaryOp::Erf, y)?;
+            let r = e.sub(f, v)?;
+            let yy = e.mul(y, y)?;
+            let nyy = e.unary(UnaryOp::Neg, yy)?;
+            let d = e.unary(UnaryOp::Exp, nyy)?;
+            let d = e.binary_scalar(BinaryOp::Mul, d, 2.0 / PI.sqrt())?;
+            let step = e.div(r, d)?;
+            y = e.sub(y, step)?;
+        }
+        // ±1: the infinities (Newton's step there is 0/0).
+        let av = e.unary(UnaryOp::Abs, v)?;
+        let edge = eq_scalar(e, av, 1.0)?;
+        let inf = e.full_like(v, f64::INFINITY)?;
+        let inf = e.mul(inf, v)?;
+        e.select(edge, inf, y)
+    })
+}
+
 /// frac(x) = x - trunc(x), with x's sign; floats only, as torch's.
 fn frac(e: &mut Emitter, x: &[ValueId], _: &Attrs) -> Result<Vec<ValueId>> {
     let v = x[0];
@@ -430,6 +501,7 @@ pub(super) const OPS: &[OpDef] = &[
     def!("log10", Arity::Exactly(1), log10),
     def!("exp2", Arity::Exactly(1), exp2),
     def!("frac", Arity::Exactly(1), frac),
+    def!("erfinv", Arity::Exactly(1), erfinv),
     def!("logit", Arity::Exactly(1), logit),
     def!("logit_backward", Arity::Exactly(2), logit_backward),
     def!("sinc", Arity::Exactly(1), sinc),
@@ -556,6 +628,62 @@ mod tests {
         let i = run1("log2", &[&t(DType::I64, &[2], &[4.0, 32.0])], Attrs::new());
         assert_eq!(i.ty.dtype, DType::F32);
         close(&i, &[2.0, 5.0], 0.0);
+    }
+
+    #[test]
+    fn erfinv_matches_known_values_and_inverts_erf() {
+        // torch's f64 erfinv (erf of each within 6e-17 of its argument).
+        // Near ±1 erfinv magnifies its argument's rounding (its slope at
+        // -0.999999 is 1.4e5, so one unit of x is 1.6e-11 of y): the
+        // tolerance there is that, and at 1 - 1e-10 (slope 1e9) the check
+        // is erf's round trip alone.
+        let xs = [
+            0.0,
+            1e-5,
+            0.3,
+            0.5,
+            0.9,
+            -0.97,
+            0.999,
+            -0.999_999,
+            0.999_999_999_9,
+        ];
+        let want = [
+            0.0,
+            8.862_269_254_759_594e-6,
+            0.272_462_714_726_754_3,
+            0.476_936_276_204_469_9,
+            1.163_087_153_676_674_3,
+            -1.534_485_621_777_717_9,
+            2.326_753_765_513_524_6,
+            -3.458_910_737_275_499,
+            4.572_824_958_544_925,
+        ];
+        let got = run1("erfinv", &[&t(DType::F64, &[9], &xs)], Attrs::new());
+        let y = got.to_f64_vec();
+        close(&t(DType::F64, &[6], &y[..6]), &want[..6], 2e-15);
+        close(&t(DType::F64, &[2], &y[6..8]), &want[6..8], 1e-11);
+        close(&run1("erf", &[&got], Attrs::new()), &xs, 2e-16);
+        let x32: Vec<f64> = xs[..8].iter().map(|&v| v as f32 as f64).collect();
+        let got = run1("erfinv", &[&t(DType::F32, &[8], &x32)], Attrs::new()).to_f64_vec();
+        let back = run1("erf", &[&t(DType::F64, &[8], &got)], Attrs::new()).to_f64_vec();
+        for (i, (b, x)) in back.iter().zip(&x32).enumerate() {
+            // Within a few f32 units of the argument, scaled by erf's slope.
+            assert!(
+                (b - x).abs() <= 4e-7 * (1.0 + x.abs()),
+                "{i}: erf(erfinv({x})) = {b}"
+            );
+        }
+        let e = run1(
+            "erfinv",
+            &[&t(DType::F32, &[5], &[1.0, -1.0, 1.5, f64::NAN, -0.0])],
+            Attrs::new(),
+        );
+        close(
+            &e,
+            &[f64::INFINITY, f64::NEG_INFINITY, f64::NAN, f64::NAN, 0.0],
+            0.0,
+        );
     }
 
     #[test]

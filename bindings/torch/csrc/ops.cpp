@@ -2467,6 +2467,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   TPU_UNARY(m, "exp2", "exp2");
   TPU_UNARY(m, "frac", "frac");
   TPU_UNARY(m, "sinc", "sinc");
+  TPU_UNARY(m, "erfinv", "erfinv");
   m.impl("logit", k_logit);
   m.impl("logit_", [](Tensor& x, std::optional<double> eps) -> Tensor& { return inplace(x, k_logit(x, eps)); });
   m.impl("logit.out", [](const Tensor& x, std::optional<double> eps, Tensor& out) -> Tensor& {

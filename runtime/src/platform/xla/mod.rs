@@ -3222,6 +3222,19 @@ mod tests {
         held_by_case
     }
 
+    /// A runtime over the plugin (one chip, a small memory-only cache)
+    /// and its default stream.
+    fn plugin_runtime() -> (crate::runtime::Runtime, crate::Stream) {
+        let p = XlaPlatform::load_with(&find_plugin().unwrap(), 1, None, true).unwrap();
+        let rt = crate::runtime::Runtime::with_platform_and_cache(
+            p,
+            crate::compile::CacheConfig::memory_only(8),
+        )
+        .unwrap();
+        let s = rt.default_stream(0).unwrap();
+        (rt, s)
+    }
+
     /// Float max and min reductions and running max and min propagate
     /// NaN as the host and torch do (the plugin's reductions with a bare
     /// maximum dropped it: amax of a row with NaN gave its largest number).
@@ -3230,13 +3243,7 @@ mod tests {
         use crate::ir::{DType, TensorType};
         use crate::ops::{self, Attr, Attrs};
         use crate::platform::host::kernels::{eval_graph, HostTensor};
-        let p = XlaPlatform::load_with(&find_plugin().unwrap(), 1, None, true).unwrap();
-        let rt = crate::runtime::Runtime::with_platform_and_cache(
-            p,
-            crate::compile::CacheConfig::memory_only(8),
-        )
-        .unwrap();
-        let s = rt.default_stream(0).unwrap();
+        let (rt, s) = plugin_runtime();
         let nan = f64::NAN;
         let v = [1.0, nan, 2.0, 0.0, nan, 5.0, 3.0, -1.0, 4.0, 2.0, 2.0, 0.5];
         for dt in [DType::F32, DType::BF16] {
@@ -3279,13 +3286,7 @@ mod tests {
         use crate::ir::{DType, TensorType};
         use crate::ops::{self, Attrs};
         use crate::platform::host::kernels::{eval_graph, HostTensor};
-        let p = XlaPlatform::load_with(&find_plugin().unwrap(), 1, None, true).unwrap();
-        let rt = crate::runtime::Runtime::with_platform_and_cache(
-            p,
-            crate::compile::CacheConfig::memory_only(8),
-        )
-        .unwrap();
-        let s = rt.default_stream(0).unwrap();
+        let (rt, s) = plugin_runtime();
         let nan = f64::NAN;
         let a = [0.0, 1.0, nan, 2.0, nan, -3.0];
         let b = [nan, nan, 0.0, 1.0, nan, 4.0];

@@ -210,16 +210,20 @@ Tensor k_pow_scalar(const Tensor& a, const Scalar& b) {
 
 // --- reductions --------------------------------------------------------------
 
-Tensor k_sum_dim(const Tensor& x, at::OptionalIntArrayRef dim, bool keepdim, std::optional<at::ScalarType> dt) {
+// A reduction op over `dim` (all when none) with an optional result dtype:
+// sum, mean, nansum.
+Tensor dims_reduce(const char* op, const Tensor& x, at::OptionalIntArrayRef dim, bool keepdim,
+                   std::optional<at::ScalarType> dt) {
   Attrs a = dims_attrs(dim, keepdim);
   if (dt.has_value()) a.dtype("dtype", *dt);
-  return call1("sum", {x}, a);
+  return call1(op, {x}, a);
+}
+Tensor k_sum_dim(const Tensor& x, at::OptionalIntArrayRef dim, bool keepdim, std::optional<at::ScalarType> dt) {
+  return dims_reduce("sum", x, dim, keepdim, dt);
 }
 Tensor k_sum_all(const Tensor& x, std::optional<at::ScalarType> dt) { return k_sum_dim(x, std::nullopt, false, dt); }
 Tensor k_mean_dim(const Tensor& x, at::OptionalIntArrayRef dim, bool keepdim, std::optional<at::ScalarType> dt) {
-  Attrs a = dims_attrs(dim, keepdim);
-  if (dt.has_value()) a.dtype("dtype", *dt);
-  return call1("mean", {x}, a);
+  return dims_reduce("mean", x, dim, keepdim, dt);
 }
 Tensor k_mean_all(const Tensor& x, std::optional<at::ScalarType> dt) { return k_mean_dim(x, std::nullopt, false, dt); }
 Tensor k_amax(const Tensor& x, at::IntArrayRef dim, bool keepdim) { return call1("amax", {x}, dims_attrs(dim, keepdim)); }
@@ -2111,7 +2115,6 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_adaptive_avg_pool3d_backward", k_adaptive_avg_pool_bw<3>);
   m.impl("arange.start_out", k_arange_out);
   m.impl("linspace.out", [](const Scalar& start, const Scalar& end, int64_t steps, Tensor& out) -> Tensor& {
-    TORCH_CHECK(steps >= 0, "number of steps must be non-negative");
     TORCH_CHECK(!start.isComplex() && !end.isComplex() && !out.is_complex(), "tpu: complex linspace is not supported");
     Tensor r = call("linspace", {},
                     Attrs().f("start", start.toDouble()).f("end", end.toDouble()).i("steps", steps)
@@ -2409,10 +2412,7 @@ Tensor k_softplus_bw(const Tensor& g, const Tensor& x, const Scalar& beta, const
 Tensor k_threshold(const Tensor& x, const Scalar& th, const Scalar& value) {
   return call1("threshold", {x}, Attrs().f("threshold", th.toDouble()).f("value", value.toDouble()));
 }
-Tensor k_softshrink(const Tensor& x, const Scalar& l) {
-  TORCH_CHECK(l.toDouble() >= 0, "lambda must be greater or equal to 0, but found to be ", l.toDouble(), ".");
-  return call1("softshrink", {x}, Attrs().f("lambd", l.toDouble()));
-}
+Tensor k_softshrink(const Tensor& x, const Scalar& l) { return call1("softshrink", {x}, Attrs().f("lambd", l.toDouble())); }
 Tensor k_softshrink_bw(const Tensor& g, const Tensor& x, const Scalar& l) {
   return call1("softshrink_backward", {g, x}, Attrs().f("lambd", l.toDouble()));
 }
@@ -2441,9 +2441,7 @@ Tensor k_huber(const Tensor& x, const Tensor& t, int64_t red, double delta) {
   return call1("huber_loss", {x, t}, Attrs().i("reduction", red).f("delta", delta));
 }
 Tensor k_nansum(const Tensor& x, at::OptionalIntArrayRef dim, bool keepdim, std::optional<at::ScalarType> dt) {
-  Attrs a = dims_attrs(dim, keepdim);
-  if (dt.has_value()) a.dtype("dtype", *dt);
-  return call1("nansum", {x}, a);
+  return dims_reduce("nansum", x, dim, keepdim, dt);
 }
 std::tuple<Tensor, Tensor> k_prelu_bw(const Tensor& g, const Tensor& x, const Tensor& w) {
   auto r = call("prelu_backward", {g, x, w});

@@ -7,6 +7,7 @@
 //! f16 and rounds once; integer inputs are refused, as torch refuses them.
 
 use super::attrs::Attrs;
+use super::backward::float_pair;
 use super::emit::wrap_dim;
 use super::emit::Emitter;
 use super::support::float_compute_dtype;
@@ -20,32 +21,6 @@ fn widen(e: &mut Emitter, x: ValueId, what: &str) -> Result<(ValueId, DType)> {
     let ct = float_compute_dtype(e, x, what)?;
     let dt = e.dtype(x);
     Ok((e.convert(x, ct)?, dt))
-}
-
-/// (grad, input) widened to the compute dtype of their promoted dtype and
-/// broadcast together, with the dtype to round back to.
-fn widen_pair(
-    e: &mut Emitter,
-    g: ValueId,
-    x: ValueId,
-    what: &str,
-) -> Result<(ValueId, ValueId, DType)> {
-    let dt = super::promote::promote_types(e.dtype(g), e.dtype(x));
-    if !dt.is_float() {
-        return Err(Error::invalid(format!(
-            "{what} needs floating-point tensors, got {dt}"
-        )));
-    }
-    let ct = super::support::compute_dtype(dt)?;
-    let g = e.convert(g, ct)?;
-    let x = e.convert(x, ct)?;
-    let (g, x) = e.broadcast_pair(g, x)?;
-    Ok((g, x, dt))
-}
-
-fn cmp(e: &mut Emitter, op: CompareOp, v: ValueId, s: f64) -> Result<ValueId> {
-    let c = e.scalar(e.dtype(v), s)?;
-    e.compare(op, v, c)
 }
 
 fn mul_s(e: &mut Emitter, v: ValueId, s: f64) -> Result<ValueId> {
@@ -67,7 +42,7 @@ fn elu(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     let t = mul_s(e, v, input_scale)?;
     let t = e.unary(UnaryOp::Expm1, t)?;
     let neg = mul_s(e, t, alpha * scale)?;
-    let le = cmp(e, CompareOp::Le, v, 0.0)?;
+    let le = e.compare_scalar(CompareOp::Le, v, 0.0)?;
     let r = e.select(le, neg, pos)?;
     done(e, r, dt)
 }
@@ -81,7 +56,7 @@ fn elu_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId
     let scale = a.float_or("scale", 1.0)?;
     let input_scale = a.float_or("input_scale", 1.0)?;
     let is_result = a.bool_or("is_result", false)?;
-    let (g, v, dt) = widen_pair(e, x[0], x[1], "elu_backward")?;
+    let (g, v, dt) = float_pair(e, x[0], x[1])?;
     let pos = mul_s(e, g, scale)?;
     let neg = if is_result {
         let c = e.binary_scalar(crate::ir::BinaryOp::Add, v, alpha * scale)?;
@@ -93,7 +68,7 @@ fn elu_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId
         let gi = mul_s(e, g, input_scale * alpha * scale)?;
         e.mul(gi, t)?
     };
-    let le = cmp(e, CompareOp::Le, v, 0.0)?;
+    let le = e.compare_scalar(CompareOp::Le, v, 0.0)?;
     let r = e.select(le, neg, pos)?;
     done(e, r, dt)
 }
@@ -103,7 +78,7 @@ fn leaky_relu(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>>
     let slope = a.float_or("negative_slope", 0.01)?;
     let (v, dt) = widen(e, x[0], "leaky_relu")?;
     let neg = mul_s(e, v, slope)?;
-    let gt = cmp(e, CompareOp::Gt, v, 0.0)?;
+    let gt = e.compare_scalar(CompareOp::Gt, v, 0.0)?;
     let r = e.select(gt, v, neg)?;
     done(e, r, dt)
 }
@@ -112,9 +87,9 @@ fn leaky_relu(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>>
 /// grad · slope.
 fn leaky_relu_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     let slope = a.float_or("negative_slope", 0.01)?;
-    let (g, v, dt) = widen_pair(e, x[0], x[1], "leaky_relu_backward")?;
+    let (g, v, dt) = float_pair(e, x[0], x[1])?;
     let neg = mul_s(e, g, slope)?;
-    let gt = cmp(e, CompareOp::Gt, v, 0.0)?;
+    let gt = e.compare_scalar(CompareOp::Gt, v, 0.0)?;
     let r = e.select(gt, g, neg)?;
     done(e, r, dt)
 }
@@ -136,9 +111,9 @@ fn hardtanh(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
 fn hardtanh_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     let lo = a.float_or("min_val", -1.0)?;
     let hi = a.float_or("max_val", 1.0)?;
-    let (g, v, dt) = widen_pair(e, x[0], x[1], "hardtanh_backward")?;
-    let below = cmp(e, CompareOp::Le, v, lo)?;
-    let above = cmp(e, CompareOp::Ge, v, hi)?;
+    let (g, v, dt) = float_pair(e, x[0], x[1])?;
+    let below = e.compare_scalar(CompareOp::Le, v, lo)?;
+    let above = e.compare_scalar(CompareOp::Ge, v, hi)?;
     let out = e.binary(crate::ir::BinaryOp::Or, below, above)?;
     let zero = e.full_like(g, 0.0)?;
     let r = e.select(out, zero, g)?;
@@ -155,7 +130,7 @@ fn softplus(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     let t = e.unary(UnaryOp::Exp, xb)?;
     let t = e.unary(UnaryOp::Log1p, t)?;
     let soft = mul_s(e, t, 1.0 / beta)?;
-    let lin = cmp(e, CompareOp::Gt, xb, threshold)?;
+    let lin = e.compare_scalar(CompareOp::Gt, xb, threshold)?;
     let r = e.select(lin, v, soft)?;
     done(e, r, dt)
 }
@@ -165,13 +140,13 @@ fn softplus(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
 fn softplus_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     let beta = a.float_or("beta", 1.0)?;
     let threshold = a.float_or("threshold", 20.0)?;
-    let (g, v, dt) = widen_pair(e, x[0], x[1], "softplus_backward")?;
+    let (g, v, dt) = float_pair(e, x[0], x[1])?;
     let xb = mul_s(e, v, beta)?;
     let z = e.unary(UnaryOp::Exp, xb)?;
     let z1 = e.binary_scalar(crate::ir::BinaryOp::Add, z, 1.0)?;
     let gz = e.mul(g, z)?;
     let soft = e.div(gz, z1)?;
-    let lin = cmp(e, CompareOp::Gt, xb, threshold)?;
+    let lin = e.compare_scalar(CompareOp::Gt, xb, threshold)?;
     let r = e.select(lin, g, soft)?;
     done(e, r, dt)
 }
@@ -198,14 +173,14 @@ fn hardswish(e: &mut Emitter, x: &[ValueId], _: &Attrs) -> Result<Vec<ValueId>> 
 /// hardswish_backward(grad, x): 0 up to -3, grad · (x / 3 + 1/2) below 3,
 /// grad from 3 (torch's ends: 0 at -3, grad at 3).
 fn hardswish_backward(e: &mut Emitter, x: &[ValueId], _: &Attrs) -> Result<Vec<ValueId>> {
-    let (g, v, dt) = widen_pair(e, x[0], x[1], "hardswish_backward")?;
+    let (g, v, dt) = float_pair(e, x[0], x[1])?;
     let three = e.scalar(e.dtype(v), 3.0)?;
     let t = e.div(v, three)?;
     let t = e.binary_scalar(crate::ir::BinaryOp::Add, t, 0.5)?;
     let mid = e.mul(g, t)?;
-    let lt3 = cmp(e, CompareOp::Lt, v, 3.0)?;
+    let lt3 = e.compare_scalar(CompareOp::Lt, v, 3.0)?;
     let r = e.select(lt3, mid, g)?;
-    let below = cmp(e, CompareOp::Le, v, -3.0)?;
+    let below = e.compare_scalar(CompareOp::Le, v, -3.0)?;
     let zero = e.full_like(r, 0.0)?;
     let r = e.select(below, zero, r)?;
     done(e, r, dt)
@@ -224,9 +199,9 @@ fn hardsigmoid(e: &mut Emitter, x: &[ValueId], _: &Attrs) -> Result<Vec<ValueId>
 /// else 0, with 1/6 rounded to f32 in every dtype, as torch's CPU kernel
 /// writes it (`1.0f / 6.0f`): its f64 gradient is 5e-9 off 1/6.
 fn hardsigmoid_backward(e: &mut Emitter, x: &[ValueId], _: &Attrs) -> Result<Vec<ValueId>> {
-    let (g, v, dt) = widen_pair(e, x[0], x[1], "hardsigmoid_backward")?;
-    let gt = cmp(e, CompareOp::Gt, v, -3.0)?;
-    let lt = cmp(e, CompareOp::Lt, v, 3.0)?;
+    let (g, v, dt) = float_pair(e, x[0], x[1])?;
+    let gt = e.compare_scalar(CompareOp::Gt, v, -3.0)?;
+    let lt = e.compare_scalar(CompareOp::Lt, v, 3.0)?;
     let inside = e.binary(crate::ir::BinaryOp::And, gt, lt)?;
     let d = mul_s(e, g, (1.0f32 / 6.0) as f64)?;
     let zero = e.full_like(d, 0.0)?;
@@ -254,7 +229,7 @@ fn threshold(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> 
             "threshold of a bool tensor is not supported",
         ));
     }
-    let le = cmp(e, CompareOp::Le, v, th)?;
+    let le = e.compare_scalar(CompareOp::Le, v, th)?;
     let fill = e.full_like(v, value)?;
     Ok(vec![e.select(le, fill, v)?])
 }
@@ -262,8 +237,8 @@ fn threshold(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> 
 /// Where |x| <= lambd (both ends in, NaN out): softshrink's and
 /// hardshrink's dead zone.
 fn dead_zone(e: &mut Emitter, v: ValueId, lambd: f64) -> Result<ValueId> {
-    let ge = cmp(e, CompareOp::Ge, v, -lambd)?;
-    let le = cmp(e, CompareOp::Le, v, lambd)?;
+    let ge = e.compare_scalar(CompareOp::Ge, v, -lambd)?;
+    let le = e.compare_scalar(CompareOp::Le, v, lambd)?;
     e.binary(crate::ir::BinaryOp::And, ge, le)
 }
 
@@ -271,11 +246,16 @@ fn dead_zone(e: &mut Emitter, v: ValueId, lambd: f64) -> Result<ValueId> {
 /// -lambd, 0 between (NaN stays NaN).
 fn softshrink(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     let lambd = a.float_or("lambd", 0.5)?;
+    if lambd < 0.0 {
+        return Err(Error::invalid(format!(
+            "lambda must be greater or equal to 0, but found to be {lambd}."
+        )));
+    }
     let (v, dt) = widen(e, x[0], "softshrink")?;
     let dn = e.binary_scalar(crate::ir::BinaryOp::Sub, v, lambd)?;
     let up = e.binary_scalar(crate::ir::BinaryOp::Add, v, lambd)?;
-    let above = cmp(e, CompareOp::Gt, v, lambd)?;
-    let below = cmp(e, CompareOp::Lt, v, -lambd)?;
+    let above = e.compare_scalar(CompareOp::Gt, v, lambd)?;
+    let below = e.compare_scalar(CompareOp::Lt, v, -lambd)?;
     let zero = e.full_like(v, 0.0)?;
     let r = e.select(below, up, v)?;
     let r = e.select(above, dn, r)?;
@@ -298,7 +278,7 @@ fn hardshrink(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>>
 /// dead zone, else grad.
 fn shrink_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     let lambd = a.float_or("lambd", 0.5)?;
-    let (g, v, dt) = widen_pair(e, x[0], x[1], "shrink backward")?;
+    let (g, v, dt) = float_pair(e, x[0], x[1])?;
     let zone = dead_zone(e, v, lambd)?;
     let zero = e.full_like(g, 0.0)?;
     let r = e.select(zone, zero, g)?;
@@ -379,9 +359,9 @@ fn glu_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId
 /// _prelu_kernel(x, weight) (weight already shaped to broadcast): x where
 /// x > 0, else weight · x.
 fn prelu(e: &mut Emitter, x: &[ValueId], _: &Attrs) -> Result<Vec<ValueId>> {
-    let (v, w, dt) = widen_pair(e, x[0], x[1], "prelu")?;
+    let (v, w, dt) = float_pair(e, x[0], x[1])?;
     let wx = e.mul(w, v)?;
-    let gt = cmp(e, CompareOp::Gt, v, 0.0)?;
+    let gt = e.compare_scalar(CompareOp::Gt, v, 0.0)?;
     let r = e.select(gt, v, wx)?;
     done(e, r, dt)
 }
@@ -391,12 +371,12 @@ fn prelu(e: &mut Emitter, x: &[ValueId], _: &Attrs) -> Result<Vec<ValueId>> {
 /// sums the second to the weight's).
 fn prelu_backward(e: &mut Emitter, x: &[ValueId], _: &Attrs) -> Result<Vec<ValueId>> {
     let dt = super::promote::promote_types(e.dtype(x[1]), e.dtype(x[2]));
-    let (g, v, _) = widen_pair(e, x[0], x[1], "prelu_backward")?;
+    let (g, v, _) = float_pair(e, x[0], x[1])?;
     let w = e.convert(x[2], e.dtype(v))?;
     let (v, w) = e.broadcast_pair(v, w)?;
     let (g, v) = e.broadcast_pair(g, v)?;
     let w = e.broadcast_to(w, &e.dims(v))?;
-    let gt = cmp(e, CompareOp::Gt, v, 0.0)?;
+    let gt = e.compare_scalar(CompareOp::Gt, v, 0.0)?;
     let wg = e.mul(w, g)?;
     let gx = e.select(gt, g, wg)?;
     let xg = e.mul(v, g)?;
@@ -654,6 +634,17 @@ mod tests {
             .to_string();
         assert!(
             e.contains("glu") && e.contains("even") && e.contains("size 3"),
+            "{e}"
+        );
+        let e = run(
+            "softshrink",
+            &[&xg],
+            Attrs::new().with("lambd", Attr::Float(-1.0)),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("softshrink: lambda must be greater or equal to 0"),
             "{e}"
         );
         let e = run("elu", &[&t(DType::I64, &[1], &[1.0])], Attrs::new())

@@ -15,7 +15,11 @@ use crate::ir::{BinaryOp, CompareOp, DType, Prim, ReduceOp, ScatterCombiner, Una
 
 /// (grad, other) promoted and converted to the compute dtype, broadcast to
 /// one shape; returns them with the result dtype.
-fn float_pair(e: &mut Emitter, g: ValueId, x: ValueId) -> Result<(ValueId, ValueId, DType)> {
+pub(super) fn float_pair(
+    e: &mut Emitter,
+    g: ValueId,
+    x: ValueId,
+) -> Result<(ValueId, ValueId, DType)> {
     let dt = super::promote::promote_types(e.dtype(g), e.dtype(x));
     let cd = compute_dtype(dt)?;
     let g = e.convert(g, cd)?;

@@ -180,6 +180,12 @@ impl Emitter {
         self.binary(op, x, s)
     }
 
+    /// x compared with a scalar in x's dtype.
+    pub fn compare_scalar(&mut self, op: CompareOp, x: ValueId, value: f64) -> Result<ValueId> {
+        let s = self.scalar(self.dtype(x), value)?;
+        self.compare(op, x, s)
+    }
+
     /// A new value equal to `x`, bit for bit (a conversion to its dtype).
     pub fn identity(&mut self, x: ValueId) -> Result<ValueId> {
         let to = self.dtype(x);

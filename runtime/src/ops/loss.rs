@@ -356,14 +356,7 @@ fn mse_loss(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     let (xs, dt) = mse_operands(e, x)?;
     let d = e.sub(xs[0], xs[1])?;
     let sq = e.mul(d, d)?;
-    let loss = match r {
-        Reduction::None => sq,
-        Reduction::Sum => sum_all(e, sq)?,
-        Reduction::Mean => {
-            let dims: Vec<usize> = (0..e.rank(sq)).collect();
-            super::reduction::mean_of(e, sq, &dims, false)?
-        }
-    };
+    let loss = reduce_loss(e, sq, r)?;
     Ok(vec![e.convert(loss, dt)?])
 }
 
@@ -376,12 +369,7 @@ fn mse_loss_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<Va
     let cd = e.dtype(xs[0]);
     let d = e.sub(xs[0], xs[1])?;
     let numel = e.ty(d).numel();
-    if r != Reduction::None && e.rank(x[0]) != 0 {
-        return Err(Error::invalid(format!(
-            "grad_output must be a scalar for reduction {r:?}, got {:?}",
-            e.dims(x[0])
-        )));
-    }
+    check_grad_output(e, x[0], r)?;
     let norm = if r == Reduction::Mean {
         2.0 / numel as f64
     } else {
@@ -407,21 +395,21 @@ fn reduce_loss(e: &mut Emitter, loss: ValueId, r: Reduction) -> Result<ValueId> 
     }
 }
 
-/// The backward's scale of each element: 1/numel for mean, else 1; and
-/// the grad, checked a scalar when the loss was reduced, in `cd`.
-fn loss_grad(
-    e: &mut Emitter,
-    g: ValueId,
-    like: ValueId,
-    r: Reduction,
-    what: &str,
-) -> Result<(ValueId, f64)> {
+/// A reduced loss's backward takes a scalar grad_output.
+fn check_grad_output(e: &Emitter, g: ValueId, r: Reduction) -> Result<()> {
     if r != Reduction::None && e.rank(g) != 0 {
         return Err(Error::invalid(format!(
-            "{what}: grad_output must be a scalar for reduction {r:?}, got {:?}",
+            "grad_output must be a scalar for reduction {r:?}, got {:?}",
             e.dims(g)
         )));
     }
+    Ok(())
+}
+
+/// The backward's scale of each element: 1/numel for mean, else 1; and
+/// the grad (`check_grad_output`) in `like`'s dtype.
+fn loss_grad(e: &mut Emitter, g: ValueId, like: ValueId, r: Reduction) -> Result<(ValueId, f64)> {
+    check_grad_output(e, g, r)?;
     let numel = e.ty(like).numel().max(1);
     let norm = if r == Reduction::Mean {
         1.0 / numel as f64
@@ -478,7 +466,7 @@ fn binary_cross_entropy_backward(
     let r = reduction(a)?;
     let (xs, dt) = mse_operands(e, &x[1..3])?;
     let (p, t) = (xs[0], xs[1]);
-    let (g, norm) = loss_grad(e, x[0], p, r, "binary_cross_entropy_backward")?;
+    let (g, norm) = loss_grad(e, x[0], p, r)?;
     let one = e.full_like(p, 1.0)?;
     let q = e.sub(one, p)?;
     let den = e.mul(q, p)?;
@@ -530,8 +518,7 @@ fn smooth_or_huber(e: &mut Emitter, x: &[ValueId], a: &Attrs, huber: bool) -> Re
         let inner = e.binary_scalar(BinaryOp::Div, h, k)?;
         (inner, e.binary_scalar(BinaryOp::Sub, z, 0.5 * k)?)
     };
-    let kk = e.scalar(e.dtype(z), k)?;
-    let small = e.compare(CompareOp::Lt, z, kk)?;
+    let small = e.compare_scalar(CompareOp::Lt, z, k)?;
     let loss = e.select(small, inner, outer)?;
     let loss = reduce_loss(e, loss, r)?;
     Ok(vec![e.convert(loss, dt)?])
@@ -563,12 +550,7 @@ fn smooth_or_huber_backward(
     };
     let (xs, dt) = mse_operands(e, &x[1..])?;
     let d = e.sub(xs[0], xs[1])?;
-    let what = if huber {
-        "huber_loss_backward"
-    } else {
-        "smooth_l1_loss_backward"
-    };
-    let (g, norm) = loss_grad(e, x[0], d, r, what)?;
+    let (g, norm) = loss_grad(e, x[0], d, r)?;
     let g = e.binary_scalar(BinaryOp::Mul, g, norm)?;
     let side = if huber {
         e.binary_scalar(BinaryOp::Mul, g, k)?
@@ -586,10 +568,8 @@ fn smooth_or_huber_backward(
         e.broadcast_to(mid, &e.dims(d))?,
     );
     let neg = e.unary(UnaryOp::Neg, side)?;
-    let kk = e.scalar(e.dtype(d), k)?;
-    let nk = e.scalar(e.dtype(d), -k)?;
-    let hi = e.compare(CompareOp::Ge, d, kk)?;
-    let lo = e.compare(CompareOp::Le, d, nk)?;
+    let hi = e.compare_scalar(CompareOp::Ge, d, k)?;
+    let lo = e.compare_scalar(CompareOp::Le, d, -k)?;
     let grad = e.select(hi, side, mid)?;
     let grad = e.select(lo, neg, grad)?;
     Ok(vec![e.convert(grad, dt)?])

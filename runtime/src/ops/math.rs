@@ -52,30 +52,25 @@ fn binary_in(
     Ok(vec![e.convert(r, dt)?])
 }
 
-fn lt_scalar(e: &mut Emitter, v: ValueId, s: f64) -> Result<ValueId> {
-    let c = e.scalar(e.dtype(v), s)?;
-    e.compare(CompareOp::Lt, v, c)
-}
-
-fn eq_scalar(e: &mut Emitter, v: ValueId, s: f64) -> Result<ValueId> {
-    let c = e.scalar(e.dtype(v), s)?;
-    e.compare(CompareOp::Eq, v, c)
-}
-
 /// `-r` where v < 0, `r` elsewhere: an odd function computed on |v|.
 fn with_sign_of(e: &mut Emitter, v: ValueId, r: ValueId) -> Result<ValueId> {
-    let neg = lt_scalar(e, v, 0.0)?;
+    let neg = e.compare_scalar(CompareOp::Lt, v, 0.0)?;
     let nr = e.unary(UnaryOp::Neg, r)?;
     e.select(neg, nr, r)
 }
 
-/// sqrt(1 - v²) as sqrt((1 - v)(1 + v)): exact factors near |v| = 1,
-/// where 1 - v·v cancels. NaN past |v| > 1.
-fn sqrt_one_minus_sq(e: &mut Emitter, v: ValueId) -> Result<ValueId> {
+/// 1 - v² as (1 - v)(1 + v): exact factors near |v| = 1, where 1 - v·v
+/// cancels. Negative past |v| > 1.
+fn one_minus_sq(e: &mut Emitter, v: ValueId) -> Result<ValueId> {
     let one = e.scalar(e.dtype(v), 1.0)?;
     let a = e.sub(one, v)?;
     let b = e.add(one, v)?;
-    let p = e.mul(a, b)?;
+    e.mul(a, b)
+}
+
+/// sqrt(1 - v²) from `one_minus_sq`; NaN past |v| > 1.
+fn sqrt_one_minus_sq(e: &mut Emitter, v: ValueId) -> Result<ValueId> {
+    let p = one_minus_sq(e, v)?;
     e.unary(UnaryOp::Sqrt, p)
 }
 
@@ -133,7 +128,7 @@ fn sinh(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
         let large = e.sub(big, inv)?;
         let large = with_sign_of(e, v, large)?;
         let av = e.unary(UnaryOp::Abs, v)?;
-        let near = lt_scalar(e, av, 1.0)?;
+        let near = e.compare_scalar(CompareOp::Lt, av, 1.0)?;
         e.select(near, small, large)
     })
 }
@@ -268,9 +263,8 @@ fn erfinv(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
             }
             Ok(p)
         };
-        let q = sqrt_one_minus_sq(e, v)?;
-        let q2 = e.mul(q, q)?;
-        let l = e.unary(UnaryOp::Log, q2)?;
+        let q = one_minus_sq(e, v)?;
+        let l = e.unary(UnaryOp::Log, q)?;
         let w = e.unary(UnaryOp::Neg, l)?;
         let wc = e.binary_scalar(BinaryOp::Sub, w, 2.5)?;
         let pc = horner(e, wc, &CENTRAL)?;
@@ -295,7 +289,7 @@ fn erfinv(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
         }
         // ±1: the infinities (Newton's step there is 0/0).
         let av = e.unary(UnaryOp::Abs, v)?;
-        let edge = eq_scalar(e, av, 1.0)?;
+        let edge = e.compare_scalar(CompareOp::Eq, av, 1.0)?;
         let inf = e.full_like(v, f64::INFINITY)?;
         let inf = e.mul(inf, v)?;
         e.select(edge, inf, y)
@@ -369,7 +363,7 @@ fn sinc(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
         let p = e.binary_scalar(BinaryOp::Mul, v, PI)?;
         let s = e.unary(UnaryOp::Sin, p)?;
         let r = e.div(s, p)?;
-        let zero = eq_scalar(e, v, 0.0)?;
+        let zero = e.compare_scalar(CompareOp::Eq, v, 0.0)?;
         let one = e.full_like(r, 1.0)?;
         e.select(zero, one, r)
     })
@@ -381,7 +375,7 @@ fn xlogy(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
         let l = e.unary(UnaryOp::Log, q)?;
         let r = e.mul(p, l)?;
         let zero = e.full_like(r, 0.0)?;
-        let pz = eq_scalar(e, p, 0.0)?;
+        let pz = e.compare_scalar(CompareOp::Eq, p, 0.0)?;
         let r = e.select(pz, zero, r)?;
         let nan = e.compare(CompareOp::Ne, q, q)?;
         let nans = e.full_like(r, f64::NAN)?;
@@ -412,7 +406,7 @@ fn logaddexp_in(e: &mut Emitter, x: &[ValueId], a: &Attrs, base2: bool) -> Resul
         };
         let r = e.add(m, l)?;
         let ap = e.unary(UnaryOp::Abs, p)?;
-        let inf = eq_scalar(e, ap, f64::INFINITY)?;
+        let inf = e.compare_scalar(CompareOp::Eq, ap, f64::INFINITY)?;
         let same = e.compare(CompareOp::Eq, p, q)?;
         let both = e.binary(BinaryOp::And, inf, same)?;
         e.select(both, p, r)
@@ -442,11 +436,11 @@ fn hypot(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
         let s = e.add(one, r2)?;
         let s = e.unary(UnaryOp::Sqrt, s)?;
         let h = e.mul(m, s)?;
-        let zero = eq_scalar(e, m, 0.0)?;
+        let zero = e.compare_scalar(CompareOp::Eq, m, 0.0)?;
         let zeros = e.full_like(h, 0.0)?;
         let h = e.select(zero, zeros, h)?;
-        let pi = eq_scalar(e, ap, f64::INFINITY)?;
-        let qi = eq_scalar(e, aq, f64::INFINITY)?;
+        let pi = e.compare_scalar(CompareOp::Eq, ap, f64::INFINITY)?;
+        let qi = e.compare_scalar(CompareOp::Eq, aq, f64::INFINITY)?;
         let inf = e.binary(BinaryOp::Or, pi, qi)?;
         let infs = e.full_like(h, f64::INFINITY)?;
         e.select(inf, infs, h)
@@ -458,7 +452,7 @@ fn hypot(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
 fn heaviside(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     let (xs, _) = super::pointwise::promote(e, x, a)?;
     let (v, w) = e.broadcast_pair(xs[0], xs[1])?;
-    let z = eq_scalar(e, v, 0.0)?;
+    let z = e.compare_scalar(CompareOp::Eq, v, 0.0)?;
     let zero = e.scalar(e.dtype(v), 0.0)?;
     let pos = e.compare(CompareOp::Gt, v, zero)?;
     let step = e.convert(pos, e.dtype(v))?;

@@ -294,15 +294,29 @@ fn reduce_region(op: ReduceOp, d: DType, st: &str) -> String {
     if !(d.is_float() && matches!(op, ReduceOp::Max | ReduceOp::Min)) {
         return format!("%r = {f} %a, %b : {st}");
     }
-    let k = compare_kind(d);
-    let b = "tensor<i1>";
-    format!(
-        "%m = {f} %a, %b : {st}\n        \
-         %an = stablehlo.compare NE, %a, %a, {k} : ({st}, {st}) -> {b}\n        \
-         %bn = stablehlo.compare NE, %b, %b, {k} : ({st}, {st}) -> {b}\n        \
-         %mb = stablehlo.select %bn, %b, %m : {b}, {st}\n        \
-         %r = stablehlo.select %an, %a, %mb : {b}, {st}"
-    )
+    nan_propagating(f, "%a", "%b", st, "tensor<i1>", "%", "%r").join("\n        ")
+}
+
+/// The lines of `out = f(a, b)` for a float maximum or minimum `f` over
+/// values of type `t` (`mask` its i1 shape) that propagate a NaN from
+/// either operand: f, then a select on each operand's NaN. Intermediates
+/// are named `{tmp}m`, `{tmp}an`, `{tmp}bn` and `{tmp}mb`.
+fn nan_propagating(
+    f: &str,
+    a: &str,
+    b: &str,
+    t: &str,
+    mask: &str,
+    tmp: &str,
+    out: &str,
+) -> [String; 5] {
+    [
+        format!("{tmp}m = {f} {a}, {b} : {t}"),
+        format!("{tmp}an = stablehlo.compare NE, {a}, {a}, FLOAT : ({t}, {t}) -> {mask}"),
+        format!("{tmp}bn = stablehlo.compare NE, {b}, {b}, FLOAT : ({t}, {t}) -> {mask}"),
+        format!("{tmp}mb = stablehlo.select {tmp}bn, {b}, {tmp}m : {mask}, {t}"),
+        format!("{out} = stablehlo.select {tmp}an, {a}, {tmp}mb : {mask}, {t}"),
+    ]
 }
 
 fn reduce_body(op: ReduceOp) -> &'static str {
@@ -848,12 +862,10 @@ fn lower_module(graph: &Graph, slots: &[OutputSlot]) -> Result<(String, Vec<Inde
             // constant (relu's 0), XLA folds its compare away.
             Prim::Binary(op @ (BinaryOp::Max | BinaryOp::Min)) if graph.value_type(out).dtype.is_float() => {
                 let mask = shaped(&graph.value_type(out).dims, "i1");
-                let (a, b) = (&ins[0], &ins[1]);
-                w(format!("{o}_m = {} {a}, {b} : {ot}", binary_name(*op)));
-                w(format!("{o}_an = stablehlo.compare NE, {a}, {a}, FLOAT : ({ot}, {ot}) -> {mask}"));
-                w(format!("{o}_bn = stablehlo.compare NE, {b}, {b}, FLOAT : ({ot}, {ot}) -> {mask}"));
-                w(format!("{o}_mb = stablehlo.select {o}_bn, {b}, {o}_m : {mask}, {ot}"));
-                w(format!("{o} = stablehlo.select {o}_an, {a}, {o}_mb : {mask}, {ot}"));
+                let tmp = format!("{o}_");
+                for line in nan_propagating(binary_name(*op), &ins[0], &ins[1], &ot, &mask, &tmp, &o) {
+                    w(line);
+                }
             }
             Prim::Binary(op) => w(format!("{o} = {} {}, {} : {ot}", binary_name(*op), ins[0], ins[1])),
             Prim::Compare(op) => {

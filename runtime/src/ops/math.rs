@@ -1,9 +1,9 @@
 //! Elementwise math written from the primitives: tangent, the inverse
-//! trigonometric and hyperbolic functions, log2, log10, exp2, erfinv, frac, logit,
-//! sinc, and the binary xlogy, logaddexp, logaddexp2, hypot, heaviside,
-//! fmax and fmin. Each promotes as torch does (integers to the default
-//! float), computes at f32 for bf16 and f16 and rounds once, as torch's CPU
-//! kernels do. Where the textbook formula loses accuracy (cancellation
+//! trigonometric and hyperbolic functions, log2, log10, exp2, erfinv, frac,
+//! logit, sinc, signbit, and the binary xlogy, logaddexp, logaddexp2, hypot,
+//! heaviside, fmax, fmin and copysign. Each promotes as torch does
+//! (integers to the default float), computes at f32 for bf16 and f16 and
+//! rounds once, as torch's CPU kernels do. Where the textbook formula loses accuracy (cancellation
 //! near 0 or 1, overflow of an intermediate) the one used here says why.
 
 use super::attrs::Attrs;
@@ -23,7 +23,7 @@ const HUGE: f64 = 67_108_864.0; // 2^26
 
 /// `f` over the input promoted to a float dtype and widened to its
 /// compute dtype; the result rounded back once.
-fn unary_in(
+pub(super) fn unary_in(
     e: &mut Emitter,
     x: ValueId,
     a: &Attrs,
@@ -481,6 +481,45 @@ fn fmin(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     fmax_fmin(e, x, a, false)
 }
 
+/// Whether v's sign bit is set: v < 0, or v a zero whose reciprocal is
+/// -inf (-0). A NaN counts as positive whatever its sign bit (torch reads
+/// the bit).
+fn sign_bit(e: &mut Emitter, v: ValueId) -> Result<ValueId> {
+    let neg = e.compare_scalar(CompareOp::Lt, v, 0.0)?;
+    let zero = e.compare_scalar(CompareOp::Eq, v, 0.0)?;
+    let one = e.full_like(v, 1.0)?;
+    let inv = e.div(one, v)?;
+    let neg_inf = e.compare_scalar(CompareOp::Lt, inv, 0.0)?;
+    let neg_zero = e.binary(BinaryOp::And, zero, neg_inf)?;
+    e.binary(BinaryOp::Or, neg, neg_zero)
+}
+
+/// signbit(x): bool, true where the sign bit is set (-0 included); never
+/// for bools; x < 0 for integers.
+fn signbit(e: &mut Emitter, x: &[ValueId], _: &Attrs) -> Result<Vec<ValueId>> {
+    let v = x[0];
+    let dt = e.dtype(v);
+    if dt == DType::Bool {
+        let f = e.full_like(v, 0.0)?;
+        return Ok(vec![f]);
+    }
+    if !dt.is_float() {
+        return Ok(vec![e.compare_scalar(CompareOp::Lt, v, 0.0)?]);
+    }
+    let v = e.convert(v, compute_dtype(dt)?)?;
+    Ok(vec![sign_bit(e, v)?])
+}
+
+/// copysign(a, b): |a| with b's sign bit (so -0 in b gives -|a|).
+fn copysign(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    binary_in(e, x, a, |e, p, q, _| {
+        let m = e.unary(UnaryOp::Abs, p)?;
+        let nm = e.unary(UnaryOp::Neg, m)?;
+        let neg = sign_bit(e, q)?;
+        e.select(neg, nm, m)
+    })
+}
+
 pub(super) const OPS: &[OpDef] = &[
     def!("tan", Arity::Exactly(1), tan),
     def!("asin", Arity::Exactly(1), asin),
@@ -506,6 +545,8 @@ pub(super) const OPS: &[OpDef] = &[
     def!("heaviside", Arity::Exactly(2), heaviside),
     def!("fmax", Arity::Exactly(2), fmax),
     def!("fmin", Arity::Exactly(2), fmin),
+    def!("signbit", Arity::Exactly(1), signbit),
+    def!("copysign", Arity::Exactly(2), copysign),
 ];
 
 #[cfg(test)]
@@ -588,6 +629,62 @@ mod tests {
         close(&e, &[f64::INFINITY, f64::NEG_INFINITY, f64::NAN], 0.0);
         let e = run1("asin", &[&t(DType::F32, &[1], &[1.5])], Attrs::new());
         close(&e, &[f64::NAN], 0.0);
+    }
+
+    #[test]
+    fn signbit_and_copysign_read_the_sign_of_zero() {
+        let v = [
+            -0.0,
+            0.0,
+            -2.5,
+            3.0,
+            f64::NEG_INFINITY,
+            f64::INFINITY,
+            f64::NAN,
+        ];
+        for dt in [DType::F32, DType::F64, DType::BF16, DType::F16] {
+            let s = run1("signbit", &[&t(dt, &[7], &v)], Attrs::new());
+            assert_eq!(s.ty.dtype, DType::Bool);
+            close(&s, &[1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0], 0.0);
+        }
+        let i = run1(
+            "signbit",
+            &[&t(DType::I32, &[3], &[-1.0, 0.0, 5.0])],
+            Attrs::new(),
+        );
+        close(&i, &[1.0, 0.0, 0.0], 0.0);
+        let b = run1(
+            "signbit",
+            &[&t(DType::Bool, &[2], &[1.0, 0.0])],
+            Attrs::new(),
+        );
+        close(&b, &[0.0, 0.0], 0.0);
+        let mag = t(
+            DType::F32,
+            &[7],
+            &[1.0, 2.0, -3.0, 4.0, 5.0, -0.0, f64::INFINITY],
+        );
+        let c = run1("copysign", &[&mag, &t(DType::F32, &[7], &v)], Attrs::new());
+        assert_eq!(c.ty.dtype, DType::F32);
+        close(&c, &[-1.0, 2.0, -3.0, 4.0, -5.0, 0.0, f64::INFINITY], 0.0);
+        // -0 from a -0 sign: its reciprocal shows it.
+        let z = run1(
+            "copysign",
+            &[&t(DType::F64, &[1], &[0.0]), &t(DType::F64, &[1], &[-1.0])],
+            Attrs::new(),
+        );
+        assert_eq!(1.0 / z.to_f64_vec()[0], f64::NEG_INFINITY);
+        // Integers promote to the default float; a scalar sign broadcasts.
+        let p = run1(
+            "copysign",
+            &[
+                &t(DType::I64, &[3], &[1.0, -2.0, 3.0]),
+                &t(DType::F64, &[], &[-1.0]),
+            ],
+            Attrs::new(),
+        );
+        assert_eq!(p.ty.dtype, DType::F64);
+        close(&p, &[-1.0, -2.0, -3.0], 0.0);
     }
 
     #[test]

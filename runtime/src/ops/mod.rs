@@ -45,6 +45,7 @@ mod shape;
 mod sparse;
 #[cfg(test)]
 mod sparse_tests;
+mod special;
 mod support;
 #[cfg(test)]
 pub(crate) mod tests;
@@ -116,6 +117,7 @@ fn registry() -> &'static Registry {
         for (group, with_products) in [
             (pointwise::OPS, false),
             (math::OPS, false),
+            (special::OPS, false),
             (activation::OPS, false),
             (reduction::OPS, false),
             (shape::OPS, false),

@@ -1054,6 +1054,27 @@ fn shape_cases() -> Vec<Case> {
                 ("dtype", dt(DType::BF16)),
             ],
         ),
+        c(
+            "logspace",
+            vec![],
+            &[("start", f(-3.0)), ("end", f(2.5)), ("steps", i(12))],
+        ),
+        c(
+            "logspace",
+            vec![],
+            &[
+                ("start", f(0.0)),
+                ("end", f(10.0)),
+                ("steps", i(11)),
+                ("base", f(2.0)),
+                ("dtype", dt(DType::I64)),
+            ],
+        ),
+        c(
+            "logspace",
+            vec![],
+            &[("start", f(0.0)), ("end", f(1.0)), ("steps", i(0))],
+        ),
         c("arange", vec![], &[("start", i(3)), ("end", i(3))]),
         c("full", vec![], &[("size", is(&[2, 3])), ("value", f(-4.5))]),
         c(
@@ -3446,8 +3467,42 @@ fn math_and_activation_cases() -> Vec<Case> {
             ],
             &[],
         ),
+        c("lgamma", vec![range(F32, &[5, 7], 3031, -4.7, 12.0)], &[]),
+        c("lgamma", vec![range(BF16, &[5, 7], 3032, 0.2, 30.0)], &[]),
+        c("lgamma", vec![whole(I64, &[6], 3033, 1, 9)], &[]),
+        c("digamma", vec![range(F32, &[5, 7], 3034, 0.05, 20.0)], &[]),
+        c("digamma", vec![h(F64, &[4], &[-2.5, -0.3, 1e-3, 1e5])], &[]),
+        c("polygamma", vec![pos.clone()], &[("n", i(1))]),
+        c("polygamma", vec![pos.clone()], &[("n", i(0))]),
+        c(
+            "polygamma",
+            vec![h(F32, &[5], &[-3.6, -0.4, 0.2, 2.0, 50.0])],
+            &[("n", i(3))],
+        ),
+        c(
+            "signbit",
+            vec![h(F32, &[6], &[-0.0, 0.0, -1.5, 2.0, -1e-30, 1e30])],
+            &[],
+        ),
+        c("signbit", vec![whole(I64, &[6], 3035, -3, 3)], &[]),
+        c("signbit", vec![rnd(F16, &[5, 7], 3036)], &[]),
+        c(
+            "copysign",
+            vec![
+                x.clone(),
+                h(F32, &[7], &[-0.0, 0.0, -1.0, 1.0, -3.0, 2.0, 0.5]),
+            ],
+            &[],
+        ),
+        c(
+            "copysign",
+            vec![whole(I32, &[6], 3037, -4, 4), scalar(F32, -0.0)],
+            &[],
+        ),
     ];
     let z = f32s(&[0, 3], 3040);
+    cases.push(c("polygamma", vec![z.clone()], &[("n", i(2))]));
+    cases.push(c("signbit", vec![z.clone()], &[]));
     for op in [
         "tan",
         "asin",
@@ -3465,6 +3520,8 @@ fn math_and_activation_cases() -> Vec<Case> {
         "erfinv",
         "logit",
         "sinc",
+        "lgamma",
+        "digamma",
         "elu",
         "leaky_relu",
         "hardtanh",
@@ -3491,6 +3548,7 @@ fn math_and_activation_cases() -> Vec<Case> {
         "heaviside",
         "fmax",
         "fmin",
+        "copysign",
         "elu_backward",
         "leaky_relu_backward",
         "hardtanh_backward",

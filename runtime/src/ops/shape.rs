@@ -7,7 +7,7 @@ use super::emit::{existing_dim, wrap_dim, Emitter};
 use super::support::{i64_vector, iota, iota_of, scatter_add_rows};
 use super::{Arity, OpDef};
 use crate::error::{Error, Result};
-use crate::ir::{CompareOp, DType, Prim, ScatterCombiner, ValueId};
+use crate::ir::{BinaryOp, CompareOp, DType, Prim, ScatterCombiner, ValueId};
 
 fn to_u64(v: i64, what: &str) -> Result<u64> {
     u64::try_from(v).map_err(|_| Error::invalid(format!("{what} {v} is negative")))
@@ -546,6 +546,23 @@ fn arange(e: &mut Emitter, _: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
 /// dtype's compute type (f32 for f32, bf16 and f16; f64 for f64 and for
 /// integer results, which truncate toward zero, as torch's).
 fn linspace(e: &mut Emitter, _: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let (v, dt) = linspace_in(e, a)?;
+    Ok(vec![e.convert(v, dt)?])
+}
+
+/// logspace(start, end, steps, base = 10, dtype = f32): base raised to
+/// linspace's values in its compute type (torch's kernel takes the same
+/// two-sided exponents), rounded once to the dtype.
+fn logspace(e: &mut Emitter, _: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let base = a.float_or("base", 10.0)?;
+    let (v, dt) = linspace_in(e, a)?;
+    let b = e.full_like(v, base)?;
+    let p = e.binary(BinaryOp::Pow, b, v)?;
+    Ok(vec![e.convert(p, dt)?])
+}
+
+/// linspace's values in its compute type, and the result dtype.
+fn linspace_in(e: &mut Emitter, a: &Attrs) -> Result<(ValueId, DType)> {
     let start = a.float("start")?;
     let end = a.float("end")?;
     let steps = a.int("steps")?;
@@ -556,9 +573,7 @@ fn linspace(e: &mut Emitter, _: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     }
     let dt = a.dtype_opt("dtype")?.unwrap_or(DType::F32);
     if dt == DType::Bool {
-        return Err(Error::invalid(
-            "linspace into a bool tensor is not supported",
-        ));
+        return Err(Error::invalid("a bool result is not supported"));
     }
     let n = steps as u64;
     let ct = match dt {
@@ -599,8 +614,7 @@ fn linspace(e: &mut Emitter, _: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     let split = if steps == 1 { 1 } else { steps / 2 };
     let half = e.full(ct, &[n], split as f64)?;
     let first = e.compare(CompareOp::Lt, i, half)?;
-    let v = e.select(first, lo, hi)?;
-    Ok(vec![e.convert(v, dt)?])
+    Ok((e.select(first, lo, hi)?, dt))
 }
 
 /// full(size, value, dtype): no inputs.
@@ -710,6 +724,7 @@ pub(super) const OPS: &[OpDef] = &[
     def!("triu", Arity::Exactly(1), triu),
     def!("arange", Arity::Exactly(0), arange),
     def!("linspace", Arity::Exactly(0), linspace),
+    def!("logspace", Arity::Exactly(0), logspace),
     def!("full", Arity::Exactly(0), full),
     def!("index_select", Arity::Exactly(2), index_select),
     def!("embedding", Arity::Exactly(2), embedding),

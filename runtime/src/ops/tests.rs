@@ -1498,6 +1498,50 @@ fn linspace_has_exact_ends_and_torchs_rounding() {
 }
 
 #[test]
+fn logspace_raises_the_base_to_linspaces_values() {
+    let ls = |start: f64, end: f64, steps: i64, base: f64, dt: DType| {
+        run(
+            "logspace",
+            &[],
+            Attrs::new()
+                .with("start", Attr::Float(start))
+                .with("end", Attr::Float(end))
+                .with("steps", int(steps))
+                .with("base", Attr::Float(base))
+                .with("dtype", Attr::DType(dt)),
+        )
+    };
+    close(
+        &ls(-2.0, 2.0, 5, 10.0, DType::F32).unwrap()[0],
+        &[0.01, 0.1, 1.0, 10.0, 100.0],
+        1e-7,
+    );
+    close(
+        &ls(-1.0, 0.5, 4, 3.0, DType::F64).unwrap()[0],
+        &[1.0 / 3.0, 3f64.powf(-0.5), 1.0, 3f64.sqrt()],
+        1e-15,
+    );
+    // Integer results: the power in f64, truncated.
+    close(
+        &ls(0.0, 3.0, 4, 2.0, DType::I64).unwrap()[0],
+        &[1.0, 2.0, 4.0, 8.0],
+        0.0,
+    );
+    close(
+        &ls(1.5, 9.0, 1, 2.0, DType::F32).unwrap()[0],
+        &[2f64.powf(1.5)],
+        1e-7,
+    );
+    let e = ls(0.0, 1.0, 3, 10.0, DType::Bool).unwrap_err().to_string();
+    assert!(
+        e.contains("logspace: a bool result is not supported"),
+        "{e}"
+    );
+    let e = ls(0.0, 1.0, -1, 10.0, DType::F32).unwrap_err().to_string();
+    assert!(e.contains("logspace") && e.contains("non-negative"), "{e}");
+}
+
+#[test]
 fn bce_smooth_l1_and_huber_losses_and_their_gradients() {
     let xs = [0.1, 0.5, 0.93, 0.0, 1.0, 0.3];
     let ts = [0.0, 1.0, 0.7, 0.0, 0.5, 1.0];

@@ -1,0 +1,561 @@
+//! The gamma family: lgamma, digamma and polygamma (every order), which
+//! torch's autograd chains (lgamma's gradient is digamma, digamma's is
+//! polygamma(1), polygamma(n)'s is polygamma(n + 1)), so the first brings
+//! the others. Each promotes as torch does (integers to the default float)
+//! and computes at f32 for bf16 and f16, rounding once.
+//!
+//! All three work on arguments of at least 1/2: smaller ones go through
+//! the reflection formulas, whose trigonometric factor takes its argument
+//! reduced to r = x - round(x) in [-1/2, 1/2] (exact in floating point), so
+//! large negative arguments keep their accuracy and the poles at the
+//! non-positive integers come out exactly (r = 0). On [1/2, ∞) each shifts
+//! its argument up by a fixed count with the recurrence and then sums an
+//! asymptotic series: Stirling's for lgamma, its derivative for digamma,
+//! and Euler–Maclaurin's for the Hurwitz zeta function behind polygamma.
+//! The shift and the number of terms are chosen per compute dtype so the
+//! series' first omitted term is below the dtype's rounding.
+
+use super::attrs::Attrs;
+use super::emit::Emitter;
+use super::math::unary_in;
+use super::{Arity, OpDef};
+use crate::error::{Error, Result};
+use crate::ir::{BinaryOp, CompareOp, DType, UnaryOp, ValueId};
+
+use std::f64::consts::PI;
+
+/// Where Stirling's series for lgamma starts: below it the argument is
+/// shifted up by this much (the product it divides by stays below 2^28).
+const STIRLING_FROM: f64 = 8.0;
+
+/// The largest polygamma order: its graph sums n + 11 powers (and n! is
+/// past f64's range from n = 171).
+const MAX_ORDER: u32 = 100;
+
+/// B(2k) / (2k (2k - 1)): the coefficients of z^-(2k-1) in Stirling's
+/// series, k = 1, 2, ... At z = 8 the eighth is 8e-16 of lgamma(8) = 8.5.
+const STIRLING: [f64; 8] = [
+    1.0 / 12.0,
+    -1.0 / 360.0,
+    1.0 / 1260.0,
+    -1.0 / 1680.0,
+    1.0 / 1188.0,
+    -691.0 / 360_360.0,
+    1.0 / 156.0,
+    -3617.0 / 122_400.0,
+];
+
+/// B(2k) / (2k): the coefficients of z^-2k in digamma's series (with a
+/// minus sign), k = 1, 2, ...
+const DIGAMMA: [f64; 7] = [
+    1.0 / 12.0,
+    -1.0 / 120.0,
+    1.0 / 252.0,
+    -1.0 / 240.0,
+    1.0 / 132.0,
+    -691.0 / 32_760.0,
+    1.0 / 12.0,
+];
+
+/// B(2k) / (2k)!: Euler–Maclaurin's coefficients, k = 1, 2, ...
+const EULER_MACLAURIN: [f64; 8] = [
+    1.0 / 6.0 / 2.0,
+    -1.0 / 30.0 / 24.0,
+    1.0 / 42.0 / 720.0,
+    -1.0 / 30.0 / 40_320.0,
+    5.0 / 66.0 / 3_628_800.0,
+    -691.0 / 2730.0 / 479_001_600.0,
+    7.0 / 6.0 / 87_178_291_200.0,
+    -3617.0 / 510.0 / 20_922_789_888_000.0,
+];
+
+/// How many of a series' terms the compute dtype needs.
+fn terms(ct: DType, f32_terms: usize, f64_terms: usize) -> usize {
+    if ct == DType::F64 {
+        f64_terms
+    } else {
+        f32_terms
+    }
+}
+
+/// Σ c[k] · z^-(first + step·k), by Horner in z^-step.
+fn inverse_series(
+    e: &mut Emitter,
+    z: ValueId,
+    c: &[f64],
+    first: i32,
+    step: i32,
+) -> Result<ValueId> {
+    let inv = e.binary_scalar(BinaryOp::Pow, z, -f64::from(step))?;
+    let mut s = e.full_like(z, c[c.len() - 1])?;
+    for &k in c[..c.len() - 1].iter().rev() {
+        s = e.mul(s, inv)?;
+        s = e.binary_scalar(BinaryOp::Add, s, k)?;
+    }
+    let lead = e.binary_scalar(BinaryOp::Pow, z, -f64::from(first))?;
+    e.mul(s, lead)
+}
+
+/// The reflection set-up for v: (small, w, r) with small = v < 1/2,
+/// w = 1 - v there and v elsewhere (so w ≥ 1/2 or NaN), and r = v - round(v).
+fn reflect(e: &mut Emitter, v: ValueId) -> Result<(ValueId, ValueId, ValueId)> {
+    let small = e.compare_scalar(CompareOp::Lt, v, 0.5)?;
+    let one = e.full_like(v, 1.0)?;
+    let mirrored = e.sub(one, v)?;
+    let w = e.select(small, mirrored, v)?;
+    let rounded = e.unary(UnaryOp::Round, v)?;
+    let r = e.sub(v, rounded)?;
+    Ok((small, w, r))
+}
+
+/// (sin πr, cos πr) for |r| ≤ 1/2, each to its own relative accuracy: the
+/// cosine as sin(π(1/2 - |r|)), whose argument is exact, so cos πr is 0 at
+/// r = ±1/2 (cos of π/2 rounded is 4e-8 in f32).
+fn sin_cos_pi(e: &mut Emitter, r: ValueId) -> Result<(ValueId, ValueId)> {
+    let pr = e.binary_scalar(BinaryOp::Mul, r, PI)?;
+    let s = e.unary(UnaryOp::Sin, pr)?;
+    let ar = e.unary(UnaryOp::Abs, r)?;
+    let half = e.full_like(r, 0.5)?;
+    let q = e.sub(half, ar)?;
+    let pq = e.binary_scalar(BinaryOp::Mul, q, PI)?;
+    Ok((s, e.unary(UnaryOp::Sin, pq)?))
+}
+
+/// ln Γ(w) for w ≥ 1/2: Stirling's series at z = w, or at z = w + 8 less
+/// ln(w (w + 1) ... (w + 7)) below 8.
+fn lgamma_half_up(e: &mut Emitter, w: ValueId, ct: DType) -> Result<ValueId> {
+    let low = e.compare_scalar(CompareOp::Lt, w, STIRLING_FROM)?;
+    let shifted = e.binary_scalar(BinaryOp::Add, w, STIRLING_FROM)?;
+    let z = e.select(low, shifted, w)?;
+    let mut prod = w;
+    for k in 1..STIRLING_FROM as i32 {
+        let f = e.binary_scalar(BinaryOp::Add, w, f64::from(k))?;
+        prod = e.mul(prod, f)?;
+    }
+    let one = e.full_like(w, 1.0)?;
+    let prod = e.select(low, prod, one)?;
+    // (z - 1/2) ln z - z + ln(2π)/2 + series(1/z) - ln(prod)
+    let lz = e.unary(UnaryOp::Log, z)?;
+    let zh = e.binary_scalar(BinaryOp::Sub, z, 0.5)?;
+    let main = e.mul(zh, lz)?;
+    let main = e.sub(main, z)?;
+    let main = e.binary_scalar(BinaryOp::Add, main, 0.5 * (2.0 * PI).ln())?;
+    let series = inverse_series(e, z, &STIRLING[..terms(ct, 3, 8)], 1, 2)?;
+    let s = e.add(main, series)?;
+    let lp = e.unary(UnaryOp::Log, prod)?;
+    e.sub(s, lp)
+}
+
+/// lgamma(x) = ln|Γ(x)|: below 1/2 by ln(π / |sin πx|) - lgamma(1 - x);
+/// +inf at the non-positive integers and at ±inf, as torch's.
+fn lgamma(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    unary_in(e, x[0], a, |e, v, ct| {
+        let (small, w, r) = reflect(e, v)?;
+        let l = lgamma_half_up(e, w, ct)?;
+        let (s, _) = sin_cos_pi(e, r)?;
+        let s = e.unary(UnaryOp::Abs, s)?;
+        let pi = e.full_like(v, PI)?;
+        let q = e.div(pi, s)?;
+        let lq = e.unary(UnaryOp::Log, q)?;
+        let reflected = e.sub(lq, l)?;
+        let y = e.select(small, reflected, l)?;
+        let av = e.unary(UnaryOp::Abs, v)?;
+        let infinite = e.compare_scalar(CompareOp::Eq, av, f64::INFINITY)?;
+        let inf = e.full_like(v, f64::INFINITY)?;
+        e.select(infinite, inf, y)
+    })
+}
+
+/// ψ(w) for w ≥ 1/2: ψ(w + n) - Σ_{k<n} 1/(w + k) with n = 6 (f32) or
+/// 10 (f64), and at z = w + n, ln z - 1/(2z) - Σ B(2k)/(2k z^2k).
+fn digamma_half_up(e: &mut Emitter, w: ValueId, ct: DType) -> Result<ValueId> {
+    let n = terms(ct, 6, 10);
+    let mut acc = e.full_like(w, 0.0)?;
+    for k in 0..n {
+        let wk = e.binary_scalar(BinaryOp::Add, w, k as f64)?;
+        let one = e.full_like(w, 1.0)?;
+        let inv = e.div(one, wk)?;
+        acc = e.add(acc, inv)?;
+    }
+    let z = e.binary_scalar(BinaryOp::Add, w, n as f64)?;
+    let lz = e.unary(UnaryOp::Log, z)?;
+    let half = e.full_like(w, 0.5)?;
+    let h = e.div(half, z)?;
+    let series = inverse_series(e, z, &DIGAMMA[..terms(ct, 3, 7)], 2, 2)?;
+    let y = e.sub(lz, h)?;
+    let y = e.sub(y, series)?;
+    e.sub(y, acc)
+}
+
+/// ψ(x): below 1/2 by ψ(1 - x) - π cot(πx). As torch's: ψ(±0) = ∓inf,
+/// NaN at the negative integers and -inf.
+fn digamma(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    unary_in(e, x[0], a, |e, v, ct| {
+        let (small, w, r) = reflect(e, v)?;
+        let d = digamma_half_up(e, w, ct)?;
+        let (s, c) = sin_cos_pi(e, r)?;
+        let pc = e.binary_scalar(BinaryOp::Mul, c, PI)?;
+        let cot = e.div(pc, s)?;
+        let reflected = e.sub(d, cot)?;
+        let y = e.select(small, reflected, d)?;
+        // -1/x keeps the sign of a zero: -inf at +0, +inf at -0.
+        let zero = e.compare_scalar(CompareOp::Eq, v, 0.0)?;
+        let m1 = e.full_like(v, -1.0)?;
+        let at_zero = e.div(m1, v)?;
+        let y = e.select(zero, at_zero, y)?;
+        let pole = e.compare_scalar(CompareOp::Eq, r, 0.0)?;
+        let neg = e.compare_scalar(CompareOp::Lt, v, 0.0)?;
+        let neg_int = e.binary(BinaryOp::And, pole, neg)?;
+        let nan = e.full_like(v, f64::NAN)?;
+        e.select(neg_int, nan, y)
+    })
+}
+
+/// The Hurwitz zeta function ζ(s, w) = Σ_k (w + k)^-s for w ≥ 0 and an
+/// integer s ≥ 2: the first n = s + 10 terms summed, the rest by
+/// Euler–Maclaurin at z = w + n (its k-th correction shrinks like
+/// (s + 2k)^2k / (2πz)^2k, so n grows with s).
+fn hurwitz_zeta(e: &mut Emitter, w: ValueId, s: u32, ct: DType) -> Result<ValueId> {
+    let sf = f64::from(s);
+    let n = s + 10;
+    let mut acc = e.full_like(w, 0.0)?;
+    for k in 0..n {
+        let wk = e.binary_scalar(BinaryOp::Add, w, f64::from(k))?;
+        let p = e.binary_scalar(BinaryOp::Pow, wk, -sf)?;
+        acc = e.add(acc, p)?;
+    }
+    let z = e.binary_scalar(BinaryOp::Add, w, f64::from(n))?;
+    // z^(1-s)/(s-1) + z^-s/2 + Σ_k B(2k)/(2k)! (s)_(2k-1) z^-(s+2k-1)
+    let tail = e.binary_scalar(BinaryOp::Pow, z, 1.0 - sf)?;
+    let tail = e.binary_scalar(BinaryOp::Mul, tail, 1.0 / (sf - 1.0))?;
+    let zs = e.binary_scalar(BinaryOp::Pow, z, -sf)?;
+    let half = e.binary_scalar(BinaryOp::Mul, zs, 0.5)?;
+    let mut c = Vec::new();
+    let mut rising = sf; // (s)_(2k-1) = s (s+1) ... (s+2k-2)
+    for (k, b) in EULER_MACLAURIN[..terms(ct, 4, 8)].iter().enumerate() {
+        if k > 0 {
+            let j = 2.0 * k as f64;
+            rising *= (sf + j - 1.0) * (sf + j);
+        }
+        c.push(b * rising);
+    }
+    let series = inverse_series(e, z, &c, s as i32 + 1, 2)?;
+    let y = e.add(acc, tail)?;
+    let y = e.add(y, half)?;
+    e.add(y, series)
+}
+
+/// The polynomial P_n with dⁿ/dxⁿ cot(πx) = πⁿ P_n(cot πx), lowest
+/// coefficient first: P_0 = c, P_(k+1) = -(1 + c²) P_k'(c).
+fn cot_derivative(n: u32) -> Vec<f64> {
+    let mut p = vec![0.0, 1.0];
+    for _ in 0..n {
+        let dp: Vec<f64> = (1..p.len()).map(|i| i as f64 * p[i]).collect();
+        let mut next = vec![0.0; dp.len() + 2];
+        for (i, &d) in dp.iter().enumerate() {
+            next[i] -= d;
+            next[i + 2] -= d;
+        }
+        p = next;
+    }
+    p
+}
+
+/// polygamma(x; n): ψ⁽ⁿ⁾(x). n = 0 is digamma; for n ≥ 1,
+/// (-1)^(n+1) n! ζ(n + 1, x) on x ≥ 0, and below 0 the reflection
+/// ψ⁽ⁿ⁾(x) = (-1)^(n+1) ((-1)ⁿ π dⁿ/dxⁿ cot(πx) - ψ⁽ⁿ⁾(1 - x)).
+/// ±inf (the sign of (-1)^(n+1)) at the non-positive integers, as torch's.
+fn polygamma(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let n = a.int("n")?;
+    if n < 0 {
+        return Err(Error::invalid(format!("n must be non-negative, got {n}")));
+    }
+    if n == 0 {
+        return digamma(e, x, a);
+    }
+    let n = u32::try_from(n)
+        .ok()
+        .filter(|&n| n <= MAX_ORDER)
+        .ok_or_else(|| {
+            Error::invalid(format!(
+                "n = {n} is past the largest order supported, {MAX_ORDER}"
+            ))
+        })?;
+    let sign = if n % 2 == 1 { 1.0 } else { -1.0 };
+    let factorial: f64 = (1..=n).map(f64::from).product();
+    unary_in(e, x[0], a, |e, v, ct| {
+        let neg = e.compare_scalar(CompareOp::Lt, v, 0.0)?;
+        let one = e.full_like(v, 1.0)?;
+        let mirrored = e.sub(one, v)?;
+        let w = e.select(neg, mirrored, v)?;
+        let zeta = hurwitz_zeta(e, w, n + 1, ct)?;
+        let direct = e.binary_scalar(BinaryOp::Mul, zeta, sign * factorial)?;
+        // The reflected value, from cot(πr) with r = x - round(x).
+        let rounded = e.unary(UnaryOp::Round, v)?;
+        let r = e.sub(v, rounded)?;
+        let (s, c) = sin_cos_pi(e, r)?;
+        let cot = e.div(c, s)?;
+        let p = cot_derivative(n);
+        let mut poly = e.full_like(v, p[p.len() - 1])?;
+        for &k in p[..p.len() - 1].iter().rev() {
+            poly = e.mul(poly, cot)?;
+            poly = e.binary_scalar(BinaryOp::Add, poly, k)?;
+        }
+        // (-1)^(n+1) (-1)^n π^(n+1) P_n = -π^(n+1) P_n
+        let trig = e.binary_scalar(BinaryOp::Mul, poly, -PI.powi(n as i32 + 1))?;
+        let back = e.binary_scalar(BinaryOp::Mul, direct, -sign)?;
+        let reflected = e.add(trig, back)?;
+        let y = e.select(neg, reflected, direct)?;
+        let pole = e.compare_scalar(CompareOp::Eq, r, 0.0)?;
+        let nonpos = e.compare_scalar(CompareOp::Le, v, 0.0)?;
+        let at_pole = e.binary(BinaryOp::And, pole, nonpos)?;
+        let inf = e.full_like(v, sign * f64::INFINITY)?;
+        e.select(at_pole, inf, y)
+    })
+}
+
+pub(super) const OPS: &[OpDef] = &[
+    def!("lgamma", Arity::Exactly(1), lgamma),
+    def!("digamma", Arity::Exactly(1), digamma),
+    def!("polygamma", Arity::Exactly(1), polygamma),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{close, run, run1, t};
+    use crate::ir::DType;
+    use crate::ops::attrs::{Attr, Attrs};
+
+    /// `op` over `xs` in f64 (within `tol64`) and f32 (within `tol32`)
+    /// against reference values (mpmath at 30 digits), each error relative
+    /// to max(|want|, floor): a floor of 1 makes it absolute near a zero of
+    /// the function.
+    fn matches(op: &str, attrs: Attrs, xs: &[f64], want: &[f64], floor: f64, tols: [f64; 2]) {
+        let n = [xs.len() as u64];
+        for (dt, tol) in [(DType::F64, tols[0]), (DType::F32, tols[1])] {
+            let got = run1(op, &[&t(dt, &n, xs)], attrs.clone());
+            assert_eq!(got.ty.dtype, dt);
+            for (i, (g, w)) in got.to_f64_vec().iter().zip(want).enumerate() {
+                let err = (g - w).abs() / w.abs().max(floor);
+                assert!(err <= tol, "{op} {dt:?} at {}: got {g}, want {w}", xs[i]);
+            }
+        }
+    }
+
+    #[test]
+    fn lgamma_matches_reference_values() {
+        let xs = [
+            -2.5, -1.5, -0.5, -1e-3, 1e-8, 0.1, 0.5, 1.0, 1.5, 2.0, 2.5, 3.7, 7.99, 8.0, 10.0,
+            100.5, 1e5,
+        ];
+        let want = [
+            -0.056_243_716_497_674_054,
+            0.860_047_015_376_481,
+            1.265_512_123_484_645_4,
+            6.908_333_317_515_028,
+            18.420_680_738_180_21,
+            2.252_712_651_734_206,
+            0.572_364_942_924_700_1,
+            0.0,
+            -0.120_782_237_635_245_22,
+            0.0,
+            0.284_682_870_472_919_2,
+            1.428_072_326_665_388,
+            8.505_011_606_088_48,
+            8.525_161_361_065_415,
+            12.801_827_480_081_469,
+            361.435_540_467_777_6,
+            1_051_287.708_973_656_9,
+        ];
+        // Below 8 the shifted series subtracts two logs of 10 to 28, so the
+        // error is absolute: 4e-15 in f64, 3e-6 in f32 (torch's tests allow
+        // 1e-5 there).
+        matches("lgamma", Attrs::new(), &xs, &want, 1.0, [4e-15, 3e-6]);
+        let big = run1("lgamma", &[&t(DType::F64, &[1], &[1e15])], Attrs::new());
+        close(&big, &[3.353_877_639_491_066_8e16], 1e-15);
+        // Poles, infinities and NaN, as torch's: +inf at 0, -0 and the
+        // negative integers (also a large f32 one), and at ±inf.
+        let e = run1(
+            "lgamma",
+            &[&t(
+                DType::F32,
+                &[7],
+                &[
+                    0.0,
+                    -0.0,
+                    -3.0,
+                    -1e30,
+                    f64::INFINITY,
+                    f64::NEG_INFINITY,
+                    f64::NAN,
+                ],
+            )],
+            Attrs::new(),
+        );
+        let inf = f64::INFINITY;
+        close(&e, &[inf, inf, inf, inf, inf, inf, f64::NAN], 0.0);
+        // Integers promote to the default float; half dtypes round once.
+        let i = run1(
+            "lgamma",
+            &[&t(DType::I64, &[3], &[1.0, 3.0, 5.0])],
+            Attrs::new(),
+        );
+        assert_eq!(i.ty.dtype, DType::F32);
+        close(&i, &[0.0, 2f64.ln(), 24f64.ln()], 1e-6);
+        let b = run1("lgamma", &[&t(DType::BF16, &[1], &[5.0])], Attrs::new());
+        assert_eq!(b.ty.dtype, DType::BF16);
+        close(&b, &[half::bf16::from_f64(24f64.ln()).to_f64()], 0.0);
+    }
+
+    #[test]
+    fn digamma_matches_reference_values() {
+        let xs = [
+            -2.5,
+            -0.5,
+            -1e-3,
+            1e-6,
+            0.3,
+            1.0,
+            1.461_632_144_968_362_2,
+            2.0,
+            6.5,
+            30.0,
+            1e6,
+        ];
+        let want = [
+            1.103_156_640_645_243,
+            0.036_489_973_978_576_52,
+            999.421_138_197_891_3,
+            -1_000_000.577_214_020_1,
+            -3.502_524_222_200_133,
+            -0.577_215_664_901_532_9,
+            -9.241_265_521_729_427e-17,
+            0.422_784_335_098_467_13,
+            1.792_911_330_399_933,
+            3.384_438_132_685_525,
+            13.815_510_057_964_191,
+        ];
+        matches("digamma", Attrs::new(), &xs, &want, 1.0, [2e-15, 1e-6]);
+        // torch's edges: -inf at +0, +inf at -0, NaN at the negative
+        // integers and at -inf, +inf at +inf.
+        let e = run1(
+            "digamma",
+            &[&t(
+                DType::F32,
+                &[6],
+                &[0.0, -0.0, -2.0, f64::NEG_INFINITY, f64::INFINITY, f64::NAN],
+            )],
+            Attrs::new(),
+        );
+        close(
+            &e,
+            &[
+                f64::NEG_INFINITY,
+                f64::INFINITY,
+                f64::NAN,
+                f64::NAN,
+                f64::INFINITY,
+                f64::NAN,
+            ],
+            0.0,
+        );
+    }
+
+    #[test]
+    fn polygamma_matches_reference_values_for_several_orders() {
+        let xs = [-2.3, -0.5, 0.01, 0.5, 1.0, 3.3, 25.0, 1e4];
+        let want: [(i64, [f64; 8]); 4] = [
+            (
+                1,
+                [
+                    14.725_912_160_961_292,
+                    8.934_802_200_544_679,
+                    10_001.621_213_528_313,
+                    4.934_802_200_544_679,
+                    1.644_934_066_848_226_4,
+                    0.353_501_541_841_061_8,
+                    0.040_810_663_257_225_58,
+                    0.000_100_005_000_166_666_66,
+                ],
+            ),
+            (
+                2,
+                [
+                    68.713_792_529_270_31,
+                    -0.828_796_644_234_32,
+                    -2_000_002.340_398_677,
+                    -16.828_796_644_234_32,
+                    -2.404_113_806_319_188_5,
+                    -0.123_751_185_264_942_72,
+                    -0.001_665_279_318_422_468,
+                    -1.000_100_005e-08,
+                ],
+            ),
+            (
+                3,
+                [
+                    768.935_064_666_142_2,
+                    193.409_091_034_002_44,
+                    600_000_006.251_061_8,
+                    97.409_091_034_002_44,
+                    6.493_939_402_266_829,
+                    0.085_849_667_336_884_94,
+                    0.000_135_884_636_508_273_7,
+                    2.000_300_02e-12,
+                ],
+            ),
+            (
+                6,
+                [
+                    3_283_536.884_909_281_5,
+                    -43.457_923_803_023_284,
+                    -7.200_000_000_000_066_4e16,
+                    -92_203.457_923_803_03,
+                    -726.011_479_714_984_5,
+                    -0.204_556_023_133_347_48,
+                    -5.532_496_491_858_543e-7,
+                    -1.200_360_042e-22,
+                ],
+            ),
+        ];
+        for (n, want) in want {
+            let attrs = Attrs::new().with("n", Attr::Int(n));
+            matches("polygamma", attrs, &xs, &want, 0.0, [1e-13, 2e-6]);
+        }
+        // n = 0 is digamma.
+        let d = run1(
+            "polygamma",
+            &[&t(DType::F64, &[1], &[1.0])],
+            Attrs::new().with("n", Attr::Int(0)),
+        );
+        close(&d, &[-0.577_215_664_901_532_9], 1e-15);
+        // Poles: (-1)^(n+1) inf at 0 and the negative integers.
+        for (n, s) in [(1, 1.0), (2, -1.0)] {
+            let p = run1(
+                "polygamma",
+                &[&t(DType::F32, &[3], &[0.0, -1.0, -4.0])],
+                Attrs::new().with("n", Attr::Int(n)),
+            );
+            close(&p, &[s * f64::INFINITY; 3], 0.0);
+        }
+        let e = run(
+            "polygamma",
+            &[&t(DType::F32, &[1], &[1.0])],
+            Attrs::new().with("n", Attr::Int(-1)),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("polygamma") && e.contains("non-negative, got -1"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_cot_derivative_polynomials_are_the_known_ones() {
+        // d/dx cot = -(1 + c²); d²/dx² cot = 2c (1 + c²) = 2c + 2c³.
+        assert_eq!(super::cot_derivative(0), vec![0.0, 1.0]);
+        assert_eq!(super::cot_derivative(1), vec![-1.0, 0.0, -1.0]);
+        assert_eq!(super::cot_derivative(2), vec![0.0, 2.0, 0.0, 2.0]);
+    }
+}

@@ -2121,6 +2121,15 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
                         .dtype("dtype", out.scalar_type()))[0];
     return into(out, r);
   });
+  m.impl("logspace.out",
+         [](const Scalar& start, const Scalar& end, int64_t steps, double base, Tensor& out) -> Tensor& {
+           TORCH_CHECK(!start.isComplex() && !end.isComplex() && !out.is_complex(),
+                       "tpu: complex logspace is not supported");
+           Tensor r = call("logspace", {},
+                           Attrs().f("start", start.toDouble()).f("end", end.toDouble()).i("steps", steps)
+                               .f("base", base).dtype("dtype", out.scalar_type()))[0];
+           return into(out, r);
+         });
   m.impl("index.Tensor", k_index);
   m.impl("index.Tensor_out", [](const Tensor& x, const c10::List<std::optional<Tensor>>& i, Tensor& out) -> Tensor& {
     return into(out, k_index(x, i));
@@ -2466,6 +2475,22 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   TPU_UNARY(m, "frac", "frac");
   TPU_UNARY(m, "sinc", "sinc");
   TPU_UNARY(m, "erfinv", "erfinv");
+  TPU_UNARY(m, "lgamma", "lgamma");
+  TPU_UNARY(m, "digamma", "digamma");
+  m.impl("polygamma", [](int64_t n, const Tensor& x) { return call1("polygamma", {x}, Attrs().i("n", n)); });
+  m.impl("polygamma_", [](Tensor& x, int64_t n) -> Tensor& {
+    return inplace(x, call1("polygamma", {x}, Attrs().i("n", n)));
+  });
+  m.impl("polygamma.out", [](int64_t n, const Tensor& x, Tensor& out) -> Tensor& {
+    return into(out, call1("polygamma", {x}, Attrs().i("n", n)));
+  });
+  m.impl("signbit", [](const Tensor& x) { return call1("signbit", {x}); });
+  m.impl("signbit.out", [](const Tensor& x, Tensor& out) -> Tensor& { return into(out, call1("signbit", {x})); });
+  m.impl("copysign.Tensor", [](const Tensor& a, const Tensor& b) { return call1("copysign", {a, b}); });
+  m.impl("copysign_.Tensor",
+         [](Tensor& a, const Tensor& b) -> Tensor& { return inplace(a, call1("copysign", {a, b})); });
+  m.impl("copysign.out",
+         [](const Tensor& a, const Tensor& b, Tensor& out) -> Tensor& { return into(out, call1("copysign", {a, b})); });
   m.impl("logit", k_logit);
   m.impl("logit_", [](Tensor& x, std::optional<double> eps) -> Tensor& { return inplace(x, k_logit(x, eps)); });
   m.impl("logit.out", [](const Tensor& x, std::optional<double> eps, Tensor& out) -> Tensor& {

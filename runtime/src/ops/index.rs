@@ -1,6 +1,6 @@
 //! Sorting and indexed ops: sort, topk (sort, then the first k),
 //! kthvalue and median (sort, then one position), searchsorted (a binary
-//! search in fixed steps), masked_scatter with its backward, embedding_bag
+//! search in fixed steps) and repeat_interleave (one), masked_scatter with its backward, embedding_bag
 //! with its backward ops, and index_put.
 
 use super::attrs::{Attr, Attrs};
@@ -809,6 +809,49 @@ fn searchsorted(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId
     Ok(vec![e.convert(lo, out)?])
 }
 
+/// repeat_interleave(repeats; output_size): the indices 0..n, index i
+/// repeated repeats[i] times, in repeats' dtype (i32 or i64), as
+/// torch.repeat_interleave(repeats). The result's length is the sum of
+/// the repeats, which the frontend reads (or its user gives, as torch's
+/// output_size) and passes: the graph finds each output position's index
+/// by a binary search in the repeats' running sum. Positions past the sum
+/// (an output_size too large) take the last index, so every index the
+/// result holds is in range.
+fn repeat_interleave(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let rt = e.ty(x[0]);
+    if rt.rank() > 1 || !matches!(rt.dtype, DType::I32 | DType::I64) {
+        return Err(Error::invalid(format!(
+            "repeats must be a 0-dim or 1-dim int32 or int64 tensor, got {rt}"
+        )));
+    }
+    let size = a.int("output_size")?;
+    let size = u64::try_from(size)
+        .map_err(|_| Error::invalid(format!("output_size must be non-negative, got {size}")))?;
+    let n = rt.dims.first().copied().unwrap_or(1);
+    if n == 0 && size > 0 {
+        return Err(Error::invalid(format!(
+            "output_size {size} from no repeats"
+        )));
+    }
+    let r = e.reshape(x[0], &[n])?;
+    let r = e.convert(r, DType::I64)?;
+    let ends = e.op(
+        Prim::Cumulative {
+            op: ReduceOp::Sum,
+            dimension: 0,
+            reverse: false,
+        },
+        &[r],
+    )?;
+    let k = iota(e, &[size], 0)?;
+    let right = Attrs::new().with("right", Attr::Bool(true));
+    let idx = searchsorted(e, &[ends, k], &right)?.remove(0);
+    let lo = e.scalar(DType::I64, 0.0)?;
+    let hi = e.scalar(DType::I64, n.saturating_sub(1) as f64)?;
+    let idx = e.op(Prim::Clamp, &[lo, idx, hi])?;
+    Ok(vec![e.convert(idx, rt.dtype)?])
+}
+
 /// Where each true element of `mask` (flattened) takes its value from
 /// the flattened source: its count of earlier true elements, clamped to
 /// `[0, s)` (i64 [n]).
@@ -927,6 +970,7 @@ pub(super) const OPS: &[OpDef] = &[
     def!("kthvalue", Arity::Exactly(1), kthvalue),
     def!("median", Arity::Exactly(1), median),
     def!("searchsorted", Arity::Between(2, 3), searchsorted),
+    def!("repeat_interleave", Arity::Exactly(1), repeat_interleave),
     def!("masked_scatter", Arity::Exactly(3), masked_scatter),
     def!(
         "masked_scatter_backward",

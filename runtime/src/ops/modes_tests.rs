@@ -1075,6 +1075,42 @@ fn shape_cases() -> Vec<Case> {
             vec![],
             &[("start", f(0.0)), ("end", f(1.0)), ("steps", i(0))],
         ),
+        c(
+            "tril_indices",
+            vec![],
+            &[("row", i(9)), ("col", i(6)), ("offset", i(-1))],
+        ),
+        c(
+            "triu_indices",
+            vec![],
+            &[
+                ("row", i(40)),
+                ("col", i(70)),
+                ("offset", i(3)),
+                ("dtype", dt(DType::I32)),
+            ],
+        ),
+        c("tril_indices", vec![], &[("row", i(0)), ("col", i(4))]),
+        c(
+            "triu_indices",
+            vec![],
+            &[("row", i(5)), ("col", i(3)), ("offset", i(3))],
+        ),
+        c(
+            "repeat_interleave",
+            vec![whole(I64, &[9], 3038, 0, 4)],
+            &[("output_size", i(13))],
+        ),
+        c(
+            "repeat_interleave",
+            vec![h(I32, &[4], &[2.0, 0.0, 1.0, 3.0])],
+            &[("output_size", i(6))],
+        ),
+        c(
+            "repeat_interleave",
+            vec![h(I64, &[0], &[])],
+            &[("output_size", i(0))],
+        ),
         c("arange", vec![], &[("start", i(3)), ("end", i(3))]),
         c("full", vec![], &[("size", is(&[2, 3])), ("value", f(-4.5))]),
         c(

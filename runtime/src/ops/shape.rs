@@ -7,7 +7,7 @@ use super::emit::{existing_dim, wrap_dim, Emitter};
 use super::support::{i64_vector, iota, iota_of, scatter_add_rows};
 use super::{Arity, OpDef};
 use crate::error::{Error, Result};
-use crate::ir::{BinaryOp, CompareOp, DType, Prim, ScatterCombiner, ValueId};
+use crate::ir::{BinaryOp, CompareOp, DType, Prim, ScatterCombiner, UnaryOp, ValueId};
 
 fn to_u64(v: i64, what: &str) -> Result<u64> {
     u64::try_from(v).map_err(|_| Error::invalid(format!("{what} {v} is negative")))
@@ -511,6 +511,140 @@ fn triu(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     triangle(e, x, a, false)
 }
 
+fn tril_indices(e: &mut Emitter, _: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    triangle_indices(e, a, true)
+}
+fn triu_indices(e: &mut Emitter, _: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    triangle_indices(e, a, false)
+}
+
+/// tril_indices / triu_indices(row, col, offset = 0, dtype = i64): the
+/// [2, N] (row, column) coordinates of a row × col matrix's lower triangle
+/// (column ≤ row + offset) or upper one (column ≥ row + offset), in
+/// row-major order, as torch's. No table is built: each output position k
+/// finds its row in the graph. The triangle's rows are in three runs: rows
+/// without elements, rows of the full width, and between them a trapezoid
+/// whose widths step by one (up for the lower triangle, down for the upper),
+/// where row d starts at d·p + s·d(d-1)/2 (p the first width, s the step):
+/// the quadratic's root, taken in f32 and then corrected by whole steps in
+/// i64, gives d exactly.
+fn triangle_indices(e: &mut Emitter, a: &Attrs, lower: bool) -> Result<Vec<ValueId>> {
+    let rows = a.int("row")?;
+    let cols = a.int("col")?;
+    let offset = a.int_or("offset", 0)?;
+    for (what, v) in [("row", rows), ("col", cols)] {
+        if v < 0 {
+            return Err(Error::invalid(format!(
+                "{what} must be non-negative, got {v}"
+            )));
+        }
+    }
+    let dt = a.dtype_opt("dtype")?.unwrap_or(DType::I64);
+    if !matches!(dt, DType::I64 | DType::I32) {
+        return Err(Error::invalid(format!(
+            "dtype must be int64 or int32, got {dt}"
+        )));
+    }
+    let (r, c, o) = (i128::from(rows), i128::from(cols), i128::from(offset));
+    // (first trapezoid row, trapezoid rows, first width, step, full rows
+    // before it, full rows after it)
+    let (t0, tn, p, step, full_before, full_after) = if lower {
+        let t0 = (-o).clamp(0, r);
+        let t1 = (c - o - 1).clamp(t0, r);
+        (t0, t1 - t0, t0 + o + 1, 1, 0, r - t1)
+    } else {
+        let f = (1 - o).clamp(0, r);
+        let t1 = (c - o).clamp(f, r);
+        (f, t1 - f, c - f - o, -1, f, 0)
+    };
+    let trapezoid = tn * p + step * tn * (tn - 1) / 2;
+    let n = trapezoid + (full_before + full_after) * c;
+    let n = u64::try_from(n)
+        .ok()
+        .filter(|&n| n < 1 << 40)
+        .ok_or_else(|| Error::invalid(format!("{n} indices are too many")))?;
+    let k = iota(e, &[n], 0)?;
+    let width = c.max(1) as f64;
+    // The trapezoid's positions, counted from its first element.
+    let before = (full_before * c) as f64;
+    let kt = e.binary_scalar(BinaryOp::Sub, k, before)?;
+    let zero = e.scalar(DType::I64, 0.0)?;
+    let kt_max = e.scalar(DType::I64, (trapezoid - 1).max(0) as f64)?;
+    let kt = e.op(Prim::Clamp, &[zero, kt, kt_max])?;
+    // d = (-h + sqrt(h² + 2 s k)) / s with h = p - s/2.
+    let (pf, sf) = (p as f64, step as f64);
+    let h = pf - sf / 2.0;
+    let kf = e.convert(kt, DType::F32)?;
+    let disc = e.binary_scalar(BinaryOp::Mul, kf, 2.0 * sf)?;
+    let disc = e.binary_scalar(BinaryOp::Add, disc, h * h)?;
+    let disc = e.binary_scalar(BinaryOp::Max, disc, 0.0)?;
+    let root = e.unary(UnaryOp::Sqrt, disc)?;
+    let d = e.binary_scalar(BinaryOp::Sub, root, h)?;
+    let d = e.binary_scalar(BinaryOp::Mul, d, sf)?;
+    let d = e.unary(UnaryOp::Floor, d)?;
+    let d_max = e.scalar(DType::I64, (tn - 1).max(0) as f64)?;
+    let clamp_d = |e: &mut Emitter, d: ValueId| e.op(Prim::Clamp, &[zero, d, d_max]);
+    let d = e.convert(d, DType::I64)?;
+    let mut d = clamp_d(e, d)?;
+    let start = |e: &mut Emitter, d: ValueId| -> Result<ValueId> {
+        // d·p + s·d(d-1)/2
+        let dp = e.binary_scalar(BinaryOp::Mul, d, pf)?;
+        let dm = e.binary_scalar(BinaryOp::Sub, d, 1.0)?;
+        let tri = e.mul(d, dm)?;
+        let tri = e.binary_scalar(BinaryOp::Div, tri, 2.0)?;
+        let tri = e.binary_scalar(BinaryOp::Mul, tri, sf)?;
+        e.add(dp, tri)
+    };
+    for _ in 0..2 {
+        let up = e.binary_scalar(BinaryOp::Add, d, 1.0)?;
+        let s_up = start(e, up)?;
+        let fits = e.compare(CompareOp::Le, s_up, kt)?;
+        let next = e.select(fits, up, d)?;
+        d = clamp_d(e, next)?;
+    }
+    for _ in 0..2 {
+        let s_d = start(e, d)?;
+        let past = e.compare(CompareOp::Gt, s_d, kt)?;
+        let down = e.binary_scalar(BinaryOp::Sub, d, 1.0)?;
+        let next = e.select(past, down, d)?;
+        d = clamp_d(e, next)?;
+    }
+    let trap_row = e.binary_scalar(BinaryOp::Add, d, t0 as f64)?;
+    let s_d = start(e, d)?;
+    let trap_col = e.sub(kt, s_d)?;
+    let trap_col = if lower {
+        trap_col
+    } else {
+        // Row t0 + d of the upper trapezoid starts at column row + offset.
+        let first = e.binary_scalar(BinaryOp::Add, trap_row, o as f64)?;
+        e.add(trap_col, first)?
+    };
+    // The full rows: before the trapezoid from row 0 (upper), after it
+    // from row t0 + tn (lower).
+    let (kf, first_full) = if lower {
+        (
+            e.binary_scalar(BinaryOp::Sub, k, trapezoid as f64)?,
+            (t0 + tn) as f64,
+        )
+    } else {
+        (k, 0.0)
+    };
+    let full_row = e.binary_scalar(BinaryOp::Div, kf, width)?;
+    let full_row = e.binary_scalar(BinaryOp::Add, full_row, first_full)?;
+    let full_col = e.binary_scalar(BinaryOp::Rem, kf, width)?;
+    let in_full = if lower {
+        e.compare_scalar(CompareOp::Ge, k, trapezoid as f64)?
+    } else {
+        e.compare_scalar(CompareOp::Lt, k, before)?
+    };
+    let row = e.select(in_full, full_row, trap_row)?;
+    let col = e.select(in_full, full_col, trap_col)?;
+    let row = e.reshape(row, &[1, n])?;
+    let col = e.reshape(col, &[1, n])?;
+    let rc = e.op(Prim::Concatenate { dimension: 0 }, &[row, col])?;
+    Ok(vec![e.convert(rc, dt)?])
+}
+
 /// arange(start, end, step, dtype): no inputs.
 fn arange(e: &mut Emitter, _: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     let start = a.float_or("start", 0.0)?;
@@ -723,6 +857,8 @@ pub(super) const OPS: &[OpDef] = &[
     def!("tril", Arity::Exactly(1), tril),
     def!("triu", Arity::Exactly(1), triu),
     def!("arange", Arity::Exactly(0), arange),
+    def!("tril_indices", Arity::Exactly(0), tril_indices),
+    def!("triu_indices", Arity::Exactly(0), triu_indices),
     def!("linspace", Arity::Exactly(0), linspace),
     def!("logspace", Arity::Exactly(0), logspace),
     def!("full", Arity::Exactly(0), full),

@@ -1498,6 +1498,99 @@ fn linspace_has_exact_ends_and_torchs_rounding() {
 }
 
 #[test]
+fn triangle_indices_match_an_enumeration() {
+    let run_ti = |op: &str, r: i64, c: i64, o: i64, dt: DType| {
+        run(
+            op,
+            &[],
+            Attrs::new()
+                .with("row", int(r))
+                .with("col", int(c))
+                .with("offset", int(o))
+                .with("dtype", Attr::DType(dt)),
+        )
+    };
+    // Every shape and offset of small matrices, across all three runs of
+    // rows (empty, trapezoid, full) and past both corners.
+    for r in 0..7 {
+        for c in 0..7 {
+            for o in -8..9 {
+                for (op, lower) in [("tril_indices", true), ("triu_indices", false)] {
+                    let mut want = (Vec::new(), Vec::new());
+                    for i in 0..r {
+                        for j in 0..c {
+                            if (lower && j <= i + o) || (!lower && j >= i + o) {
+                                want.0.push(i as f64);
+                                want.1.push(j as f64);
+                            }
+                        }
+                    }
+                    let got = run_ti(op, r, c, o, DType::I64).unwrap().remove(0);
+                    assert_eq!(
+                        got.ty.dims,
+                        vec![2, want.0.len() as u64],
+                        "{op} {r} {c} {o}"
+                    );
+                    let all: Vec<f64> = want.0.iter().chain(&want.1).copied().collect();
+                    close(&got, &all, 0.0);
+                }
+            }
+        }
+    }
+    // A large one: the f32 root is corrected to the exact row. Spot-check
+    // the first and last element of each row of the lower triangle.
+    let (r, c) = (3000, 2500);
+    let got = run_ti("tril_indices", r, c, -3, DType::I32)
+        .unwrap()
+        .remove(0);
+    assert_eq!(got.ty.dtype, DType::I32);
+    let v = got.to_f64_vec();
+    let n = v.len() / 2;
+    let mut k = 0;
+    for i in 3..r {
+        let w = (i - 2).min(c) as usize;
+        assert_eq!((v[k], v[n + k]), (i as f64, 0.0), "row {i} starts at {k}");
+        let last = k + w - 1;
+        assert_eq!(
+            (v[last], v[n + last]),
+            (i as f64, (w - 1) as f64),
+            "row {i}"
+        );
+        k += w;
+    }
+    assert_eq!(k, n);
+    let (r, c) = (2000, 2600);
+    let v = run_ti("triu_indices", r, c, 7, DType::I64).unwrap()[0].to_f64_vec();
+    let n = v.len() / 2;
+    let mut k = 0;
+    for i in 0..r {
+        let w = (c - i - 7).max(0) as usize;
+        if w > 0 {
+            assert_eq!((v[k], v[n + k]), (i as f64, (i + 7) as f64), "row {i}");
+            let last = k + w - 1;
+            assert_eq!(
+                (v[last], v[n + last]),
+                (i as f64, (c - 1) as f64),
+                "row {i}"
+            );
+        }
+        k += w;
+    }
+    assert_eq!(k, n);
+    let e = run_ti("triu_indices", -1, 3, 0, DType::I64)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("triu_indices: row must be non-negative, got -1"),
+        "{e}"
+    );
+    let e = run_ti("tril_indices", 2, 3, 0, DType::F32)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("dtype must be int64 or int32"), "{e}");
+}
+
+#[test]
 fn logspace_raises_the_base_to_linspaces_values() {
     let ls = |start: f64, end: f64, steps: i64, base: f64, dt: DType| {
         run(

@@ -1414,6 +1414,53 @@ fn searchsorted_is_torchs_binary_search() {
 }
 
 #[test]
+fn repeat_interleave_repeats_each_index() {
+    let r = i64s(&[5], &[2, 0, 3, 1, 0]);
+    let got = run1("repeat_interleave", &[&r], &at(&[("output_size", int(6))]));
+    assert_eq!(got.ty.dtype, DType::I64);
+    close(&got, &[0.0, 0.0, 2.0, 2.0, 2.0, 3.0], 0.0);
+    // int32 repeats give int32; a 0-dim repeat is one index.
+    let r32 = t(DType::I32, &[3], &[1.0, 2.0, 1.0]);
+    let got = run1(
+        "repeat_interleave",
+        &[&r32],
+        &at(&[("output_size", int(4))]),
+    );
+    assert_eq!(got.ty.dtype, DType::I32);
+    close(&got, &[0.0, 1.0, 1.0, 2.0], 0.0);
+    let got = run1(
+        "repeat_interleave",
+        &[&scalar_i64(3)],
+        &at(&[("output_size", int(3))]),
+    );
+    close(&got, &[0.0; 3], 0.0);
+    // An output_size past the sum stays in range (the last index).
+    let got = run1("repeat_interleave", &[&r], &at(&[("output_size", int(8))]));
+    close(&got, &[0.0, 0.0, 2.0, 2.0, 2.0, 3.0, 4.0, 4.0], 0.0);
+    let got = run1(
+        "repeat_interleave",
+        &[&i64s(&[0], &[])],
+        &at(&[("output_size", int(0))]),
+    );
+    assert_eq!(got.ty.dims, vec![0]);
+    let e = err(
+        "repeat_interleave",
+        &[&f32s(&[2], &[1.0, 2.0])],
+        &at(&[("output_size", int(3))]),
+    );
+    assert!(
+        e.contains("repeat_interleave: repeats must be a 0-dim or 1-dim int32 or int64"),
+        "{e}"
+    );
+    let e = err(
+        "repeat_interleave",
+        &[&i64s(&[0], &[])],
+        &at(&[("output_size", int(2))]),
+    );
+    assert!(e.contains("output_size 2 from no repeats"), "{e}");
+}
+
+#[test]
 fn cummax_cummin_and_logcumsumexp() {
     let nan = f64::NAN;
     let x = f32s(&[5], &[1.0, nan, 2.0, nan, 0.0]);

@@ -1112,6 +1112,36 @@ Tensor k_nonzero(const Tensor& x) {
   return r == 0 ? empty({count, 0}, at::kLong, dev(x)) : at::stack(cols, 1);
 }
 
+// tril_indices / triu_indices: the op library computes the coordinates in
+// the graph, on the device the factory names.
+Tensor k_triangle_indices(const char* op, int64_t row, int64_t col, int64_t offset,
+                          std::optional<at::ScalarType> dtype, std::optional<at::Device> device) {
+  c10::OptionalDeviceGuard guard(device);
+  const at::ScalarType dt = dtype.value_or(at::kLong);
+  TORCH_CHECK(dt == at::kLong || dt == at::kInt, "\"", op, "\" not implemented for '", c10::toString(dt), "'");
+  return call(op, {}, Attrs().i("row", row).i("col", col).i("offset", offset).dtype("dtype", dt))[0];
+}
+
+// repeat_interleave(repeats): the result's length is the sum of the
+// repeats; without output_size it is read back once, with their minimum
+// (torch refuses negative repeats). With output_size nothing is read, as
+// on CUDA.
+Tensor k_repeat_interleave(const Tensor& repeats, std::optional<c10::SymInt> output_size) {
+  TORCH_CHECK(repeats.dim() == 1, "repeat_interleave only accept 1D vector as repeat");
+  TORCH_CHECK(repeats.scalar_type() == at::kLong || repeats.scalar_type() == at::kInt,
+              "repeats has to be Long or Int tensor");
+  int64_t size = 0;
+  if (output_size.has_value()) {
+    size = output_size->expect_int();
+    TORCH_CHECK(size >= 0, "repeat_interleave: output_size must be non-negative, got ", size);
+  } else if (repeats.numel() > 0) {
+    Tensor stats = at::stack({repeats.sum().to(at::kLong), repeats.min().to(at::kLong)}).cpu();
+    TORCH_CHECK(stats[1].item<int64_t>() >= 0, "repeats can not be negative");
+    size = stats[0].item<int64_t>();
+  }
+  return call1("repeat_interleave", {repeats}, Attrs().i("output_size", size));
+}
+
 // histc: equal-width bins over [min, max] (the data's range when both are
 // 0), values outside ignored, max itself in the last bin; counts in the
 // input's dtype (integers too, as on CUDA: MoE routing counts int32 ids).
@@ -2029,6 +2059,25 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("masked_scatter_backward", [](const Tensor& g, const Tensor& mask, c10::SymIntArrayRef sizes) {
     return call1("masked_scatter_backward", {g, mask}, Attrs().ints("sizes", C10_AS_INTARRAYREF_SLOW(sizes)));
   });
+  m.impl("tril_indices", [](int64_t row, int64_t col, int64_t offset, std::optional<at::ScalarType> dtype,
+                           std::optional<at::Layout>, std::optional<at::Device> device, std::optional<bool>) {
+    return k_triangle_indices("tril_indices", row, col, offset, dtype, device);
+  });
+  m.impl("triu_indices", [](int64_t row, int64_t col, int64_t offset, std::optional<at::ScalarType> dtype,
+                           std::optional<at::Layout>, std::optional<at::Device> device, std::optional<bool>) {
+    return k_triangle_indices("triu_indices", row, col, offset, dtype, device);
+  });
+  m.impl("tril_indices.out", [](int64_t row, int64_t col, int64_t offset, Tensor& out) -> Tensor& {
+    return into(out, k_triangle_indices("tril_indices", row, col, offset, out.scalar_type(), out.device()));
+  });
+  m.impl("triu_indices.out", [](int64_t row, int64_t col, int64_t offset, Tensor& out) -> Tensor& {
+    return into(out, k_triangle_indices("triu_indices", row, col, offset, out.scalar_type(), out.device()));
+  });
+  m.impl("repeat_interleave.Tensor", k_repeat_interleave);
+  m.impl("repeat_interleave.Tensor_out",
+         [](const Tensor& repeats, std::optional<c10::SymInt> output_size, Tensor& out) -> Tensor& {
+           return into(out, k_repeat_interleave(repeats, output_size));
+         });
   m.impl("nonzero.out", [](const Tensor& x, Tensor& out) -> Tensor& { return into(out, k_nonzero(x)); });
   m.impl("histc", k_histc);
   m.impl("histc.out", [](const Tensor& x, int64_t b, const Scalar& lo, const Scalar& hi, Tensor& out) -> Tensor& {

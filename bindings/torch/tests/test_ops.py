@@ -1419,3 +1419,67 @@ def test_loss_errors_name_the_problem(no_fallback):
         torch.ops.aten.binary_cross_entropy(torch.rand(3, device="tpu"), torch.rand(2, device="tpu"))
     with pytest.raises(RuntimeError, match="delta"):
         F.huber_loss(torch.rand(3, device="tpu"), torch.rand(3, device="tpu"), delta=-1.0)
+
+
+def test_triangle_indices_match_cpu(mode, no_fallback):
+    for r, c, o in ((4, 4, 0), (4, 4, -1), (3, 5, 2), (6, 2, -3), (5, 5, 9), (5, 5, -9), (0, 3, 0), (37, 29, 4)):
+        for f in (torch.tril_indices, torch.triu_indices):
+            got = f(r, c, o, device="tpu")
+            assert got.device.type == "tpu"
+            assert torch.equal(got.cpu(), f(r, c, o))
+            got = f(r, c, o, dtype=torch.int32, device="tpu").cpu()
+            assert got.dtype == torch.int32 and torch.equal(got, f(r, c, o, dtype=torch.int32))
+    with pytest.raises(RuntimeError, match="row must be non-negative, got -1"):
+        torch.tril_indices(-1, 3, device="tpu")
+    with pytest.raises(RuntimeError, match="not implemented for 'Float'"):
+        torch.triu_indices(3, 3, dtype=torch.float32, device="tpu")
+
+
+def test_dlrm_interaction_with_tril_indices(mode, no_fallback):
+    """DLRM's feature interaction (TorchRec's InteractionArch): pairwise
+    dot products of the embeddings, the strict lower triangle gathered
+    by tril_indices, gradients through it."""
+    torch.manual_seed(2)
+    emb = torch.randn(5, 7, 16)
+    li, lj = torch.tril_indices(7, 7, offset=-1)
+    a = emb.clone().requires_grad_()
+    b = emb.to("tpu").requires_grad_()
+    bi, bj = torch.tril_indices(7, 7, offset=-1, device="tpu")
+    za = torch.bmm(a, a.transpose(1, 2))[:, li, lj]
+    zb = torch.bmm(b, b.transpose(1, 2))[:, bi, bj]
+    close(zb, za.detach(), 1e-4)
+    za.square().sum().backward()
+    zb.square().sum().backward()
+    close(b.grad, a.grad, 1e-4)
+
+
+def test_repeat_interleave_with_tensor_repeats(mode, no_fallback):
+    reps = torch.tensor([2, 0, 3, 1])
+    for r in (reps, reps.to(torch.int32), torch.zeros(0, dtype=torch.long)):
+        got = torch.repeat_interleave(r.to("tpu"))
+        want = torch.repeat_interleave(r)
+        assert got.dtype == want.dtype and torch.equal(got.cpu(), want)
+    # With output_size nothing is read back; the same result.
+    assert torch.equal(torch.repeat_interleave(reps.to("tpu"), output_size=6).cpu(), torch.repeat_interleave(reps))
+    # A tensor repeated along a dim (index_select), with its gradient.
+    x = X.clone().requires_grad_()
+    xt = X.to("tpu").requires_grad_()
+    ya = x.repeat_interleave(reps, dim=0)
+    yb = xt.repeat_interleave(reps.to("tpu"), dim=0)
+    close(yb, ya.detach())
+    ya.square().sum().backward()
+    yb.square().sum().backward()
+    close(xt.grad, x.grad)
+    r8 = torch.tensor([1, 2, 0, 1, 3, 0, 0, 1])
+    close(X.to("tpu").repeat_interleave(r8.to("tpu"), dim=1), X.repeat_interleave(r8, dim=1))
+    # TorchRec's jagged lengths to segment ids.
+    lengths = torch.tensor([3, 0, 2, 5, 1], device="tpu")
+    ids = torch.arange(5, device="tpu").repeat_interleave(lengths)
+    assert torch.equal(ids.cpu(), torch.arange(5).repeat_interleave(lengths.cpu()))
+    with pytest.raises(RuntimeError, match="repeats can not be negative"):
+        torch.repeat_interleave(torch.tensor([1, -1], device="tpu"))
+    for bad in (torch.ones(2, 2, dtype=torch.long), torch.tensor(3)):
+        with pytest.raises(RuntimeError, match="1D vector"):
+            torch.repeat_interleave(bad.to("tpu"))
+    with pytest.raises(RuntimeError, match="Long or Int"):
+        torch.repeat_interleave(torch.ones(2, device="tpu"))

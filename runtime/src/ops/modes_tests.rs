@@ -1771,6 +1771,13 @@ fn random_cases() -> Vec<Case> {
             &[("size", is(&[5, 6]))],
         ),
         c("uniform", vec![], &[("size", is(&[0, 3])), ("seed", i(1))]),
+        c("randperm", vec![], &[("n", i(300)), ("seed", i(8))]),
+        c(
+            "randperm",
+            vec![scalar(I64, 4.0), scalar(I64, 90.0)],
+            &[("n", i(17)), ("dtype", dt(I32))],
+        ),
+        c("randperm", vec![], &[("n", i(0)), ("seed", i(8))]),
         // Several groups of 64 counters, begun and ended inside one.
         c(
             "uniform",

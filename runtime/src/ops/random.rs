@@ -1,4 +1,4 @@
-//! Random ops: uniform, normal, bernoulli, dropout. Every draw comes from
+//! Random ops: uniform, normal, bernoulli, dropout, randperm. Every draw comes from
 //! the counter-based `Rng` primitive at a (seed, offset) the frontend
 //! supplies, so a seed gives the same numbers in every mode and on every
 //! platform; element i of a draw uses counter offset + i, so the frontend
@@ -15,7 +15,7 @@ use super::emit::Emitter;
 use super::support::{compute_dtype, need_float, rng_draw, rng_keys, sizes_attr};
 use super::{Arity, OpDef};
 use crate::error::{Error, Result};
-use crate::ir::{BinaryOp, CompareOp, DType, RngDistribution, ValueId};
+use crate::ir::{BinaryOp, CompareOp, DType, Prim, RngDistribution, ValueId};
 
 fn float_dtype_attr(a: &Attrs) -> Result<DType> {
     let dt = a.dtype_opt("dtype")?.unwrap_or(DType::F32);
@@ -122,6 +122,64 @@ fn bernoulli(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> 
     Ok(vec![e.convert(hit, dt)?])
 }
 
+/// randperm(n, dtype = i64, seed, offset): a uniformly random permutation
+/// of 0..n, as the order that sorts 2n uniform f32 draws read as n keys of
+/// 48 bits (a stable sort by the second half, then by the first): two
+/// positions tie, and keep their index order, with probability 2^-48 (f32
+/// keys alone, 2^-24, would tie about once among 6000 positions). The
+/// frontend advances the offset by 2n.
+fn randperm(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let n = a.int("n")?;
+    let n =
+        u64::try_from(n).map_err(|_| Error::invalid(format!("n must be non-negative, got {n}")))?;
+    let dt = a.dtype_opt("dtype")?.unwrap_or(DType::I64);
+    // The largest index each dtype holds exactly.
+    let top: u64 = match dt {
+        DType::Bool => 1,
+        DType::U8 => 255,
+        DType::I8 => 127,
+        DType::I32 => (1 << 31) - 1,
+        DType::BF16 => 1 << 8,
+        DType::F16 => 1 << 11,
+        DType::F32 => 1 << 24,
+        DType::F64 => 1 << 53,
+        _ => u64::MAX,
+    };
+    if dt == DType::Bool || n.saturating_sub(1) > top {
+        return Err(Error::invalid(format!("n = {n} does not fit dtype {dt}")));
+    }
+    let keys = factory_keys(e, x, a)?;
+    let u = rng_draw(e, keys, RngDistribution::Uniform, DType::F32, &[2, n])?;
+    let hi = e.op(
+        Prim::Slice {
+            start: vec![0, 0],
+            limit: vec![1, n],
+            stride: vec![1, 1],
+        },
+        &[u],
+    )?;
+    let lo = e.op(
+        Prim::Slice {
+            start: vec![1, 0],
+            limit: vec![2, n],
+            stride: vec![1, 1],
+        },
+        &[u],
+    )?;
+    let hi = e.reshape(hi, &[n])?;
+    let lo = e.reshape(lo, &[n])?;
+    let sort = Prim::Sort {
+        dimension: 0,
+        descending: false,
+        stable: true,
+    };
+    let by_lo = e.g.node(sort.clone(), &[lo])?[1];
+    let hi = e.op(Prim::Take { axis: 0 }, &[hi, by_lo])?;
+    let by_hi = e.g.node(sort, &[hi])?[1];
+    let perm = e.op(Prim::Take { axis: 0 }, &[by_lo, by_hi])?;
+    Ok(vec![e.convert(perm, dt)?])
+}
+
 /// native_dropout(x, p=0.5, train=true, seed, offset) -> (y, mask): an
 /// element is kept where a uniform draw is below 1 - p, and kept elements
 /// are scaled by 1 / (1 - p) (computed in f32 for half inputs). p = 0 or
@@ -179,4 +237,5 @@ pub(super) const OPS: &[OpDef] = &[
     def!("normal", Arity::Between(0, 2), normal),
     def!("bernoulli", Arity::Between(1, 3), bernoulli),
     def!("dropout", Arity::Between(1, 3), dropout),
+    def!("randperm", Arity::Between(0, 2), randperm),
 ];

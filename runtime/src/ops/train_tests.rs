@@ -126,6 +126,68 @@ fn numeric_grad(
 // ---------------------------------------------------------------- random
 
 #[test]
+fn randperm_draws_uniform_permutations() {
+    let perm = |n: i64, seed: i64, offset: i64| -> Vec<usize> {
+        run1(
+            "randperm",
+            &[&scalar_i64(seed), &scalar_i64(offset)],
+            &at(&[("n", int(n))]),
+        )
+        .to_f64_vec()
+        .iter()
+        .map(|&v| v as usize)
+        .collect()
+    };
+    // Permutations of 0..n; the same key gives the same one.
+    for n in [0, 1, 2, 7, 1000] {
+        let mut p = perm(n, 3, 11);
+        assert_eq!(p, perm(n, 3, 11));
+        p.sort_unstable();
+        assert_eq!(p, (0..n as usize).collect::<Vec<_>>());
+    }
+    assert_ne!(perm(50, 3, 0), perm(50, 3, 100));
+    assert_ne!(perm(50, 3, 0), perm(50, 4, 0));
+    // All 24 orders of 4 about equally often: 4800 draws at consecutive
+    // offsets (2n apart, as a frontend advances them), 200 expected each;
+    // a chi-square with 23 degrees of freedom is below 60 with
+    // probability 1 - 5e-5.
+    let mut counts = std::collections::HashMap::new();
+    for k in 0..4800 {
+        *counts.entry(perm(4, 9, 8 * k)).or_insert(0u32) += 1;
+    }
+    assert_eq!(counts.len(), 24);
+    let chi2: f64 = counts
+        .values()
+        .map(|&c| (f64::from(c) - 200.0).powi(2) / 200.0)
+        .sum();
+    assert!(chi2 < 60.0, "chi-square {chi2}: {counts:?}");
+    // dtype: int32 and float results; a bool one or an n past the dtype
+    // is refused.
+    let r = run1(
+        "randperm",
+        &[],
+        &at(&[
+            ("n", int(5)),
+            ("seed", int(1)),
+            ("dtype", Attr::DType(DType::I32)),
+        ]),
+    );
+    assert_eq!(r.ty.dtype, DType::I32);
+    let e = err(
+        "randperm",
+        &[],
+        &at(&[
+            ("n", int(300)),
+            ("seed", int(1)),
+            ("dtype", Attr::DType(DType::U8)),
+        ]),
+    );
+    assert!(e.contains("randperm: n = 300 does not fit dtype"), "{e}");
+    let e = err("randperm", &[], &at(&[("n", int(-1)), ("seed", int(1))]));
+    assert!(e.contains("n must be non-negative, got -1"), "{e}");
+}
+
+#[test]
 fn uniform_and_normal_reproduce_the_generator() {
     // Known values of the Philox definition (platform/host/kernels/rng.rs).
     let a = at(&[("size", ints(&[3])), ("seed", int(42)), ("offset", int(7))]);

@@ -1943,6 +1943,16 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("normal_", k_normal_);
   m.impl("bernoulli_.float", k_bernoulli_f);
   m.impl("bernoulli", k_bernoulli_t);
+  m.impl("randperm.generator_out", [](int64_t n, std::optional<at::Generator> gen, Tensor& out) -> Tensor& {
+    TORCH_CHECK(n >= 0, "n must be non-negative, got", n);
+    if (n == 0) {
+      out.resize_({0});
+      return out;
+    }
+    // Two draws per position (the op library's 48-bit sort keys).
+    auto keys = rng_inputs(gen, dev(out), 2 * static_cast<uint64_t>(n));
+    return into(out, call1("randperm", keys, Attrs().i("n", n).dtype("dtype", out.scalar_type())));
+  });
   m.impl("random_.from", k_random_from);
   m.impl("random_.to", k_random_to);
   m.impl("random_", k_random);

@@ -404,6 +404,36 @@ def test_multinomial(mode, no_fallback):
         torch.multinomial(torch.ones(3, device="tpu"), 4)
 
 
+def test_randperm(mode, no_fallback):
+    torch.manual_seed(7)
+    for n in (1, 5, 1000):
+        p = torch.randperm(n, device="tpu")
+        assert p.device.type == "tpu" and p.dtype == torch.long
+        assert torch.equal(p.cpu().sort().values, torch.arange(n))
+    assert torch.randperm(0, device="tpu").shape == (0,)
+    p = torch.randperm(40, dtype=torch.int32, device="tpu").cpu()
+    assert p.dtype == torch.int32 and torch.equal(p.sort().values, torch.arange(40, dtype=torch.int32))
+    # The generator's state gives the permutation; each call advances it.
+    torch.manual_seed(11)
+    a, b = torch.randperm(30, device="tpu").cpu(), torch.randperm(30, device="tpu").cpu()
+    torch.manual_seed(11)
+    assert torch.equal(torch.randperm(30, device="tpu").cpu(), a)
+    assert not torch.equal(a, b)
+    g = torch.Generator(device="tpu").manual_seed(3)
+    out = torch.empty(0, dtype=torch.long, device="tpu")
+    torch.randperm(12, generator=g, out=out)
+    g.manual_seed(3)
+    assert torch.equal(torch.randperm(12, generator=g, device="tpu").cpu(), out.cpu())
+    # Shuffling a batch on the device: every position of 6 takes each
+    # value about equally often over 1200 draws (0.055 is 5.7 standard
+    # deviations).
+    first = torch.stack([torch.randperm(6, device="tpu") for _ in range(1200)]).cpu()
+    freq = torch.stack([torch.bincount(first[:, i], minlength=6) for i in range(6)]).double() / 1200
+    assert torch.all((freq - 1 / 6).abs() < 0.055), freq
+    with pytest.raises(RuntimeError, match="negative dimension -1"):
+        torch.randperm(-1, device="tpu")
+
+
 def test_cholesky_equal_and_log_sigmoid(mode, no_fallback):
     torch.manual_seed(2)
     m = torch.randn(3, 5, 5, dtype=torch.float64)

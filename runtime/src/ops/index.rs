@@ -1,6 +1,7 @@
 //! Sorting and indexed ops: sort, topk (sort, then the first k),
 //! kthvalue and median (sort, then one position), searchsorted (a binary
-//! search in fixed steps) and repeat_interleave (one), masked_scatter with its backward, embedding_bag
+//! search in fixed steps) and repeat_interleave (one), bincount,
+//! masked_scatter with its backward, embedding_bag
 //! with its backward ops, and index_put.
 
 use super::attrs::{Attr, Attrs};
@@ -852,6 +853,66 @@ fn repeat_interleave(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<Va
     Ok(vec![e.convert(idx, rt.dtype)?])
 }
 
+/// bincount(x, weights?; length): how often each value 0..length occurs in
+/// the 1-d integer x, or the sum of the weights at its positions; values
+/// outside [0, length) are not counted (torch's frontend passes
+/// max(x) + 1, or minlength if larger, after refusing negative values).
+/// Counts are i64; weighted sums are f32 for f32 weights and f64 for every
+/// other dtype, as torch's.
+fn bincount(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let xt = e.ty(x[0]);
+    if xt.rank() != 1 || !xt.dtype.is_integer() {
+        return Err(Error::invalid(format!(
+            "only supports 1-d integral inputs, got {xt}"
+        )));
+    }
+    let length = a.int("length")?;
+    let length = u64::try_from(length)
+        .map_err(|_| Error::invalid(format!("length must be non-negative, got {length}")))?;
+    let n = xt.dims[0];
+    let (updates, dt) = match x.get(1) {
+        Some(&w) => {
+            let wt = e.ty(w);
+            if wt.dims != xt.dims {
+                return Err(Error::invalid(format!(
+                    "weights should be 1-d and have the same length as input, got weights {wt} \
+                     and input {xt}"
+                )));
+            }
+            let dt = if wt.dtype == DType::F32 {
+                DType::F32
+            } else {
+                DType::F64
+            };
+            (e.convert(w, dt)?, dt)
+        }
+        None => (e.full(DType::I64, &[n], 1.0)?, DType::I64),
+    };
+    // Values outside [0, length) go to a spare last bin, dropped after.
+    let v = e.convert(x[0], DType::I64)?;
+    let lo = e.compare_scalar(CompareOp::Ge, v, 0.0)?;
+    let hi = e.compare_scalar(CompareOp::Lt, v, length as f64)?;
+    let inside = e.binary(BinaryOp::And, lo, hi)?;
+    let spare = e.full(DType::I64, &[n], length as f64)?;
+    let at = e.select(inside, v, spare)?;
+    let bins = e.full(dt, &[length + 1], 0.0)?;
+    let counts = e.op(
+        Prim::Scatter {
+            axis: 0,
+            combiner: ScatterCombiner::Add,
+        },
+        &[bins, at, updates],
+    )?;
+    Ok(vec![e.op(
+        Prim::Slice {
+            start: vec![0],
+            limit: vec![length],
+            stride: vec![1],
+        },
+        &[counts],
+    )?])
+}
+
 /// Where each true element of `mask` (flattened) takes its value from
 /// the flattened source: its count of earlier true elements, clamped to
 /// `[0, s)` (i64 [n]).
@@ -971,6 +1032,7 @@ pub(super) const OPS: &[OpDef] = &[
     def!("median", Arity::Exactly(1), median),
     def!("searchsorted", Arity::Between(2, 3), searchsorted),
     def!("repeat_interleave", Arity::Exactly(1), repeat_interleave),
+    def!("bincount", Arity::Between(1, 2), bincount),
     def!("masked_scatter", Arity::Exactly(3), masked_scatter),
     def!(
         "masked_scatter_backward",

@@ -1111,6 +1111,17 @@ fn shape_cases() -> Vec<Case> {
             vec![h(I64, &[0], &[])],
             &[("output_size", i(0))],
         ),
+        c(
+            "bincount",
+            vec![whole(I64, &[40], 3039, 0, 9)],
+            &[("length", i(12))],
+        ),
+        c(
+            "bincount",
+            vec![whole(I32, &[40], 3040, -2, 9), f32s(&[40], 3041)],
+            &[("length", i(6))],
+        ),
+        c("bincount", vec![h(I64, &[0], &[])], &[("length", i(0))]),
         c("arange", vec![], &[("start", i(3)), ("end", i(3))]),
         c("full", vec![], &[("size", is(&[2, 3])), ("value", f(-4.5))]),
         c(

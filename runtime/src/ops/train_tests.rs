@@ -1523,6 +1523,51 @@ fn repeat_interleave_repeats_each_index() {
 }
 
 #[test]
+fn bincount_counts_and_sums_weights() {
+    let x = i64s(&[6], &[0, 2, 2, 5, 2, 0]);
+    let got = run1("bincount", &[&x], &at(&[("length", int(6))]));
+    assert_eq!(got.ty.dtype, DType::I64);
+    close(&got, &[2.0, 0.0, 3.0, 0.0, 0.0, 1.0], 0.0);
+    // A longer length pads with zeros; a shorter one drops the values
+    // past it (and negative ones).
+    let got = run1("bincount", &[&x], &at(&[("length", int(8))]));
+    close(&got, &[2.0, 0.0, 3.0, 0.0, 0.0, 1.0, 0.0, 0.0], 0.0);
+    let neg = i64s(&[4], &[-1, 1, 3, 1]);
+    let got = run1("bincount", &[&neg], &at(&[("length", int(2))]));
+    close(&got, &[0.0, 2.0], 0.0);
+    // Weights: f32 sums in f32, any other dtype in f64.
+    let w = f32s(&[6], &[0.5, 1.0, 2.0, 3.0, 0.25, -1.0]);
+    let got = run1("bincount", &[&x, &w], &at(&[("length", int(6))]));
+    assert_eq!(got.ty.dtype, DType::F32);
+    close(&got, &[-0.5, 0.0, 3.25, 0.0, 0.0, 3.0], 0.0);
+    let wi = i64s(&[6], &[1, 2, 3, 4, 5, 6]);
+    let got = run1("bincount", &[&x, &wi], &at(&[("length", int(6))]));
+    assert_eq!(got.ty.dtype, DType::F64);
+    close(&got, &[7.0, 0.0, 10.0, 0.0, 0.0, 4.0], 0.0);
+    let got = run1(
+        "bincount",
+        &[&t(DType::U8, &[3], &[1.0, 1.0, 0.0])],
+        &at(&[("length", int(2))]),
+    );
+    close(&got, &[1.0, 2.0], 0.0);
+    let e = err(
+        "bincount",
+        &[&f32s(&[2], &[1.0, 2.0])],
+        &at(&[("length", int(3))]),
+    );
+    assert!(
+        e.contains("bincount: only supports 1-d integral inputs"),
+        "{e}"
+    );
+    let e = err(
+        "bincount",
+        &[&x, &f32s(&[3], &[1.0; 3])],
+        &at(&[("length", int(6))]),
+    );
+    assert!(e.contains("same length as input"), "{e}");
+}
+
+#[test]
 fn cummax_cummin_and_logcumsumexp() {
     let nan = f64::NAN;
     let x = f32s(&[5], &[1.0, nan, 2.0, nan, 0.0]);

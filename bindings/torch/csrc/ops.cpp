@@ -1142,6 +1142,26 @@ Tensor k_repeat_interleave(const Tensor& repeats, std::optional<c10::SymInt> out
   return call1("repeat_interleave", {repeats}, Attrs().i("output_size", size));
 }
 
+// bincount: max(x) + 1 bins (minlength if larger), max and min read back
+// in one copy (the length depends on the data, on every device).
+Tensor k_bincount(const Tensor& x, const OptTensor& weights, int64_t minlength) {
+  TORCH_CHECK(x.dim() == 1 && at::isIntegralType(x.scalar_type(), /*includeBool=*/false),
+              "bincount only supports 1-d non-negative integral inputs.");
+  TORCH_CHECK(minlength >= 0, "minlength should be >= 0");
+  const bool weighted = weights.has_value() && weights->defined();
+  TORCH_CHECK(!weighted || (weights->dim() == 1 && weights->size(0) == x.size(0)),
+              "weights should be 1-d and have the same length as input");
+  int64_t length = minlength;
+  if (x.numel() > 0) {
+    Tensor stats = at::stack({x.max().to(at::kLong), x.min().to(at::kLong)}).cpu();
+    TORCH_CHECK(stats[1].item<int64_t>() >= 0, "bincount only supports 1-d non-negative integral inputs.");
+    length = std::max(length, stats[0].item<int64_t>() + 1);
+  }
+  std::vector<Tensor> ins{x};
+  if (weighted) ins.push_back(*weights);
+  return call1("bincount", ins, Attrs().i("length", length));
+}
+
 // histc: equal-width bins over [min, max] (the data's range when both are
 // 0), values outside ignored, max itself in the last bin; counts in the
 // input's dtype (integers too, as on CUDA: MoE routing counts int32 ids).
@@ -2083,6 +2103,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("triu_indices.out", [](int64_t row, int64_t col, int64_t offset, Tensor& out) -> Tensor& {
     return into(out, k_triangle_indices("triu_indices", row, col, offset, out.scalar_type(), out.device()));
   });
+  m.impl("bincount", k_bincount);
   m.impl("repeat_interleave.Tensor", k_repeat_interleave);
   m.impl("repeat_interleave.Tensor_out",
          [](const Tensor& repeats, std::optional<c10::SymInt> output_size, Tensor& out) -> Tensor& {

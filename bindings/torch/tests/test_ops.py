@@ -404,6 +404,33 @@ def test_multinomial(mode, no_fallback):
         torch.multinomial(torch.ones(3, device="tpu"), 4)
 
 
+def test_bincount(mode, no_fallback):
+    x = torch.tensor([0, 2, 2, 5, 2, 0, 9])
+    for kw in ({}, {"minlength": 14}, {"minlength": 3}):
+        got, want = torch.bincount(x.to("tpu"), **kw), torch.bincount(x, **kw)
+        assert got.dtype == want.dtype and torch.equal(got.cpu(), want)
+    for w in (torch.rand(7), torch.rand(7, dtype=torch.float64), torch.arange(7), torch.rand(7).bfloat16()):
+        got, want = torch.bincount(x.to("tpu"), w.to("tpu")), torch.bincount(x, w)
+        assert got.dtype == want.dtype
+        close(got, want)
+    u8 = torch.tensor([3, 3, 1], dtype=torch.uint8)
+    assert torch.equal(torch.bincount(u8.to("tpu")).cpu(), torch.bincount(u8))
+    e = torch.tensor([], dtype=torch.long)
+    assert torch.equal(torch.bincount(e.to("tpu"), minlength=4).cpu(), torch.bincount(e, minlength=4))
+    assert torch.bincount(e.to("tpu")).shape == (0,)
+    # MoE routing: tokens per expert from top-k expert ids.
+    ids = torch.randint(0, 8, (64, 2))
+    assert torch.equal(torch.bincount(ids.flatten().to("tpu"), minlength=8).cpu(),
+                       torch.bincount(ids.flatten(), minlength=8))
+    for bad in (torch.tensor([-1, 2]), torch.tensor([[1]]), torch.tensor([1.0])):
+        with pytest.raises(RuntimeError, match="1-d non-negative integral"):
+            torch.bincount(bad.to("tpu"))
+    with pytest.raises(RuntimeError, match="same length as input"):
+        torch.bincount(x.to("tpu"), torch.ones(3, device="tpu"))
+    with pytest.raises(RuntimeError, match="minlength should be >= 0"):
+        torch.bincount(x.to("tpu"), minlength=-1)
+
+
 def test_randperm(mode, no_fallback):
     torch.manual_seed(7)
     for n in (1, 5, 1000):

@@ -2557,6 +2557,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   TPU_UNARY(m, "erfinv", "erfinv");
   TPU_UNARY(m, "lgamma", "lgamma");
   TPU_UNARY(m, "digamma", "digamma");
+  TPU_UNARY(m, "erfc", "erfc");
   m.impl("polygamma", [](int64_t n, const Tensor& x) { return call1("polygamma", {x}, Attrs().i("n", n)); });
   m.impl("polygamma_", [](Tensor& x, int64_t n) -> Tensor& {
     return inplace(x, call1("polygamma", {x}, Attrs().i("n", n)));

@@ -1,5 +1,5 @@
-"""The gamma family (lgamma, digamma, polygamma), signbit, copysign and
-logspace (the op library's special.rs, math.rs and shape.rs): values and
+"""The gamma family (lgamma, digamma, polygamma), erfc, signbit, copysign
+and logspace (the op library's special.rs, math.rs and shape.rs): values and
 gradients against torch on CPU in every eager mode and in f32, f64 and
 bf16 with the CPU fallback off, and the torch.distributions log densities
 built on them."""
@@ -27,6 +27,8 @@ UNARY = {
     "polygamma2": lambda x: torch.polygamma(2, x),
     "polygamma4": lambda x: torch.special.polygamma(4, x),
     "mvlgamma": lambda x: torch.mvlgamma(x.abs() + 2.0, p=3),
+    "erfc": lambda x: torch.erfc(x - 3.0),
+    "erfc_tail": lambda x: torch.special.erfc(x.abs() * 0.7),
 }
 
 
@@ -73,8 +75,12 @@ def test_edges_match_cpu():
     inf, nan = math.inf, math.nan
     x = torch.tensor([0.0, -0.0, -1.0, -7.0, 1.0, 2.0, 0.5, -0.5, inf, -inf, nan, 1e30, -1e30, 1e-30])
     with torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_NEVER):
-        for f in (torch.lgamma, torch.digamma):
+        for f in (torch.lgamma, torch.digamma, torch.erfc):
             torch.testing.assert_close(f(x.to("tpu")).cpu(), f(x), equal_nan=True)
+        # erfc's tail, relative: 1 - erf(x) is 0 from x = 4 in f32.
+        t = torch.tensor([2.0, 3.0, 4.5, 6.0, 8.0, 9.0])
+        got, want = torch.erfc(t.to("tpu")).cpu(), torch.erfc(t)
+        assert torch.all(want > 0) and torch.all((got / want - 1).abs() < 1e-6), (got, want)
         # polygamma at its poles: (-1)^(n+1) inf, as torch's zeta gives
         # (torch's trigamma gives a large finite value at the negative
         # integers instead of inf: compared away from them).

@@ -1142,6 +1142,37 @@ Tensor k_repeat_interleave(const Tensor& repeats, std::optional<c10::SymInt> out
   return call1("repeat_interleave", {repeats}, Attrs().i("output_size", size));
 }
 
+// take and put_: index_select and index_put on the flattened tensor, with
+// negative indices counted from the end (an index out of range is the
+// runtime's error, naming it).
+Tensor wrap_flat_index(const Tensor& index, int64_t n) {
+  Tensor idx = index.reshape({-1});
+  return at::where(idx < 0, idx + n, idx);
+}
+Tensor k_take(const Tensor& self, const Tensor& index) {
+  TORCH_CHECK(index.scalar_type() == at::kLong, "take(): Expected a long tensor for index, but got ",
+              index.scalar_type());
+  TORCH_CHECK(self.numel() > 0 || index.numel() == 0, "take(): tried to take from an empty tensor");
+  if (index.numel() == 0) return empty(index.sizes(), self.scalar_type(), dev(self));
+  return self.reshape({-1}).index_select(0, wrap_flat_index(index, self.numel())).reshape(index.sizes());
+}
+Tensor& k_put_(Tensor& self, const Tensor& index, const Tensor& source, bool accumulate) {
+  TORCH_CHECK(index.scalar_type() == at::kLong, "put_(): Expected a long tensor for index, but got ",
+              index.scalar_type());
+  TORCH_CHECK(self.scalar_type() == source.scalar_type(), "put_(): self and source expected to have the same dtype, ",
+              "but got self.dtype = ", self.scalar_type(), " and source.dtype = ", source.scalar_type());
+  TORCH_CHECK(index.numel() == source.numel(), "put_(): Expected source and index to have the same number of ",
+              "elements, but got source.numel() = ", source.numel(), ", index.numel() = ", index.numel());
+  TORCH_CHECK(self.numel() > 0 || index.numel() == 0, "put_(): Tried to put elements into an empty tensor");
+  if (index.numel() == 0) return self;
+  Tensor flat = self.is_contiguous() ? self.view({-1}) : self.reshape({-1}).clone();
+  c10::List<std::optional<Tensor>> idx;
+  idx.push_back(wrap_flat_index(index, self.numel()));
+  flat.index_put_(idx, source.reshape({-1}), accumulate);
+  if (!self.is_contiguous()) self.copy_(flat.view(self.sizes()));
+  return self;
+}
+
 // bincount: max(x) + 1 bins (minlength if larger), max and min read back
 // in one copy (the length depends on the data, on every device).
 Tensor k_bincount(const Tensor& x, const OptTensor& weights, int64_t minlength) {
@@ -2104,6 +2135,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
     return into(out, k_triangle_indices("triu_indices", row, col, offset, out.scalar_type(), out.device()));
   });
   m.impl("bincount", k_bincount);
+  m.impl("take", k_take);
+  m.impl("take.out", [](const Tensor& self, const Tensor& index, Tensor& out) -> Tensor& {
+    return into(out, k_take(self, index));
+  });
+  m.impl("put_", k_put_);
   m.impl("repeat_interleave.Tensor", k_repeat_interleave);
   m.impl("repeat_interleave.Tensor_out",
          [](const Tensor& repeats, std::optional<c10::SymInt> output_size, Tensor& out) -> Tensor& {

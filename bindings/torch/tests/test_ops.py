@@ -431,6 +431,41 @@ def test_bincount(mode, no_fallback):
         torch.bincount(x.to("tpu"), minlength=-1)
 
 
+def test_take_and_put(mode, no_fallback):
+    idx = torch.tensor([[0, 5], [-1, 3], [7, -12]])
+    got = X.to("tpu").take(idx.to("tpu"))
+    close(got, X.take(idx))
+    assert got.shape == (3, 2)
+    xt = X.t()  # not contiguous
+    close(xt.to("tpu").take(idx.to("tpu")), xt.take(idx))
+    # The gradient of take is put_ with accumulation (a repeated index adds).
+    rep = torch.tensor([1, 1, 4, -1])
+    a = X.clone().requires_grad_()
+    b = X.to("tpu").requires_grad_()
+    a.take(rep).square().sum().backward()
+    b.take(rep.to("tpu")).square().sum().backward()
+    close(b.grad, a.grad)
+    for acc in (False, True):
+        src = torch.tensor([1.0, 2.0, 3.0])
+        i = torch.tensor([2, -1, 9])
+        for base in (X.clone(), X.t().clone().t()):
+            want = base.clone().put_(i, src, accumulate=acc)
+            t = base.to("tpu")
+            t.put_(i.to("tpu"), src.to("tpu"), accumulate=acc)
+            close(t, want)
+        close(torch.put(X.to("tpu"), i.to("tpu"), src.to("tpu"), acc), torch.put(X, i, src, acc))
+    out = torch.empty(0, device="tpu")
+    torch.take(X.to("tpu"), idx.to("tpu"), out=out)
+    close(out, X.take(idx))
+    assert X.to("tpu").take(torch.zeros(0, 2, dtype=torch.long, device="tpu")).shape == (0, 2)
+    with pytest.raises(RuntimeError, match="Expected a long tensor for index"):
+        X.to("tpu").take(torch.tensor([1], dtype=torch.int32, device="tpu"))
+    with pytest.raises(RuntimeError, match="same number of elements"):
+        X.to("tpu").put_(torch.tensor([1, 2], device="tpu"), torch.tensor([1.0], device="tpu"))
+    with pytest.raises(RuntimeError, match="empty tensor"):
+        torch.empty(0, device="tpu").take(torch.tensor([0], device="tpu"))
+
+
 def test_randperm(mode, no_fallback):
     torch.manual_seed(7)
     for n in (1, 5, 1000):

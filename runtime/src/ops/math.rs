@@ -1,6 +1,6 @@
 //! Elementwise math written from the primitives: tangent, the inverse
 //! trigonometric and hyperbolic functions, log2, log10, exp2, erfinv, frac,
-//! logit, sinc, signbit, and the binary xlogy, logaddexp, logaddexp2, hypot,
+//! logit, sinc, signbit, nan_to_num, and the binary xlogy, logaddexp, logaddexp2, hypot,
 //! heaviside, fmax, fmin and copysign. Each promotes as torch does
 //! (integers to the default float), computes at f32 for bf16 and f16 and
 //! rounds once, as torch's CPU kernels do. Where the textbook formula loses accuracy (cancellation
@@ -520,6 +520,36 @@ fn copysign(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     })
 }
 
+/// nan_to_num(x; nan = 0, posinf, neginf): NaN, +inf and -inf replaced,
+/// the infinities by default with the dtype's largest and lowest finite
+/// values; the replacements are rounded to the dtype as torch casts them.
+/// Integers and bools come back unchanged.
+fn nan_to_num(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let v = x[0];
+    let dt = e.dtype(v);
+    if !dt.is_float() {
+        return Ok(vec![e.identity(v)?]);
+    }
+    let (max, lowest) = match dt {
+        DType::F64 => (f64::MAX, f64::MIN),
+        DType::F32 => (f64::from(f32::MAX), f64::from(f32::MIN)),
+        DType::BF16 => (half::bf16::MAX.to_f64(), half::bf16::MIN.to_f64()),
+        _ => (half::f16::MAX.to_f64(), half::f16::MIN.to_f64()),
+    };
+    let nan = a.float_or("nan", 0.0)?;
+    let posinf = a.float_opt("posinf")?.unwrap_or(max);
+    let neginf = a.float_opt("neginf")?.unwrap_or(lowest);
+    let is_nan = e.compare(CompareOp::Ne, v, v)?;
+    let is_pos = e.compare_scalar(CompareOp::Eq, v, f64::INFINITY)?;
+    let is_neg = e.compare_scalar(CompareOp::Eq, v, f64::NEG_INFINITY)?;
+    let mut y = v;
+    for (mask, value) in [(is_nan, nan), (is_pos, posinf), (is_neg, neginf)] {
+        let r = e.full_like(v, value)?;
+        y = e.select(mask, r, y)?;
+    }
+    Ok(vec![y])
+}
+
 pub(super) const OPS: &[OpDef] = &[
     def!("tan", Arity::Exactly(1), tan),
     def!("asin", Arity::Exactly(1), asin),
@@ -547,6 +577,7 @@ pub(super) const OPS: &[OpDef] = &[
     def!("fmin", Arity::Exactly(2), fmin),
     def!("signbit", Arity::Exactly(1), signbit),
     def!("copysign", Arity::Exactly(2), copysign),
+    def!("nan_to_num", Arity::Exactly(1), nan_to_num),
 ];
 
 #[cfg(test)]
@@ -685,6 +716,36 @@ mod tests {
         );
         assert_eq!(p.ty.dtype, DType::F64);
         close(&p, &[-1.0, -2.0, -3.0], 0.0);
+    }
+
+    #[test]
+    fn nan_to_num_replaces_nan_and_the_infinities() {
+        let v = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -1.5, 0.0];
+        let d = run1("nan_to_num", &[&t(DType::F32, &[5], &v)], Attrs::new());
+        close(
+            &d,
+            &[0.0, f64::from(f32::MAX), f64::from(f32::MIN), -1.5, 0.0],
+            0.0,
+        );
+        let attrs = Attrs::new()
+            .with("nan", Attr::Float(7.0))
+            .with("posinf", Attr::Float(1e300))
+            .with("neginf", Attr::Float(-2.0));
+        // 1e300 rounds to inf in f32 (torch casts it so); f64 keeps it.
+        let c = run1("nan_to_num", &[&t(DType::F32, &[5], &v)], attrs.clone());
+        close(&c, &[7.0, f64::INFINITY, -2.0, -1.5, 0.0], 0.0);
+        let c = run1("nan_to_num", &[&t(DType::F64, &[5], &v)], attrs);
+        close(&c, &[7.0, 1e300, -2.0, -1.5, 0.0], 0.0);
+        let h = run1("nan_to_num", &[&t(DType::BF16, &[5], &v)], Attrs::new());
+        let m = half::bf16::MAX.to_f64();
+        close(&h, &[0.0, m, -m, -1.5, 0.0], 0.0);
+        let i = run1(
+            "nan_to_num",
+            &[&t(DType::I32, &[2], &[3.0, -4.0])],
+            Attrs::new(),
+        );
+        assert_eq!(i.ty.dtype, DType::I32);
+        close(&i, &[3.0, -4.0], 0.0);
     }
 
     #[test]

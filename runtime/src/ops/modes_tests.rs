@@ -1091,6 +1091,9 @@ fn shape_cases() -> Vec<Case> {
             ],
         ),
         c("tril_indices", vec![], &[("row", i(0)), ("col", i(4))]),
+        c("eye", vec![], &[("n", i(5)), ("m", i(7))]),
+        c("eye", vec![], &[("n", i(4)), ("dtype", dt(DType::BF16))]),
+        c("eye", vec![], &[("n", i(0)), ("m", i(3))]),
         c(
             "triu_indices",
             vec![],
@@ -3556,6 +3559,8 @@ fn math_and_activation_cases() -> Vec<Case> {
             vec![whole(I32, &[6], 3037, -4, 4), scalar(F32, -0.0)],
             &[],
         ),
+        c("nan_to_num", vec![x.clone()], &[("nan", f(1.0))]),
+        c("nan_to_num", vec![whole(I64, &[6], 3045, -3, 3)], &[]),
     ];
     let z = f32s(&[0, 3], 3040);
     cases.push(c("polygamma", vec![z.clone()], &[("n", i(2))]));
@@ -3580,6 +3585,7 @@ fn math_and_activation_cases() -> Vec<Case> {
         "lgamma",
         "digamma",
         "erfc",
+        "nan_to_num",
         "elu",
         "leaky_relu",
         "hardtanh",

@@ -511,6 +511,25 @@ fn triu(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     triangle(e, x, a, false)
 }
 
+/// eye(n, m = n, dtype = f32): ones on the diagonal of an n × m matrix.
+fn eye(e: &mut Emitter, _: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let n = a.int("n")?;
+    let m = a.int_or("m", n)?;
+    for (what, v) in [("n", n), ("m", m)] {
+        if v < 0 {
+            return Err(Error::invalid(format!(
+                "{what} must be greater or equal to 0, got {v}"
+            )));
+        }
+    }
+    let dt = a.dtype_opt("dtype")?.unwrap_or(DType::F32);
+    let dims = [n as u64, m as u64];
+    let rows = iota(e, &dims, 0)?;
+    let cols = iota(e, &dims, 1)?;
+    let diag = e.compare(CompareOp::Eq, rows, cols)?;
+    Ok(vec![e.convert(diag, dt)?])
+}
+
 fn tril_indices(e: &mut Emitter, _: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     triangle_indices(e, a, true)
 }
@@ -857,6 +876,7 @@ pub(super) const OPS: &[OpDef] = &[
     def!("tril", Arity::Exactly(1), tril),
     def!("triu", Arity::Exactly(1), triu),
     def!("arange", Arity::Exactly(0), arange),
+    def!("eye", Arity::Exactly(0), eye),
     def!("tril_indices", Arity::Exactly(0), tril_indices),
     def!("triu_indices", Arity::Exactly(0), triu_indices),
     def!("linspace", Arity::Exactly(0), linspace),

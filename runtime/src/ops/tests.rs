@@ -1498,6 +1498,33 @@ fn linspace_has_exact_ends_and_torchs_rounding() {
 }
 
 #[test]
+fn eye_has_ones_on_the_diagonal() {
+    let eye = |n: i64, m: Option<i64>, dt: DType| {
+        let mut a = Attrs::new()
+            .with("n", int(n))
+            .with("dtype", Attr::DType(dt));
+        if let Some(m) = m {
+            a = a.with("m", int(m));
+        }
+        run("eye", &[], a)
+    };
+    close(
+        &eye(2, Some(3), DType::F32).unwrap()[0],
+        &[1.0, 0.0, 0.0, 0.0, 1.0, 0.0],
+        0.0,
+    );
+    let b = eye(3, None, DType::Bool).unwrap().remove(0);
+    assert_eq!((b.ty.dtype, b.ty.dims.clone()), (DType::Bool, vec![3, 3]));
+    close(&b, &[1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0], 0.0);
+    assert_eq!(eye(0, Some(4), DType::I64).unwrap()[0].ty.dims, vec![0, 4]);
+    let e = eye(3, Some(-2), DType::F32).unwrap_err().to_string();
+    assert!(
+        e.contains("eye: m must be greater or equal to 0, got -2"),
+        "{e}"
+    );
+}
+
+#[test]
 fn triangle_indices_match_an_enumeration() {
     let run_ti = |op: &str, r: i64, c: i64, o: i64, dt: DType| {
         run(

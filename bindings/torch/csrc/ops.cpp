@@ -174,6 +174,32 @@ Tensor k_clamp_t(const Tensor& x, const OptTensor& lo, const OptTensor& hi) {
   if (hi.has_value() && hi->defined()) r = call1("minimum", {r, *hi});
   return r.is_same(x) ? call1("copy", {x}) : r;
 }
+// aminmax: amin and amax over one dim or all (a 0-dim tensor has no dim
+// to name but 0 or -1), as torch checks.
+std::tuple<Tensor, Tensor> k_aminmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
+  if (dim.has_value()) {
+    TORCH_CHECK(x.dim() > 0 || *dim == 0 || *dim == -1, "aminmax: Expected dim to be 0 or -1 for a 0-dim tensor");
+    TORCH_CHECK(x.dim() == 0 || x.size(at::maybe_wrap_dim(*dim, x.dim())) > 0,
+                "aminmax(): Expected reduction dim ", *dim, " to have non-zero size.");
+    if (x.dim() == 0) return {call1("copy", {x}), call1("copy", {x})};
+    Attrs a = dims_attrs(at::IntArrayRef(*dim), keepdim);
+    return {call1("amin", {x}, a), call1("amax", {x}, a)};
+  }
+  TORCH_CHECK(x.numel() > 0, "aminmax(): cannot compute aminmax over an empty dimension as the operation has no ",
+              "identity.");
+  Tensor mn = call1("amin", {x}, dims_attrs(std::nullopt, false));
+  Tensor mx = call1("amax", {x}, dims_attrs(std::nullopt, false));
+  if (keepdim && x.dim() > 0) {
+    std::vector<int64_t> ones(x.dim(), 1);
+    return {mn.reshape(ones), mx.reshape(ones)};
+  }
+  return {mn, mx};
+}
+// eye into out's dtype, on out's device.
+Tensor k_eye(int64_t n, int64_t m, const Tensor& out) {
+  c10::OptionalDeviceGuard guard(out.device());
+  return call("eye", {}, Attrs().i("n", n).i("m", m).dtype("dtype", out.scalar_type()))[0];
+}
 Tensor k_gelu(const Tensor& x, c10::string_view approximate) {
   return call1("gelu", {x}, Attrs().str("approximate", std::string(approximate)));
 }
@@ -681,6 +707,54 @@ Tensor& k_random_to(Tensor& self, int64_t to, std::optional<at::Generator> gen) 
 }
 Tensor& k_random(Tensor& self, std::optional<at::Generator> gen) {
   return k_random_range(self, 0, random_default_to(self), gen);
+}
+
+// exponential_, geometric_, log_normal_ and cauchy_ by transforming
+// uniform or normal draws (computed in f64 for double tensors, f32
+// otherwise), as torch's kernels do. v = 1 - u is in (0, 1]; exponential's
+// log(v) is capped at -eps/2 so no draw is 0 (torch's rule: a 0 would
+// divide to inf in Gumbel-max sampling), and geometric's count is at
+// least 1.
+Tensor uniform_draws(const Tensor& self, std::optional<at::Generator> gen) {
+  Tensor u = empty(self.sizes(), self.scalar_type() == at::kDouble ? at::kDouble : at::kFloat, dev(self));
+  k_uniform_(u, 0.0, 1.0, gen);
+  return u;
+}
+Tensor& k_exponential_(Tensor& self, double lambd, std::optional<at::Generator> gen) {
+  TORCH_CHECK(lambd > 0.0, "exponential_ expects lambda > 0.0, but found lambda=", lambd);
+  TORCH_CHECK(self.is_floating_point(), "exponential_ expects a floating-point tensor, got ", self.scalar_type());
+  if (self.numel() == 0) return self;
+  Tensor u = uniform_draws(self, gen);
+  const double half_eps = u.scalar_type() == at::kDouble ? std::numeric_limits<double>::epsilon() / 2
+                                                         : std::numeric_limits<float>::epsilon() / 2;
+  Tensor log_v = at::clamp_max(at::log1p(-u), -half_eps);
+  copy_into(self, log_v * (-1.0 / lambd), false);
+  return self;
+}
+Tensor& k_geometric_(Tensor& self, double p, std::optional<at::Generator> gen) {
+  TORCH_CHECK(0 < p && p < 1, "geometric_ expects p to be in (0, 1), but got p=", p);
+  if (self.numel() == 0) return self;
+  Tensor u = uniform_draws(self, gen);
+  Tensor k = at::clamp_min(at::ceil(at::log1p(-u) / std::log1p(-p)), 1.0);
+  copy_into(self, k, false);
+  return self;
+}
+Tensor& k_log_normal_(Tensor& self, double mean, double std, std::optional<at::Generator> gen) {
+  TORCH_CHECK(std > 0.0, "log_normal_ expects std > 0.0, but found std=", std);
+  TORCH_CHECK(self.is_floating_point(), "log_normal_ expects a floating-point tensor, got ", self.scalar_type());
+  if (self.numel() == 0) return self;
+  Tensor z = empty(self.sizes(), self.scalar_type() == at::kDouble ? at::kDouble : at::kFloat, dev(self));
+  k_normal_(z, mean, std, gen);
+  copy_into(self, at::exp(z), false);
+  return self;
+}
+Tensor& k_cauchy_(Tensor& self, double median, double sigma, std::optional<at::Generator> gen) {
+  TORCH_CHECK(sigma > 0.0, "cauchy_ expects sigma > 0.0, but found sigma=", sigma);
+  TORCH_CHECK(self.is_floating_point(), "cauchy_ expects a floating-point tensor, got ", self.scalar_type());
+  if (self.numel() == 0) return self;
+  Tensor u = uniform_draws(self, gen);
+  copy_into(self, at::tan((u - 0.5) * M_PI) * sigma + median, false);
+  return self;
 }
 
 // multinomial by the Gumbel-max trick: the index of the largest
@@ -1883,6 +1957,43 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("clamp.out", [](const Tensor& x, const std::optional<Scalar>& lo, const std::optional<Scalar>& hi,
                          Tensor& out) -> Tensor& { return into(out, k_clamp(x, lo, hi)); });
   m.impl("clamp.Tensor", k_clamp_t);
+  m.impl("clamp.Tensor_out", [](const Tensor& x, const OptTensor& lo, const OptTensor& hi, Tensor& out) -> Tensor& {
+    return into(out, k_clamp_t(x, lo, hi));
+  });
+  m.impl("clamp_.Tensor",
+         [](Tensor& x, const OptTensor& lo, const OptTensor& hi) -> Tensor& { return inplace(x, k_clamp_t(x, lo, hi)); });
+  m.impl("clamp_min.Tensor", [](const Tensor& x, const Tensor& lo) { return k_clamp_t(x, lo, std::nullopt); });
+  m.impl("clamp_min.Tensor_out", [](const Tensor& x, const Tensor& lo, Tensor& out) -> Tensor& {
+    return into(out, k_clamp_t(x, lo, std::nullopt));
+  });
+  m.impl("clamp_min_.Tensor",
+         [](Tensor& x, const Tensor& lo) -> Tensor& { return inplace(x, k_clamp_t(x, lo, std::nullopt)); });
+  m.impl("clamp_max.Tensor", [](const Tensor& x, const Tensor& hi) { return k_clamp_t(x, std::nullopt, hi); });
+  m.impl("clamp_max.Tensor_out", [](const Tensor& x, const Tensor& hi, Tensor& out) -> Tensor& {
+    return into(out, k_clamp_t(x, std::nullopt, hi));
+  });
+  m.impl("clamp_max_.Tensor",
+         [](Tensor& x, const Tensor& hi) -> Tensor& { return inplace(x, k_clamp_t(x, std::nullopt, hi)); });
+  m.impl("aminmax", [](const Tensor& x, std::optional<int64_t> dim, bool keepdim) -> std::tuple<Tensor, Tensor> {
+    return k_aminmax(x, dim, keepdim);
+  });
+  m.impl("aminmax.out", [](const Tensor& x, std::optional<int64_t> dim, bool keepdim, Tensor& mn,
+                           Tensor& mx) -> std::tuple<Tensor&, Tensor&> {
+    auto [a, b] = k_aminmax(x, dim, keepdim);
+    into(mn, a);
+    into(mx, b);
+    return {mn, mx};
+  });
+  m.impl("nan_to_num.out", [](const Tensor& x, std::optional<double> nan, std::optional<double> posinf,
+                              std::optional<double> neginf, Tensor& out) -> Tensor& {
+    Attrs a;
+    if (nan.has_value()) a.f("nan", *nan);
+    if (posinf.has_value()) a.f("posinf", *posinf);
+    if (neginf.has_value()) a.f("neginf", *neginf);
+    return into(out, call1("nan_to_num", {x}, a));
+  });
+  m.impl("eye.out", [](int64_t n, Tensor& out) -> Tensor& { return into(out, k_eye(n, n, out)); });
+  m.impl("eye.m_out", [](int64_t n, int64_t m, Tensor& out) -> Tensor& { return into(out, k_eye(n, m, out)); });
   m.impl("clamp_min", [](const Tensor& x, const Scalar& lo) { return k_clamp(x, lo, std::nullopt); });
   m.impl("clamp_min_", [](Tensor& x, const Scalar& lo) -> Tensor& { return inplace(x, k_clamp(x, lo, std::nullopt)); });
   m.impl("clamp_max", [](const Tensor& x, const Scalar& hi) { return k_clamp(x, std::nullopt, hi); });
@@ -2004,6 +2115,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
     auto keys = rng_inputs(gen, dev(out), 2 * static_cast<uint64_t>(n));
     return into(out, call1("randperm", keys, Attrs().i("n", n).dtype("dtype", out.scalar_type())));
   });
+  m.impl("exponential_", k_exponential_);
+  m.impl("geometric_", k_geometric_);
+  m.impl("log_normal_", k_log_normal_);
+  m.impl("cauchy_", k_cauchy_);
   m.impl("random_.from", k_random_from);
   m.impl("random_.to", k_random_to);
   m.impl("random_", k_random);

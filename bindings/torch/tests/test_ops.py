@@ -466,6 +466,87 @@ def test_take_and_put(mode, no_fallback):
         torch.empty(0, device="tpu").take(torch.tensor([0], device="tpu"))
 
 
+def test_eye_clamp_by_tensors_nan_to_num_and_aminmax(mode, no_fallback):
+    for args in ((3,), (2, 5), (4, 1), (0,)):
+        for dt in (torch.float32, torch.bool, torch.int64, torch.bfloat16):
+            got = torch.eye(*args, dtype=dt, device="tpu")
+            assert got.device.type == "tpu" and torch.equal(got.cpu(), torch.eye(*args, dtype=dt))
+    with pytest.raises(RuntimeError, match="must be greater or equal to 0"):
+        torch.eye(-1, device="tpu")
+    # clamp with tensor bounds (F.cosine_similarity clamps its norms so),
+    # in every form, with gradients.
+    lo, hi = torch.full((8,), -0.5), torch.rand(4, 1)
+    for f in (lambda x, l, h: torch.clamp(x, l, h), lambda x, l, h: torch.clamp(x, min=l),
+              lambda x, l, h: torch.clamp_min(x, l), lambda x, l, h: torch.clamp_max(x, h)):
+        a, b = X.clone().requires_grad_(), X.to("tpu").requires_grad_()
+        ya, yb = f(a, lo, hi), f(b, lo.to("tpu"), hi.to("tpu"))
+        close(yb, ya.detach())
+        ya.sum().backward()
+        yb.sum().backward()
+        close(b.grad, a.grad)
+    t = X.to("tpu")
+    t.clamp_(lo.to("tpu"), hi.to("tpu"))
+    close(t, X.clamp(lo, hi))
+    t = X.to("tpu")
+    t.clamp_min_(lo.to("tpu"))
+    close(t, X.clamp_min(lo))
+    out = torch.empty(0, device="tpu")
+    torch.clamp(X.to("tpu"), max=hi.to("tpu"), out=out)
+    close(out, X.clamp(max=hi))
+    u, v = torch.randn(5, 16), torch.randn(5, 16)
+    close(torch.nn.functional.cosine_similarity(u.to("tpu"), v.to("tpu")), torch.nn.functional.cosine_similarity(u, v))
+    inf, nan = float("inf"), float("nan")
+    z = torch.tensor([nan, inf, -inf, 1.5, -0.0])
+    for kw in ({}, {"nan": 2.0, "posinf": 9.0}, {"neginf": -1e300}):
+        for dt in (torch.float32, torch.float64, torch.bfloat16):
+            got, want = torch.nan_to_num(z.to(dt).to("tpu"), **kw), torch.nan_to_num(z.to(dt), **kw)
+            assert torch.equal(got.cpu(), want)
+    t = z.to("tpu")
+    t.nan_to_num_(nan=-7.0)
+    assert torch.equal(t.cpu(), z.nan_to_num(nan=-7.0))
+    i = torch.tensor([1, -2, 3])
+    assert torch.equal(torch.nan_to_num(i.to("tpu")).cpu(), i)
+    for kw in ({}, {"dim": 1}, {"dim": 0, "keepdim": True}, {"keepdim": True}):
+        got, want = torch.aminmax(X.to("tpu"), **kw), torch.aminmax(X, **kw)
+        close(got.min, want.min)
+        close(got.max, want.max)
+    s = torch.tensor(2.5)
+    got = torch.aminmax(s.to("tpu"), dim=0)
+    assert got.min.item() == 2.5 and got.max.item() == 2.5
+    with pytest.raises(RuntimeError, match="empty"):
+        torch.aminmax(torch.zeros(0, device="tpu"))
+
+
+def test_exponential_geometric_log_normal_and_cauchy(mode, no_fallback):
+    torch.manual_seed(4)
+    n = 40000
+    e = torch.empty(n, device="tpu").exponential_(2.0).cpu()
+    assert e.min() > 0 and abs(e.mean().item() - 0.5) < 0.02 and abs(e.std().item() - 0.5) < 0.02
+    g = torch.empty(n, device="tpu").geometric_(0.25).cpu()
+    assert g.min() >= 1 and torch.equal(g, g.floor()) and abs(g.mean().item() - 4.0) < 0.1
+    gi = torch.empty(1000, dtype=torch.long, device="tpu").geometric_(0.5).cpu()
+    assert gi.dtype == torch.long and gi.min() >= 1
+    ln = torch.empty(n, dtype=torch.float64, device="tpu").log_normal_(0.5, 0.3).cpu()
+    assert ln.min() > 0 and abs(ln.log().mean().item() - 0.5) < 0.01 and abs(ln.log().std().item() - 0.3) < 0.01
+    c = torch.empty(n, device="tpu").cauchy_(1.0, 2.0).cpu()
+    assert abs(c.median().item() - 1.0) < 0.1
+    # The quartiles of Cauchy(1, 2) are 1 -+ 2.
+    q = torch.quantile(c, torch.tensor([0.25, 0.75]))
+    assert torch.allclose(q, torch.tensor([-1.0, 3.0]), atol=0.15), q
+    # torch.distributions draw through them.
+    assert torch.distributions.Exponential(torch.tensor([3.0], device="tpu")).sample((5,)).device.type == "tpu"
+    torch.manual_seed(9)
+    a = torch.empty(8, device="tpu").exponential_().cpu()
+    torch.manual_seed(9)
+    assert torch.equal(torch.empty(8, device="tpu").exponential_().cpu(), a)
+    with pytest.raises(RuntimeError, match="lambda > 0.0"):
+        torch.empty(3, device="tpu").exponential_(0.0)
+    with pytest.raises(RuntimeError, match=r"p to be in \(0, 1\)"):
+        torch.empty(3, device="tpu").geometric_(1.0)
+    with pytest.raises(RuntimeError, match="std > 0.0"):
+        torch.empty(3, device="tpu").log_normal_(0.0, 0.0)
+
+
 def test_randperm(mode, no_fallback):
     torch.manual_seed(7)
     for n in (1, 5, 1000):

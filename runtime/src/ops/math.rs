@@ -9,7 +9,7 @@
 use super::attrs::Attrs;
 use super::emit::Emitter;
 use super::pointwise::{promote_float, trunc};
-use super::support::compute_dtype;
+use super::support::{compute_dtype, polynomial};
 use super::{Arity, OpDef};
 use crate::error::Result;
 use crate::ir::{BinaryOp, CompareOp, DType, UnaryOp, ValueId};
@@ -255,13 +255,10 @@ fn erfinv(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
         2.832_976_82,
     ];
     unary_in(e, x[0], a, |e, v, ct| {
+        // The tables list the highest power first.
         let horner = |e: &mut Emitter, w: ValueId, c: &[f64; 9]| -> Result<ValueId> {
-            let mut p = e.full_like(w, c[0])?;
-            for &k in &c[1..] {
-                p = e.mul(p, w)?;
-                p = e.binary_scalar(BinaryOp::Add, p, k)?;
-            }
-            Ok(p)
+            let lowest_first: Vec<f64> = c.iter().rev().copied().collect();
+            polynomial(e, w, &lowest_first)
         };
         let q = one_minus_sq(e, v)?;
         let l = e.unary(UnaryOp::Log, q)?;

@@ -18,6 +18,7 @@
 use super::attrs::Attrs;
 use super::emit::Emitter;
 use super::math::unary_in;
+use super::support::polynomial;
 use super::{Arity, OpDef};
 use crate::error::{Error, Result};
 use crate::ir::{BinaryOp, CompareOp, DType, UnaryOp, ValueId};
@@ -87,11 +88,7 @@ fn inverse_series(
     step: i32,
 ) -> Result<ValueId> {
     let inv = e.binary_scalar(BinaryOp::Pow, z, -f64::from(step))?;
-    let mut s = e.full_like(z, c[c.len() - 1])?;
-    for &k in c[..c.len() - 1].iter().rev() {
-        s = e.mul(s, inv)?;
-        s = e.binary_scalar(BinaryOp::Add, s, k)?;
-    }
+    let s = polynomial(e, inv, c)?;
     let lead = e.binary_scalar(BinaryOp::Pow, z, -f64::from(first))?;
     e.mul(s, lead)
 }
@@ -295,12 +292,7 @@ fn polygamma(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> 
         let r = e.sub(v, rounded)?;
         let (s, c) = sin_cos_pi(e, r)?;
         let cot = e.div(c, s)?;
-        let p = cot_derivative(n);
-        let mut poly = e.full_like(v, p[p.len() - 1])?;
-        for &k in p[..p.len() - 1].iter().rev() {
-            poly = e.mul(poly, cot)?;
-            poly = e.binary_scalar(BinaryOp::Add, poly, k)?;
-        }
+        let poly = polynomial(e, cot, &cot_derivative(n))?;
         // (-1)^(n+1) (-1)^n π^(n+1) P_n = -π^(n+1) P_n
         let trig = e.binary_scalar(BinaryOp::Mul, poly, -PI.powi(n as i32 + 1))?;
         let back = e.binary_scalar(BinaryOp::Mul, direct, -sign)?;
@@ -390,11 +382,7 @@ fn erfc(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
             (e.sub(one, erf_w)?, 2.0)
         } else {
             let u = e.binary_scalar(BinaryOp::Sub, w, 1.5)?;
-            let mut p = e.full_like(w, ERFCX_MID[ERFCX_MID.len() - 1])?;
-            for &c in ERFCX_MID[..ERFCX_MID.len() - 1].iter().rev() {
-                p = e.mul(p, u)?;
-                p = e.binary_scalar(BinaryOp::Add, p, c)?;
-            }
+            let p = polynomial(e, u, &ERFCX_MID)?;
             let g = exp_neg_sq(e, w, ct)?;
             (e.mul(g, p)?, 2.5)
         };

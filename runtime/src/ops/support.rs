@@ -11,7 +11,7 @@
 use super::attrs::{Attr, Attrs};
 use super::emit::Emitter;
 use crate::error::{Error, Result};
-use crate::ir::{DType, Prim, ReduceOp, RngDistribution, ScatterCombiner, ValueId};
+use crate::ir::{BinaryOp, DType, Prim, ReduceOp, RngDistribution, ScatterCombiner, ValueId};
 
 /// The dtype to compute in: f32 for f16/bf16, else the (float) dtype.
 pub(super) fn compute_dtype(d: DType) -> Result<DType> {
@@ -179,6 +179,20 @@ pub(super) fn i64_constant(e: &mut Emitter, v: i64) -> Result<ValueId> {
 }
 
 /// An i64 vector constant (index lists made when the graph is built).
+/// Σ c[k] x^k by Horner's rule (coefficients lowest power first), each
+/// step a multiply and an add in x's dtype.
+pub(super) fn polynomial(e: &mut Emitter, x: ValueId, c: &[f64]) -> Result<ValueId> {
+    let (&top, rest) = c
+        .split_last()
+        .ok_or_else(|| Error::invalid("a polynomial needs a coefficient"))?;
+    let mut p = e.full_like(x, top)?;
+    for &k in rest.iter().rev() {
+        p = e.mul(p, x)?;
+        p = e.binary_scalar(BinaryOp::Add, p, k)?;
+    }
+    Ok(p)
+}
+
 pub(super) fn i64_vector(e: &mut Emitter, v: &[i64]) -> Result<ValueId> {
     e.op(
         Prim::Constant {

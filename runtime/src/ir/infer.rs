@@ -444,6 +444,34 @@ pub(super) fn infer(prim: &Prim, ins: &[TensorType]) -> Result<Vec<TensorType>> 
             }
             one(x.clone())
         }
+        Prim::TriangularSolve { left_side, .. } => {
+            arity(ins, 2)?;
+            let (a, b) = (&ins[0], &ins[1]);
+            if !matches!(a.dtype, DType::F32 | DType::F64) || b.dtype != a.dtype {
+                return err(format!(
+                    "needs f32 or f64 operands of one dtype, got {a} and {b}"
+                ));
+            }
+            let r = a.rank();
+            if r < 2 || b.rank() != r || a.dims[r - 1] != a.dims[r - 2] {
+                return err(format!(
+                    "needs square matrices a and a right-hand side of the same rank, got {a} and {b}"
+                ));
+            }
+            let m = a.dims[r - 1];
+            let along = if *left_side {
+                b.dims[r - 2]
+            } else {
+                b.dims[r - 1]
+            };
+            if a.dims[..r - 2] != b.dims[..r - 2] || along != m {
+                return err(format!(
+                    "a {a} and right-hand side {b} do not agree ({} side)",
+                    if *left_side { "left" } else { "right" }
+                ));
+            }
+            one(b.clone())
+        }
         Prim::Sort { dimension, .. } => {
             arity(ins, 1)?;
             if *dimension >= ins[0].rank() {

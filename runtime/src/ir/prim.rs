@@ -263,6 +263,19 @@ pub enum Prim {
         #[serde(default, skip_serializing_if = "Precision::is_highest")]
         precision: Precision,
     },
+    /// Solve a triangular system, batched (StableHLO's `triangular_solve`):
+    /// (a [b.., m, m], rhs [b.., m, n] on the left side, [b.., n, m] on the
+    /// right) -> x of rhs's shape with op(a) x = rhs (left) or x op(a) =
+    /// rhs, op(a) = aᵀ with `transpose_a`. Only the triangle `lower` names
+    /// is read; with `unit_diagonal` the diagonal is taken as ones. f32 or
+    /// f64, the batch dims of both the same. A zero on the diagonal gives
+    /// inf and NaN, as LAPACK's trsm.
+    TriangularSolve {
+        left_side: bool,
+        lower: bool,
+        unit_diagonal: bool,
+        transpose_a: bool,
+    },
     /// Scaled dot-product attention, a composite: the op library emits it
     /// for the plain case (f32, no mask, no dropout), and a platform that
     /// has no kernel for it runs `ops::expand_composites`, which rewrites
@@ -321,6 +334,7 @@ impl Prim {
             Prim::Sort { .. } => "sort".into(),
             Prim::Rng { .. } => "rng".into(),
             Prim::Convolution { .. } => "convolution".into(),
+            Prim::TriangularSolve { .. } => "triangular_solve".into(),
             Prim::Attention { .. } => "attention".into(),
             Prim::AttentionBackward { .. } => "attention_backward".into(),
         }

@@ -42,6 +42,7 @@ pub mod promote;
 mod random;
 mod reduction;
 mod shape;
+mod solve;
 mod sparse;
 #[cfg(test)]
 mod sparse_tests;
@@ -122,6 +123,7 @@ fn registry() -> &'static Registry {
             (reduction::OPS, false),
             (shape::OPS, false),
             (linalg::OPS, true),
+            (solve::OPS, false),
             (nn::OPS, false),
             (random::OPS, false),
             (loss::OPS, false),

@@ -1212,6 +1212,100 @@ fn shape_cases() -> Vec<Case> {
     ]
 }
 
+/// Square matrices [.., n, n] with values in [-2, 2) plus 6 on the
+/// diagonal: well conditioned, so a solve's rounding stays small.
+fn dominant(dt: DType, dims: &[u64], seed: u64) -> HostTensor {
+    let n = dims[dims.len() - 1] as usize;
+    let mut v = vals(seed, numel(dims), -2.0, 2.0);
+    for (k, x) in v.iter_mut().enumerate() {
+        if (k % (n * n)).is_multiple_of(n + 1) {
+            *x += 6.0;
+        }
+    }
+    h(dt, dims, &v)
+}
+
+fn solve_cases() -> Vec<Case> {
+    use DType::*;
+    let lu = |a: HostTensor| -> (HostTensor, HostTensor) {
+        let f = fwd("lu_factor", &[a], &[]);
+        (f[0].clone(), f[1].clone())
+    };
+    let (lu1, p1) = lu(dominant(F32, &[2, 4, 4], 360));
+    let (lu2, p2) = lu(f32s(&[4, 4], 361));
+    let (lu3, p3) = lu(range(F64, &[2, 4, 3], 362, -2.0, 2.0));
+    let (lu4, p4) = lu(range(F64, &[3, 5], 363, -2.0, 2.0));
+    let left = |v: bool| ("left", b(v));
+    vec![
+        c("lu_factor", vec![f32s(&[2, 4, 4], 364)], &[]),
+        c("lu_factor", vec![range(F64, &[3, 5], 365, -2.0, 2.0)], &[]),
+        c("lu_factor", vec![f32s(&[5, 3], 366)], &[]),
+        c(
+            "lu_solve",
+            vec![lu1.clone(), p1.clone(), f32s(&[2, 4, 3], 367)],
+            &[],
+        ),
+        c(
+            "lu_solve",
+            vec![lu1.clone(), p1.clone(), f32s(&[3, 4], 368)],
+            &[left(false), ("adjoint", b(true))],
+        ),
+        c(
+            "lu_solve",
+            vec![lu1, p1, f32s(&[2, 4, 2], 369)],
+            &[("adjoint", b(true))],
+        ),
+        c(
+            "lu_solve",
+            vec![lu2, p2, f32s(&[2, 1, 4], 370)],
+            &[left(false)],
+        ),
+        c("lu_unpack", vec![lu3, p3], &[]),
+        c("lu_unpack", vec![lu4, p4], &[]),
+        c(
+            "linalg_solve",
+            vec![dominant(F32, &[2, 4, 4], 371), f32s(&[4], 372)],
+            &[],
+        ),
+        c(
+            "linalg_solve",
+            vec![dominant(F32, &[2, 4, 4], 373), f32s(&[2, 4], 374)],
+            &[],
+        ),
+        c(
+            "linalg_solve",
+            vec![
+                dominant(F64, &[4, 4], 375),
+                range(F64, &[2, 4, 3], 376, -2.0, 2.0),
+            ],
+            &[],
+        ),
+        c(
+            "linalg_solve",
+            vec![dominant(F32, &[3, 3], 377), f32s(&[2, 3], 378)],
+            &[left(false)],
+        ),
+        c("linalg_inv", vec![dominant(F32, &[3, 3], 379)], &[]),
+        c("linalg_inv", vec![dominant(F64, &[2, 4, 4], 380)], &[]),
+        c("linalg_det", vec![f32s(&[2, 3, 3], 381)], &[]),
+        c("linalg_det", vec![range(F64, &[4, 4], 382, -2.0, 2.0)], &[]),
+        c("linalg_slogdet", vec![f32s(&[2, 4, 4], 383)], &[]),
+        c(
+            "solve_triangular",
+            vec![dominant(F32, &[2, 4, 4], 384), f32s(&[4, 3], 385)],
+            &[("upper", b(true))],
+        ),
+        c(
+            "solve_triangular",
+            vec![
+                dominant(F64, &[4, 4], 386),
+                range(F64, &[2, 3, 4], 387, -2.0, 2.0),
+            ],
+            &[("upper", b(false)), left(false), ("unitriangular", b(true))],
+        ),
+    ]
+}
+
 fn linalg_cases() -> Vec<Case> {
     use DType::*;
     let a = f32s(&[5, 7], 300);
@@ -2820,6 +2914,35 @@ fn zero_size_cases() -> Vec<Case> {
             &[("sizes", is(&[2, 0]))],
         ),
         c("trace", vec![f32s(&[0, 3], 1507)], &[]),
+        c("lu_factor", vec![f32s(&[0, 3, 3], 1540)], &[]),
+        c("lu_factor", vec![f32s(&[2, 0, 3], 1541)], &[]),
+        c(
+            "lu_solve",
+            vec![
+                f32s(&[3, 3], 1542),
+                i64s(&[3], &[1, 2, 3]),
+                f32s(&[3, 0], 1543),
+            ],
+            &[],
+        ),
+        c(
+            "lu_unpack",
+            vec![f32s(&[0, 3, 2], 1544), h(I32, &[0, 2], &[])],
+            &[],
+        ),
+        c(
+            "linalg_solve",
+            vec![f32s(&[0, 0], 1545), f32s(&[0, 2], 1546)],
+            &[],
+        ),
+        c("linalg_inv", vec![f32s(&[2, 0, 0], 1547)], &[]),
+        c("linalg_det", vec![f32s(&[2, 0, 0], 1548)], &[]),
+        c("linalg_slogdet", vec![f32s(&[0, 2, 2], 1549)], &[]),
+        c(
+            "solve_triangular",
+            vec![f32s(&[0, 3, 3], 1550), f32s(&[3, 2], 1551)],
+            &[("upper", b(true))],
+        ),
         c(
             "linalg_cross",
             vec![h(F32, &[0, 3], &[]), f32s(&[1, 3], 1508)],
@@ -3184,6 +3307,11 @@ fn linalg_and_nn_ops_agree_in_all_modes() {
     let mut cases = linalg_cases();
     cases.extend(nn_cases());
     check_all(cases);
+}
+
+#[test]
+fn solve_ops_agree_in_all_modes() {
+    check_all(solve_cases());
 }
 
 #[test]
@@ -3747,6 +3875,7 @@ fn all_cases() -> Vec<Case> {
         reduction_cases(),
         shape_cases(),
         linalg_cases(),
+        solve_cases(),
         nn_cases(),
         random_cases(),
         loss_cases(),

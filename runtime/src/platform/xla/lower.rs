@@ -1118,6 +1118,23 @@ fn lower_module(graph: &Graph, slots: &[OutputSlot]) -> Result<(String, Vec<Inde
                 // Name the index result as the node's value.
                 w(format!("{o} = stablehlo.reshape {o}_r#1 : ({ot}) -> {ot}"));
             }
+            Prim::TriangularSolve {
+                left_side,
+                lower,
+                unit_diagonal,
+                transpose_a,
+            } => {
+                if graph.value_type(n.inputs[1]).numel() == 0 {
+                    // Nothing to solve: the empty right-hand side.
+                    w(format!("{o} = stablehlo.reshape {} : ({}) -> {ot}", ins[1], its[1]));
+                    continue;
+                }
+                let transpose = if *transpose_a { "TRANSPOSE" } else { "NO_TRANSPOSE" };
+                w(format!(
+                    "{o} = \"stablehlo.triangular_solve\"({}, {}) {{left_side = {left_side}, lower = {lower}, unit_diagonal = {unit_diagonal}, transpose_a = #stablehlo<transpose {transpose}>}} : ({}, {}) -> {ot}",
+                    ins[0], ins[1], its[0], its[1]
+                ));
+            }
             Prim::Attention { .. } | Prim::AttentionBackward { .. } => {
                 return Err(Error::Internal(format!(
                     "{} is a composite, expanded before lowering",

@@ -11,6 +11,7 @@ mod elementwise;
 #[cfg(test)]
 pub(crate) use elementwise::tests::IEEE_COMPARES;
 mod index;
+mod linalg;
 mod reduce;
 pub(crate) mod rng;
 mod sort;
@@ -539,6 +540,22 @@ pub fn eval(prim: &Prim, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>> {
             descending,
             stable,
         } => sort::sort(inputs[0], *dimension, *descending, *stable),
+        Prim::TriangularSolve {
+            left_side,
+            lower,
+            unit_diagonal,
+            transpose_a,
+        } => one(linalg::triangular_solve(
+            inputs[0],
+            inputs[1],
+            linalg::Triangle {
+                left_side: *left_side,
+                lower: *lower,
+                unit_diagonal: *unit_diagonal,
+                transpose_a: *transpose_a,
+            },
+            &out_types[0],
+        )),
         Prim::Attention { scale, causal } => {
             let scale = match inputs.get(3) {
                 Some(s) => scale * f64::from(s.as_slice::<f32>()[0]),

@@ -1,0 +1,857 @@
+//! Linear systems: LU factorization with partial pivoting (LAPACK getrf's,
+//! so torch's pivots), solves with the factors, triangular solves, the
+//! general solve, inverse, determinant and log-determinant; each batched
+//! over leading dims, f32 or f64.
+//!
+//! Triangular solves are one primitive (`Prim::TriangularSolve`, XLA's
+//! own). The factorization has no primitive: it is written out, one
+//! elimination step after another (min(m, n) steps of a few whole-matrix
+//! primitives), so its graph grows with the matrix; fine for the small
+//! and mid-sized systems models solve, slow to compile for large ones.
+
+use super::attrs::Attrs;
+use super::emit::{broadcast_shapes, Emitter};
+use super::support::iota;
+use super::{Arity, OpDef};
+use crate::error::{Error, Result};
+use crate::ir::{BinaryOp, CompareOp, DType, Prim, ReduceOp, UnaryOp, ValueId};
+
+/// f32 or f64 (what torch's CPU linear algebra takes), else an error.
+fn need_real(e: &Emitter, x: ValueId, what: &str) -> Result<DType> {
+    match e.dtype(x) {
+        d @ (DType::F32 | DType::F64) => Ok(d),
+        d => Err(Error::invalid(format!(
+            "{what} must be float32 or float64, got {d}"
+        ))),
+    }
+}
+
+/// At least 2-D, and square when `square`: the matrix dims (m, n).
+fn matrix_dims(e: &Emitter, x: ValueId, what: &str, square: bool) -> Result<(u64, u64)> {
+    let d = e.dims(x);
+    if d.len() < 2 {
+        return Err(Error::invalid(format!(
+            "{what} must have at least 2 dimensions, got shape {d:?}"
+        )));
+    }
+    let (m, n) = (d[d.len() - 2], d[d.len() - 1]);
+    if square && m != n {
+        return Err(Error::invalid(format!(
+            "{what} must be batches of square matrices, but they are {m} by {n} matrices"
+        )));
+    }
+    Ok((m, n))
+}
+
+/// `v`'s elements start..limit, per dimension.
+fn slice(e: &mut Emitter, v: ValueId, start: &[u64], limit: &[u64]) -> Result<ValueId> {
+    e.op(
+        Prim::Slice {
+            start: start.to_vec(),
+            limit: limit.to_vec(),
+            stride: vec![1; start.len()],
+        },
+        &[v],
+    )
+}
+
+/// `v` [batch.., rest..] as [B, rest..] with B the batch's product.
+fn flat_batch(e: &mut Emitter, v: ValueId, rest: usize) -> Result<ValueId> {
+    let d = e.dims(v);
+    let split = d.len() - rest;
+    let mut to = vec![d[..split].iter().product()];
+    to.extend(&d[split..]);
+    e.reshape(v, &to)
+}
+
+/// The factorization of [B, m, n] matrices: (LU packed as LAPACK packs it,
+/// L's unit diagonal implied; 0-based i64 pivots [B, min(m, n)], row i
+/// swapped with pivot i at step i; info [B] i32, the 1-based step of the
+/// first zero pivot, 0 for none). At step k the row with the largest
+/// magnitude in column k, rows k and below, becomes row k (the first
+/// such row on a tie, as LAPACK's i?amax); a zero pivot leaves its
+/// column unscaled.
+fn lu_steps(e: &mut Emitter, a: ValueId) -> Result<(ValueId, ValueId, ValueId)> {
+    let dims = e.dims(a);
+    let (b, m, n) = (dims[0], dims[1], dims[2]);
+    let k_steps = m.min(n);
+    let dt = e.dtype(a);
+    let rows = iota(e, &dims, 1)?;
+    let cols = iota(e, &dims, 2)?;
+    let col_rows = iota(e, &[b, m, 1], 1)?;
+    let row_cols = iota(e, &[b, 1, n], 2)?;
+    let zero = e.scalar(dt, 0.0)?;
+    let one = e.scalar(dt, 1.0)?;
+    let mut info = e.full(DType::I32, &[b], 0.0)?;
+    let mut pivots = Vec::new();
+    let mut a = a;
+    for k in 0..k_steps {
+        // The pivot row: argmax of |a[k.., k]|.
+        let col = slice(e, a, &[0, k, k], &[b, m, k + 1])?;
+        let mag = e.unary(UnaryOp::Abs, col)?;
+        let at = e.op(
+            Prim::ArgReduce {
+                max: true,
+                dimension: 1,
+            },
+            &[mag],
+        )?;
+        let p = e.binary_scalar(BinaryOp::Add, at, k as f64)?; // [B, 1]
+        pivots.push(p);
+        // Swap rows k and p.
+        let p3 = e.reshape(p, &[b, 1, 1])?;
+        let p_row = e.broadcast_to(p3, &[b, 1, n])?;
+        let row_p = e.op(Prim::Gather { axis: 1 }, &[a, p_row])?;
+        let row_k = slice(e, a, &[0, k, 0], &[b, k + 1, n])?;
+        let is_p = e.compare(CompareOp::Eq, rows, p3)?;
+        let is_k = e.compare_scalar(CompareOp::Eq, rows, k as f64)?;
+        let swapped = e.select(is_p, row_k, a)?;
+        a = e.select(is_k, row_p, swapped)?;
+        // Eliminate below the pivot: l = a[k+1.., k] / pivot, stored in
+        // place; the trailing block loses l ⊗ a[k, k+1..].
+        let pivot = slice(e, row_p, &[0, 0, k], &[b, 1, k + 1])?;
+        let is_zero = e.compare(CompareOp::Eq, pivot, zero)?;
+        let div = e.select(is_zero, one, pivot)?;
+        let col = slice(e, a, &[0, 0, k], &[b, m, k + 1])?;
+        let l = e.div(col, div)?;
+        let below = e.compare_scalar(CompareOp::Gt, col_rows, k as f64)?;
+        let l = e.select(below, l, zero)?;
+        let right = e.compare_scalar(CompareOp::Gt, row_cols, k as f64)?;
+        let u = e.select(right, row_p, zero)?;
+        let update = e.mul(l, u)?;
+        let reduced = e.sub(a, update)?;
+        let in_col = e.compare_scalar(CompareOp::Eq, cols, k as f64)?;
+        let below_all = e.compare_scalar(CompareOp::Gt, rows, k as f64)?;
+        let store = e.binary(BinaryOp::And, in_col, below_all)?;
+        a = e.select(store, l, reduced)?;
+        // info: the first zero pivot's step, 1-based.
+        let zero_b = e.reshape(is_zero, &[b])?;
+        let unset = e.compare_scalar(CompareOp::Eq, info, 0.0)?;
+        let first = e.binary(BinaryOp::And, zero_b, unset)?;
+        let step = e.full(DType::I32, &[b], (k + 1) as f64)?;
+        info = e.select(first, step, info)?;
+    }
+    let pivots = if pivots.is_empty() {
+        e.full(DType::I64, &[b, 0], 0.0)?
+    } else {
+        e.op(Prim::Concatenate { dimension: 1 }, &pivots)?
+    };
+    Ok((a, pivots, info))
+}
+
+/// The row permutation LAPACK's pivots make, [B, m] i64: row i of the
+/// factored matrix is row perm[i] of the original. `pivots` [B, k] are
+/// 0-based; swap i exchanges entries i and pivots[i].
+fn permutation(e: &mut Emitter, pivots: ValueId, m: u64) -> Result<ValueId> {
+    let d = e.dims(pivots);
+    let (b, k) = (d[0], d[1]);
+    let at = iota(e, &[b, m], 1)?;
+    let mut perm = at;
+    for s in 0..k {
+        let p = slice(e, pivots, &[0, s], &[b, s + 1])?;
+        let here = slice(e, perm, &[0, s], &[b, s + 1])?;
+        let there = e.op(Prim::Gather { axis: 1 }, &[perm, p])?;
+        let is_p = e.compare(CompareOp::Eq, at, p)?;
+        let is_s = e.compare_scalar(CompareOp::Eq, at, s as f64)?;
+        let swapped = e.select(is_p, here, perm)?;
+        perm = e.select(is_s, there, swapped)?;
+    }
+    Ok(perm)
+}
+
+/// The parity of a permutation made by `pivots` [B, k] (0-based): 1 or -1
+/// in `dt`, [B].
+fn pivot_sign(e: &mut Emitter, pivots: ValueId, dt: DType) -> Result<ValueId> {
+    let d = e.dims(pivots);
+    let at = iota(e, &d, 1)?;
+    let moved = e.compare(CompareOp::Ne, pivots, at)?;
+    let moved = e.convert(moved, DType::I64)?;
+    let swaps = e.reduce(ReduceOp::Sum, moved, &[1], false)?;
+    let odd = e.binary_scalar(BinaryOp::Rem, swaps, 2.0)?;
+    let odd = e.convert(odd, dt)?;
+    let twice = e.binary_scalar(BinaryOp::Mul, odd, -2.0)?;
+    e.binary_scalar(BinaryOp::Add, twice, 1.0)
+}
+
+/// Triangular solve on the left of [B, n, n] and [B, n, r].
+fn triangular(
+    e: &mut Emitter,
+    a: ValueId,
+    rhs: ValueId,
+    lower: bool,
+    unit_diagonal: bool,
+    transpose_a: bool,
+) -> Result<ValueId> {
+    e.op(
+        Prim::TriangularSolve {
+            left_side: true,
+            lower,
+            unit_diagonal,
+            transpose_a,
+        },
+        &[a, rhs],
+    )
+}
+
+/// A x = rhs (or Aᵀ x = rhs with `adjoint`) for A = P L U given as its
+/// packed factors `lu` [B, n, n] and permutation `perm` [B, n]; rhs
+/// [B, n, r].
+fn lu_solve_left(
+    e: &mut Emitter,
+    lu: ValueId,
+    perm: ValueId,
+    rhs: ValueId,
+    adjoint: bool,
+) -> Result<ValueId> {
+    let d = e.dims(rhs);
+    let (b, n, r) = (d[0], d[1], d[2]);
+    let spread = |e: &mut Emitter, p: ValueId| -> Result<ValueId> {
+        let p = e.reshape(p, &[b, n, 1])?;
+        e.broadcast_to(p, &[b, n, r])
+    };
+    if !adjoint {
+        // L U x = rhs[perm].
+        let pr = spread(e, perm)?;
+        let permuted = e.op(Prim::Gather { axis: 1 }, &[rhs, pr])?;
+        let y = triangular(e, lu, permuted, true, true, false)?;
+        triangular(e, lu, y, false, false, false)
+    } else {
+        // Uᵀ Lᵀ (x[perm]) = rhs: w = x[perm], so x = w[perm⁻¹].
+        let z = triangular(e, lu, rhs, false, false, true)?;
+        let w = triangular(e, lu, z, true, true, true)?;
+        let sorted = e.g.node(
+            Prim::Sort {
+                dimension: 1,
+                descending: false,
+                stable: true,
+            },
+            &[perm],
+        )?;
+        let inverse = spread(e, sorted[1])?;
+        e.op(Prim::Gather { axis: 1 }, &[w, inverse])
+    }
+}
+
+/// The solve on either side: left, A x = rhs; right, x A = rhs (so Aᵀ xᵀ
+/// = rhsᵀ). `adjoint` solves with Aᵀ in place of A. `lu`, `perm` and
+/// `rhs` share the batch B.
+fn lu_solve_sided(
+    e: &mut Emitter,
+    lu: ValueId,
+    perm: ValueId,
+    rhs: ValueId,
+    left: bool,
+    adjoint: bool,
+) -> Result<ValueId> {
+    if left {
+        return lu_solve_left(e, lu, perm, rhs, adjoint);
+    }
+    let t = e.transpose(rhs, &[0, 2, 1])?;
+    let x = lu_solve_left(e, lu, perm, t, !adjoint)?;
+    e.transpose(x, &[0, 2, 1])
+}
+
+/// The factors of `a` [batch.., m, n]: (LU [batch.., m, n], pivots
+/// [batch.., k] 0-based i64, info [batch..] i32, the flattened values LU
+/// [B, m, n] and pivots [B, k]).
+struct Factored {
+    lu: ValueId,
+    pivots: ValueId,
+    info: ValueId,
+    flat_lu: ValueId,
+    flat_pivots: ValueId,
+}
+
+fn factor(e: &mut Emitter, a: ValueId) -> Result<Factored> {
+    let d = e.dims(a);
+    let r = d.len();
+    let (m, n) = (d[r - 2], d[r - 1]);
+    let flat = flat_batch(e, a, 2)?;
+    let (flat_lu, flat_pivots, info) = lu_steps(e, flat)?;
+    let lu = e.reshape(flat_lu, &d)?;
+    let mut pd = d[..r - 2].to_vec();
+    pd.push(m.min(n));
+    let pivots = e.reshape(flat_pivots, &pd)?;
+    let info = e.reshape(info, &d[..r - 2])?;
+    Ok(Factored {
+        lu,
+        pivots,
+        info,
+        flat_lu,
+        flat_pivots,
+    })
+}
+
+/// Pivots as torch returns them: 1-based i32.
+fn lapack_pivots(e: &mut Emitter, pivots: ValueId) -> Result<ValueId> {
+    let p = e.binary_scalar(BinaryOp::Add, pivots, 1.0)?;
+    e.convert(p, DType::I32)
+}
+
+/// lu_factor(A [.., m, n]) -> (LU, pivots [.., min(m, n)] i32 1-based,
+/// info [..] i32): torch.linalg.lu_factor_ex.
+fn lu_factor(e: &mut Emitter, x: &[ValueId], _: &Attrs) -> Result<Vec<ValueId>> {
+    need_real(e, x[0], "A")?;
+    matrix_dims(e, x[0], "A", false)?;
+    let f = factor(e, x[0])?;
+    let p = lapack_pivots(e, f.pivots)?;
+    Ok(vec![f.lu, p, f.info])
+}
+
+/// The diagonal of [B, n, n] as [B, n].
+fn diagonal(e: &mut Emitter, v: ValueId) -> Result<ValueId> {
+    let d = e.dims(v);
+    let rows = iota(e, &d, 1)?;
+    let cols = iota(e, &d, 2)?;
+    let on = e.compare(CompareOp::Eq, rows, cols)?;
+    let zero = e.scalar(e.dtype(v), 0.0)?;
+    let kept = e.select(on, v, zero)?;
+    e.reduce(ReduceOp::Sum, kept, &[2], false)
+}
+
+/// Batch dims [..] of a [.., m, n] value.
+fn batch_of(e: &Emitter, v: ValueId) -> Vec<u64> {
+    let d = e.dims(v);
+    d[..d.len() - 2].to_vec()
+}
+
+/// linalg_det(A [.., n, n]) -> (det [..], LU, pivots): the product of U's
+/// diagonal and the pivots' sign.
+fn linalg_det(e: &mut Emitter, x: &[ValueId], _: &Attrs) -> Result<Vec<ValueId>> {
+    let dt = need_real(e, x[0], "A")?;
+    matrix_dims(e, x[0], "A", true)?;
+    let batch = batch_of(e, x[0]);
+    let f = factor(e, x[0])?;
+    let diag = diagonal(e, f.flat_lu)?;
+    let prod = e.reduce(ReduceOp::Prod, diag, &[1], false)?;
+    let sign = pivot_sign(e, f.flat_pivots, dt)?;
+    let det = e.mul(prod, sign)?;
+    let det = e.reshape(det, &batch)?;
+    let p = lapack_pivots(e, f.pivots)?;
+    Ok(vec![det, f.lu, p])
+}
+
+/// linalg_slogdet(A) -> (sign [..], log|det| [..], LU, pivots); a singular
+/// matrix gives sign 0 and -inf.
+fn linalg_slogdet(e: &mut Emitter, x: &[ValueId], _: &Attrs) -> Result<Vec<ValueId>> {
+    let dt = need_real(e, x[0], "A")?;
+    matrix_dims(e, x[0], "A", true)?;
+    let batch = batch_of(e, x[0]);
+    let f = factor(e, x[0])?;
+    let diag = diagonal(e, f.flat_lu)?;
+    let signs = e.unary(UnaryOp::Sign, diag)?;
+    let sign = e.reduce(ReduceOp::Prod, signs, &[1], false)?;
+    let psign = pivot_sign(e, f.flat_pivots, dt)?;
+    let sign = e.mul(sign, psign)?;
+    let mag = e.unary(UnaryOp::Abs, diag)?;
+    let logs = e.unary(UnaryOp::Log, mag)?;
+    let logdet = e.reduce(ReduceOp::Sum, logs, &[1], false)?;
+    let sign = e.reshape(sign, &batch)?;
+    let logdet = e.reshape(logdet, &batch)?;
+    let p = lapack_pivots(e, f.pivots)?;
+    Ok(vec![sign, logdet, f.lu, p])
+}
+
+/// The common batch of `a` [.., n, n] and `rhs` [.., p, q]; both broadcast
+/// to it and flattened to one batch dim. Returns (a, rhs, batch).
+fn common_batch(e: &mut Emitter, a: ValueId, rhs: ValueId) -> Result<(ValueId, ValueId, Vec<u64>)> {
+    let (ad, rd) = (e.dims(a), e.dims(rhs));
+    let batch = broadcast_shapes(&ad[..ad.len() - 2], &rd[..rd.len() - 2]).map_err(|_| {
+        Error::invalid(format!(
+            "the batch dimensions of shapes {ad:?} and {rd:?} do not broadcast"
+        ))
+    })?;
+    let mut at = batch.clone();
+    at.extend(&ad[ad.len() - 2..]);
+    let mut rt = batch.clone();
+    rt.extend(&rd[rd.len() - 2..]);
+    let a = e.broadcast_to(a, &at)?;
+    let rhs = e.broadcast_to(rhs, &rt)?;
+    Ok((flat_batch(e, a, 2)?, flat_batch(e, rhs, 2)?, batch))
+}
+
+/// Checks that `rhs` [.., p, q] fits A's n on the side solved.
+fn check_rhs(e: &Emitter, rhs: ValueId, n: u64, left: bool, what: &str) -> Result<()> {
+    let (p, q) = matrix_dims(e, rhs, what, false)?;
+    let along = if left { p } else { q };
+    if along != n {
+        return Err(Error::invalid(format!(
+            "incompatible shapes of A and {what}: A is {n} by {n}, {what} is {p} by {q} ({} side)",
+            if left { "left" } else { "right" }
+        )));
+    }
+    Ok(())
+}
+
+/// `flat` [B, p, q] back to `batch` + [p, q].
+fn unflatten(e: &mut Emitter, flat: ValueId, batch: &[u64]) -> Result<ValueId> {
+    let d = e.dims(flat);
+    let mut to = batch.to_vec();
+    to.extend(&d[1..]);
+    e.reshape(flat, &to)
+}
+
+/// lu_solve(LU [.., n, n], pivots [.., n] (1-based, integer), B; left =
+/// true, adjoint = false) -> X with A X = B (X A = B on the right; Aᵀ for
+/// A with adjoint): torch.linalg.lu_solve. Batch dims broadcast.
+fn lu_solve(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let left = a.bool_or("left", true)?;
+    let adjoint = a.bool_or("adjoint", false)?;
+    let dt = need_real(e, x[0], "LU")?;
+    if e.dtype(x[2]) != dt {
+        return Err(Error::invalid(format!(
+            "B must have the dtype of LU ({dt}), got {}",
+            e.dtype(x[2])
+        )));
+    }
+    let (n, _) = matrix_dims(e, x[0], "LU", true)?;
+    check_rhs(e, x[2], n, left, "B")?;
+    let (pd, ld) = (e.dims(x[1]), e.dims(x[0]));
+    if !matches!(e.dtype(x[1]), DType::I32 | DType::I64)
+        || pd.len() + 1 != ld.len()
+        || pd[..] != ld[..ld.len() - 1]
+    {
+        return Err(Error::invalid(format!(
+            "pivots must be integers of shape {:?} (LU's without its last dim), got {}",
+            &ld[..ld.len() - 1],
+            e.ty(x[1])
+        )));
+    }
+    // Pivots as a [.., n, 1] "matrix" so they broadcast with LU's batch.
+    let p = e.convert(x[1], DType::I64)?;
+    let p = e.binary_scalar(BinaryOp::Sub, p, 1.0)?;
+    let mut p3 = pd.clone();
+    p3.push(1);
+    let p = e.reshape(p, &p3)?;
+    let (lu, rhs, batch) = common_batch(e, x[0], x[2])?;
+    let mut pt = batch.clone();
+    pt.extend([n, 1]);
+    let p = e.broadcast_to(p, &pt)?;
+    let bflat = e.dims(lu)[0];
+    let p = e.reshape(p, &[bflat, n])?;
+    let perm = permutation(e, p, n)?;
+    let x = lu_solve_sided(e, lu, perm, rhs, left, adjoint)?;
+    Ok(vec![unflatten(e, x, &batch)?])
+}
+
+/// linalg_solve(A [.., n, n], B; left = true) -> (X, LU, pivots, info):
+/// torch's _linalg_solve_ex. B is a matrix [.., n, k] (on the right
+/// [.., k, n]) or a vector: 1-D, or A's shape without its last dim. Batch
+/// dims broadcast; LU, pivots and info are A's.
+fn linalg_solve(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let left = a.bool_or("left", true)?;
+    let dt = need_real(e, x[0], "A")?;
+    if e.dtype(x[1]) != dt {
+        return Err(Error::invalid(format!(
+            "B must have the dtype of A ({dt}), got {}",
+            e.dtype(x[1])
+        )));
+    }
+    let (n, _) = matrix_dims(e, x[0], "A", true)?;
+    let (ad, bd) = (e.dims(x[0]), e.dims(x[1]));
+    let vector = bd.len() == 1 || (bd.len() + 1 == ad.len() && bd[..] == ad[..ad.len() - 1]);
+    if vector && !left {
+        return Err(Error::invalid(
+            "vector broadcasting of the left hand side is not supported for left=False",
+        ));
+    }
+    let rhs = if vector {
+        let mut d = bd.clone();
+        d.push(1);
+        e.reshape(x[1], &d)?
+    } else {
+        x[1]
+    };
+    check_rhs(e, rhs, n, left, "B")?;
+    let f = factor(e, x[0])?;
+    let mut pd = ad[..ad.len() - 2].to_vec();
+    pd.extend([n, 1]);
+    let p3 = e.reshape(f.pivots, &pd)?;
+    let (lu, rhs, batch) = common_batch(e, f.lu, rhs)?;
+    let mut pt = batch.clone();
+    pt.extend([n, 1]);
+    let p = e.broadcast_to(p3, &pt)?;
+    let bflat = e.dims(lu)[0];
+    let p = e.reshape(p, &[bflat, n])?;
+    let perm = permutation(e, p, n)?;
+    let sol = lu_solve_sided(e, lu, perm, rhs, left, false)?;
+    let mut sol = unflatten(e, sol, &batch)?;
+    if vector {
+        let mut d = e.dims(sol);
+        d.pop();
+        sol = e.reshape(sol, &d)?;
+    }
+    let piv = lapack_pivots(e, f.pivots)?;
+    Ok(vec![sol, f.lu, piv, f.info])
+}
+
+/// linalg_inv(A [.., n, n]) -> (A⁻¹, info): the solve with the identity.
+/// A singular A (info > 0) gives inf and NaN, as LAPACK.
+fn linalg_inv(e: &mut Emitter, x: &[ValueId], _: &Attrs) -> Result<Vec<ValueId>> {
+    let dt = need_real(e, x[0], "A")?;
+    let (n, _) = matrix_dims(e, x[0], "A", true)?;
+    let d = e.dims(x[0]);
+    let f = factor(e, x[0])?;
+    let b = e.dims(f.flat_lu)[0];
+    let rows = iota(e, &[b, n, n], 1)?;
+    let cols = iota(e, &[b, n, n], 2)?;
+    let on = e.compare(CompareOp::Eq, rows, cols)?;
+    let on = e.convert(on, dt)?;
+    let perm = permutation(e, f.flat_pivots, n)?;
+    let inv = lu_solve_left(e, f.flat_lu, perm, on, false)?;
+    Ok(vec![e.reshape(inv, &d)?, f.info])
+}
+
+/// solve_triangular(A [.., n, n], B; upper, left = true, unitriangular =
+/// false) -> X with A X = B (X A = B on the right), A's other triangle
+/// unread: torch.linalg.solve_triangular. Batch dims broadcast.
+fn solve_triangular(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let upper = match a.get("upper") {
+        Some(_) => a.bool_or("upper", false)?,
+        None => return Err(Error::invalid("the attribute upper (a bool) is required")),
+    };
+    let left = a.bool_or("left", true)?;
+    let unit = a.bool_or("unitriangular", false)?;
+    let dt = need_real(e, x[0], "A")?;
+    if e.dtype(x[1]) != dt {
+        return Err(Error::invalid(format!(
+            "B must have the dtype of A ({dt}), got {}",
+            e.dtype(x[1])
+        )));
+    }
+    let (n, _) = matrix_dims(e, x[0], "A", true)?;
+    check_rhs(e, x[1], n, left, "B")?;
+    let (am, bm, batch) = common_batch(e, x[0], x[1])?;
+    let sol = e.op(
+        Prim::TriangularSolve {
+            left_side: left,
+            lower: !upper,
+            unit_diagonal: unit,
+            transpose_a: false,
+        },
+        &[am, bm],
+    )?;
+    Ok(vec![unflatten(e, sol, &batch)?])
+}
+
+/// lu_unpack(LU [.., m, n], pivots [.., k] (1-based)) -> (P [.., m, m],
+/// L [.., m, k], U [.., k, n]) with A = P L U: torch.lu_unpack.
+fn lu_unpack(e: &mut Emitter, x: &[ValueId], _: &Attrs) -> Result<Vec<ValueId>> {
+    let dt = need_real(e, x[0], "LU")?;
+    let (m, n) = matrix_dims(e, x[0], "LU", false)?;
+    let k = m.min(n);
+    let (ld, pd) = (e.dims(x[0]), e.dims(x[1]));
+    let r = ld.len();
+    let batch = ld[..r - 2].to_vec();
+    let mut want = batch.clone();
+    want.push(k);
+    if !matches!(e.dtype(x[1]), DType::I32 | DType::I64) || pd != want {
+        return Err(Error::invalid(format!(
+            "pivots must be integers of shape {want:?}, got {}",
+            e.ty(x[1])
+        )));
+    }
+    let lu = flat_batch(e, x[0], 2)?;
+    let b = e.dims(lu)[0];
+    let zero = e.scalar(dt, 0.0)?;
+    let one = e.scalar(dt, 1.0)?;
+    // L: strictly below the diagonal of the first k columns, unit diagonal.
+    let l = slice(e, lu, &[0, 0, 0], &[b, m, k])?;
+    let rows = iota(e, &[b, m, k], 1)?;
+    let cols = iota(e, &[b, m, k], 2)?;
+    let below = e.compare(CompareOp::Gt, rows, cols)?;
+    let on = e.compare(CompareOp::Eq, rows, cols)?;
+    let l = e.select(below, l, zero)?;
+    let l = e.select(on, one, l)?;
+    // U: on and above the diagonal of the first k rows.
+    let u = slice(e, lu, &[0, 0, 0], &[b, k, n])?;
+    let rows = iota(e, &[b, k, n], 1)?;
+    let cols = iota(e, &[b, k, n], 2)?;
+    let above = e.compare(CompareOp::Le, rows, cols)?;
+    let u = e.select(above, u, zero)?;
+    // P: column i holds a one in row perm[i] (A = P L U, Pᵀ A = A[perm]).
+    let p = e.convert(x[1], DType::I64)?;
+    let p = e.binary_scalar(BinaryOp::Sub, p, 1.0)?;
+    let p = e.reshape(p, &[b, k])?;
+    let perm = permutation(e, p, m)?;
+    let perm = e.reshape(perm, &[b, 1, m])?;
+    let rows = iota(e, &[b, m, m], 1)?;
+    let hit = e.compare(CompareOp::Eq, rows, perm)?;
+    let pm = e.convert(hit, dt)?;
+    let mut out = Vec::new();
+    for (v, tail) in [(pm, [m, m]), (l, [m, k]), (u, [k, n])] {
+        let mut d = batch.clone();
+        d.extend(tail);
+        out.push(e.reshape(v, &d)?);
+    }
+    Ok(out)
+}
+
+pub(super) const OPS: &[OpDef] = &[
+    def!("lu_factor", Arity::Exactly(1), lu_factor),
+    def!("lu_solve", Arity::Exactly(3), lu_solve),
+    def!("lu_unpack", Arity::Exactly(2), lu_unpack),
+    def!("linalg_solve", Arity::Exactly(2), linalg_solve),
+    def!("linalg_inv", Arity::Exactly(1), linalg_inv),
+    def!("linalg_det", Arity::Exactly(1), linalg_det),
+    def!("linalg_slogdet", Arity::Exactly(1), linalg_slogdet),
+    def!("solve_triangular", Arity::Exactly(2), solve_triangular),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{close, run, run1, t};
+    use crate::ir::DType::{self, F32, F64};
+    use crate::ops::attrs::{Attr, Attrs};
+
+    fn attrs(v: &[(&str, bool)]) -> Attrs {
+        let mut a = Attrs::new();
+        for (k, b) in v {
+            a.set(k, Attr::Bool(*b));
+        }
+        a
+    }
+
+    /// Row-major p x q times q x r, in f64.
+    fn matmul(x: &[f64], y: &[f64], p: usize, q: usize, r: usize) -> Vec<f64> {
+        let mut o = vec![0.0; p * r];
+        for i in 0..p {
+            for k in 0..q {
+                for j in 0..r {
+                    o[i * r + j] += x[i * q + k] * y[k * r + j];
+                }
+            }
+        }
+        o
+    }
+
+    /// A deterministic n x n matrix with entries in [-2, 2], a few on the
+    /// diagonal small so the pivoting has work to do.
+    fn matrix(n: usize, seed: usize) -> Vec<f64> {
+        (0..n * n)
+            .map(|i| {
+                let v = ((i * 37 + seed * 11) % 23) as f64 / 5.75 - 2.0;
+                if i % (n + 1) == 0 && i % 2 == 0 {
+                    v * 0.01
+                } else {
+                    v
+                }
+            })
+            .collect()
+    }
+
+    /// LAPACK's factors of [[1, 2], [3, 4]]: rows swapped (pivots 2, 2),
+    /// L = [[1, 0], [1/3, 1]], U = [[3, 4], [0, 2/3]]; and of a 3 x 3
+    /// matrix whose first step swaps its first and last rows.
+    #[test]
+    fn lu_factor_matches_lapack_by_hand() {
+        let a = t(F64, &[2, 2], &[1.0, 2.0, 3.0, 4.0]);
+        let out = run("lu_factor", &[&a], Attrs::new()).unwrap();
+        close(&out[0], &[3.0, 4.0, 1.0 / 3.0, 2.0 / 3.0], 1e-15);
+        assert_eq!(out[1].dtype(), DType::I32);
+        assert_eq!(out[1].to_f64_vec(), vec![2.0, 2.0]);
+        assert_eq!(out[2].to_f64_vec(), vec![0.0]);
+        let a = t(F64, &[3, 3], &[1.0, 1.0, 1.0, 2.0, 2.0, 5.0, 4.0, 6.0, 8.0]);
+        let out = run("lu_factor", &[&a], Attrs::new()).unwrap();
+        // After swapping rows 0 and 2: [4 6 8; 2 2 5; 1 1 1], l = 1/2, 1/4;
+        // trailing: [2-3, 5-4] = [-1, 1], [1-1.5, 1-2] = [-0.5, -1]; the
+        // larger pivot -1 (row 1) stays; l = 0.5; U22 = -1 - 0.5 = -1.5.
+        close(
+            &out[0],
+            &[4.0, 6.0, 8.0, 0.5, -1.0, 1.0, 0.25, 0.5, -1.5],
+            1e-15,
+        );
+        assert_eq!(out[1].to_f64_vec(), vec![3.0, 2.0, 3.0]);
+    }
+
+    /// A singular matrix: info is the step of the first zero pivot and
+    /// nothing divides by it; det 0, slogdet (0, -inf).
+    #[test]
+    fn singular_matrices_report_info_and_zero_det() {
+        let a = t(F64, &[3, 3], &[1.0, 2.0, 3.0, 2.0, 4.0, 6.0, 1.0, 0.0, 1.0]);
+        let out = run("lu_factor", &[&a], Attrs::new()).unwrap();
+        assert!(out[0].to_f64_vec().iter().all(|v| v.is_finite()));
+        assert_eq!(out[2].to_f64_vec(), vec![3.0]);
+        close(&run1("linalg_det", &[&a], Attrs::new()), &[0.0], 0.0);
+        let s = run("linalg_slogdet", &[&a], Attrs::new()).unwrap();
+        assert_eq!(s[0].to_f64_vec(), vec![0.0]);
+        assert_eq!(s[1].to_f64_vec(), vec![f64::NEG_INFINITY]);
+        let inv = run("linalg_inv", &[&a], Attrs::new()).unwrap();
+        assert_eq!(inv[1].to_f64_vec(), vec![3.0]);
+    }
+
+    /// det and slogdet of a batch against the cofactor expansion of 3 x 3
+    /// determinants; the sign follows the row swaps.
+    #[test]
+    fn det_and_slogdet_match_cofactor_expansion() {
+        let (m0, m1) = (matrix(3, 1), matrix(3, 2));
+        let det3 = |m: &[f64]| {
+            m[0] * (m[4] * m[8] - m[5] * m[7]) - m[1] * (m[3] * m[8] - m[5] * m[6])
+                + m[2] * (m[3] * m[7] - m[4] * m[6])
+        };
+        let want = [det3(&m0), det3(&m1)];
+        let a: Vec<f64> = m0.iter().chain(&m1).copied().collect();
+        for dt in [F64, F32] {
+            let x = t(dt, &[2, 3, 3], &a);
+            let tol = if dt == F64 { 1e-13 } else { 1e-5 };
+            close(&run1("linalg_det", &[&x], Attrs::new()), &want, tol);
+            let s = run("linalg_slogdet", &[&x], Attrs::new()).unwrap();
+            close(&s[0], &want.map(f64::signum), 0.0);
+            close(&s[1], &want.map(|d| d.abs().ln()), tol);
+        }
+        // Identity with two rows swapped: det -1.
+        let p = t(F64, &[3, 3], &[0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0]);
+        close(&run1("linalg_det", &[&p], Attrs::new()), &[-1.0], 0.0);
+    }
+
+    /// linalg_solve on both sides, with a vector right-hand side and a
+    /// broadcast batch: A X = B holds to rounding.
+    #[test]
+    fn solve_satisfies_its_system_on_both_sides() {
+        let n = 5;
+        let am: Vec<f64> = matrix(n, 3).iter().chain(&matrix(n, 4)).copied().collect();
+        let a = t(F64, &[2, 5, 5], &am);
+        let bm: Vec<f64> = (0..n * 2).map(|i| (i as f64) - 4.5).collect();
+        let b = t(F64, &[5, 2], &bm);
+        let out = run("linalg_solve", &[&a, &b], Attrs::new()).unwrap();
+        assert_eq!(out[0].dims(), &[2, 5, 2]);
+        let x = out[0].to_f64_vec();
+        for k in 0..2 {
+            let back = matmul(&am[k * 25..(k + 1) * 25], &x[k * 10..(k + 1) * 10], n, n, 2);
+            close(&t(F64, &[10], &back), &bm, 1e-12);
+        }
+        // Vector: B [5] solves each batch.
+        let v = t(F64, &[5], &[1.0, 0.0, -1.0, 2.0, 0.5]);
+        let xv = run1("linalg_solve", &[&a, &v], Attrs::new());
+        assert_eq!(xv.dims(), &[2, 5]);
+        let xv = xv.to_f64_vec();
+        for k in 0..2 {
+            let back = matmul(&am[k * 25..(k + 1) * 25], &xv[k * 5..(k + 1) * 5], n, n, 1);
+            close(&t(F64, &[5], &back), &v.to_f64_vec(), 1e-12);
+        }
+        // Right: X A = B with B [3, 5].
+        let br: Vec<f64> = (0..15).map(|i| (i % 4) as f64 - 1.0).collect();
+        let a0 = t(F64, &[5, 5], &am[..25]);
+        let xr = run1(
+            "linalg_solve",
+            &[&a0, &t(F64, &[3, 5], &br)],
+            attrs(&[("left", false)]),
+        );
+        let back = matmul(&xr.to_f64_vec(), &am[..25], 3, n, n);
+        close(&t(F64, &[15], &back), &br, 1e-12);
+        let e = run("linalg_solve", &[&a0, &v], attrs(&[("left", false)])).unwrap_err();
+        assert!(e.to_string().contains("left=False"), "{e}");
+    }
+
+    /// lu_solve with the factors, every side and adjoint; inv times A is
+    /// the identity; lu_unpack's P L U gives A back.
+    #[test]
+    fn lu_solve_inv_and_unpack_round_trip() {
+        let n = 4;
+        let am = matrix(n, 5);
+        let a = t(F64, &[4, 4], &am);
+        let at: Vec<f64> = (0..16).map(|i| am[(i % 4) * 4 + i / 4]).collect();
+        let f = run("lu_factor", &[&a], Attrs::new()).unwrap();
+        let bm: Vec<f64> = (0..8).map(|i| (i as f64) * 0.5 - 1.0).collect();
+        for (left, adjoint) in [(true, false), (true, true), (false, false), (false, true)] {
+            let bdims = if left { [4, 2] } else { [2, 4] };
+            let x = run1(
+                "lu_solve",
+                &[&f[0], &f[1], &t(F64, &bdims, &bm)],
+                attrs(&[("left", left), ("adjoint", adjoint)]),
+            )
+            .to_f64_vec();
+            let op = if adjoint { &at } else { &am };
+            let back = if left {
+                matmul(op, &x, 4, 4, 2)
+            } else {
+                matmul(&x, op, 2, 4, 4)
+            };
+            close(&t(F64, &[8], &back), &bm, 1e-12);
+        }
+        let inv = run("linalg_inv", &[&a], Attrs::new()).unwrap();
+        assert_eq!(inv[1].to_f64_vec(), vec![0.0]);
+        let eye = matmul(&inv[0].to_f64_vec(), &am, 4, 4, 4);
+        let want: Vec<f64> = (0..16).map(|i| (i % 5 == 0) as u8 as f64).collect();
+        close(&t(F64, &[16], &eye), &want, 1e-12);
+        let plu = run("lu_unpack", &[&f[0], &f[1]], Attrs::new()).unwrap();
+        let lu = matmul(&plu[1].to_f64_vec(), &plu[2].to_f64_vec(), 4, 4, 4);
+        let back = matmul(&plu[0].to_f64_vec(), &lu, 4, 4, 4);
+        close(&t(F64, &[16], &back), &am, 1e-12);
+        // Rectangular: [2, 3] gives P [2, 2], L [2, 2], U [2, 3].
+        let r = t(F32, &[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        let f = run("lu_factor", &[&r], Attrs::new()).unwrap();
+        let plu = run("lu_unpack", &[&f[0], &f[1]], Attrs::new()).unwrap();
+        let dims: Vec<&[u64]> = plu.iter().map(|v| v.dims()).collect();
+        assert_eq!(dims, vec![&[2u64, 2][..], &[2, 2], &[2, 3]]);
+        close(&plu[0], &[0.0, 1.0, 1.0, 0.0], 0.0);
+    }
+
+    #[test]
+    fn solve_triangular_reads_one_triangle() {
+        // Upper [[2, 1], [junk, 4]]: x = [ (5 - 1·2)/2, 8/4 ] = [1.5, 2].
+        let a = t(F32, &[2, 2], &[2.0, 1.0, 99.0, 4.0]);
+        let b = t(F32, &[2, 1], &[5.0, 8.0]);
+        let x = run1("solve_triangular", &[&a, &b], attrs(&[("upper", true)]));
+        close(&x, &[1.5, 2.0], 1e-7);
+        // Lower, unit diagonal: [[1, 0], [99, 1]] x = b.
+        let x = run1(
+            "solve_triangular",
+            &[&a, &b],
+            attrs(&[("upper", false), ("unitriangular", true)]),
+        );
+        close(&x, &[5.0, 8.0 - 99.0 * 5.0], 1e-7);
+        let e = run("solve_triangular", &[&a, &b], Attrs::new()).unwrap_err();
+        assert!(e.to_string().contains("upper"), "{e}");
+    }
+
+    #[test]
+    fn bad_inputs_are_named() {
+        let sq = t(F32, &[2, 2], &[1.0, 0.0, 0.0, 1.0]);
+        let cases: Vec<(&str, Vec<crate::platform::host::kernels::HostTensor>, &str)> = vec![
+            (
+                "linalg_inv",
+                vec![t(DType::I64, &[2, 2], &[1.0; 4])],
+                "float32 or float64",
+            ),
+            ("linalg_inv", vec![t(F32, &[2, 3], &[1.0; 6])], "square"),
+            (
+                "linalg_det",
+                vec![t(F32, &[3], &[1.0; 3])],
+                "at least 2 dimensions",
+            ),
+            (
+                "linalg_solve",
+                vec![sq.clone(), t(F32, &[3, 1], &[1.0; 3])],
+                "incompatible",
+            ),
+            (
+                "linalg_solve",
+                vec![sq.clone(), t(F64, &[2, 1], &[1.0; 2])],
+                "dtype",
+            ),
+            (
+                "lu_solve",
+                vec![
+                    sq.clone(),
+                    t(F32, &[2], &[1.0, 2.0]),
+                    t(F32, &[2, 1], &[1.0; 2]),
+                ],
+                "pivots must be integers",
+            ),
+            (
+                "linalg_solve",
+                vec![t(F32, &[2, 2, 2], &[1.0; 8]), t(F32, &[3, 2, 1], &[1.0; 6])],
+                "do not broadcast",
+            ),
+        ];
+        for (op, ins, want) in cases {
+            let refs: Vec<_> = ins.iter().collect();
+            let e = run(op, &refs, Attrs::new()).unwrap_err().to_string();
+            assert!(
+                e.contains(want) && e.contains(&format!("{op}: ")),
+                "{op}: {e}"
+            );
+        }
+    }
+}

@@ -670,6 +670,74 @@ std::tuple<Tensor, Tensor> k_cholesky_ex(const Tensor& A, bool upper, bool check
   return {L, info};
 }
 
+// Linear systems (the op library's solve.rs): LU with partial pivoting and
+// what is built on it, f32 and f64. check_errors raises torch's own error
+// for a nonzero info (one read back), as the composites that call these
+// with check_errors=false do through _linalg_check_errors.
+void check_info(const Tensor& info, const char* api, const Tensor& A) {
+  at::_linalg_check_errors(info, api, A.dim() == 2);
+}
+std::tuple<Tensor, Tensor, Tensor> k_lu_factor_ex(const Tensor& A, bool pivot, bool check_errors) {
+  TORCH_CHECK(pivot, "linalg.lu_factor: LU without pivoting is not implemented on tpu");
+  auto r = call("lu_factor", {A});
+  if (check_errors) check_info(r[2], "torch.linalg.lu_factor_ex", A);
+  return {r[0], r[1], r[2]};
+}
+std::tuple<Tensor, Tensor, Tensor> k_lu_unpack(const Tensor& LU, const Tensor& pivots, bool unpack_data,
+                                               bool unpack_pivots) {
+  auto r = call("lu_unpack", {LU, pivots});
+  // What is not unpacked is an empty tensor, as torch returns it.
+  Tensor none = empty({0}, LU.scalar_type(), dev(LU));
+  return {unpack_pivots ? r[0] : none, unpack_data ? r[1] : none, unpack_data ? r[2] : none};
+}
+std::tuple<Tensor, Tensor, Tensor> k_linalg_lu(const Tensor& A, bool pivot) {
+  auto [LU, piv, info] = k_lu_factor_ex(A, pivot, false);
+  return k_lu_unpack(LU, piv, true, true);
+}
+Tensor k_lu_solve(const Tensor& LU, const Tensor& pivots, const Tensor& B, bool left, bool adjoint) {
+  return call1("lu_solve", {LU, pivots, B}, Attrs().b("left", left).b("adjoint", adjoint));
+}
+// torch factors Aᵀ of a row-major A (LAPACK wants column-major) for the
+// determinants, and the backward formulas of _linalg_det and
+// _linalg_slogdet read the factors so (they test A.is_contiguous()
+// again): so do we. (_linalg_solve_ex factors A itself.)
+bool use_A_T(const Tensor& A) { return A.is_contiguous(); }
+std::tuple<Tensor, Tensor, Tensor, Tensor> k_linalg_solve_ex(const Tensor& A, const Tensor& B, bool left,
+                                                             bool check_errors) {
+  auto r = call("linalg_solve", {A, B}, Attrs().b("left", left));
+  if (check_errors) check_info(r[3], "torch.linalg.solve_ex", A);
+  return {r[0], r[1], r[2], r[3]};
+}
+std::tuple<Tensor, Tensor> k_linalg_inv_ex(const Tensor& A, bool check_errors) {
+  auto r = call("linalg_inv", {A});
+  if (check_errors) check_info(r[1], "torch.linalg.inv_ex", A);
+  return {r[0], r[1]};
+}
+std::tuple<Tensor, Tensor, Tensor> k_linalg_det(const Tensor& A) {
+  auto r = call("linalg_det", {use_A_T(A) ? A.mT() : A});
+  return {r[0], r[1], r[2]};
+}
+std::tuple<Tensor, Tensor, Tensor, Tensor> k_linalg_slogdet(const Tensor& A) {
+  auto r = call("linalg_slogdet", {use_A_T(A) ? A.mT() : A});
+  return {r[0], r[1], r[2], r[3]};
+}
+Tensor k_solve_triangular(const Tensor& A, const Tensor& B, bool upper, bool left, bool unitriangular) {
+  return call1("solve_triangular", {A, B},
+               Attrs().b("upper", upper).b("left", left).b("unitriangular", unitriangular));
+}
+// The old torch.triangular_solve(B, A): op(A) X = B on the left, with
+// op(A) = Aᵀ when `transpose` (the other triangle of Aᵀ is read), and A
+// broadcast to the common batch returned beside X.
+std::tuple<Tensor, Tensor> k_triangular_solve(const Tensor& B, const Tensor& A, bool upper, bool transpose,
+                                              bool unitriangular) {
+  TORCH_CHECK(A.dim() >= 2 && B.dim() >= 2, "torch.triangular_solve: A and B must have at least 2 dimensions");
+  Tensor op = transpose ? A.mT() : A;
+  Tensor X = k_solve_triangular(op, B, transpose ? !upper : upper, true, unitriangular);
+  std::vector<int64_t> shape(X.sizes().begin(), X.sizes().end() - 2);
+  shape.push_back(A.size(-2));
+  shape.push_back(A.size(-1));
+  return {X, A.expand(shape).clone(at::MemoryFormat::Contiguous)};
+}
 // random_: integers uniform in [from, to), drawn as floor(u * (to - from))
 // from a double-precision uniform u (exact for ranges up to 2^53).
 Tensor& k_random_range(Tensor& self, int64_t from, int64_t to, std::optional<at::Generator> gen) {
@@ -2277,6 +2345,88 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
     into(L, l);
     into(info, i);
     return std::tuple<Tensor&, Tensor&>(L, info);
+  });
+  m.impl("linalg_lu_factor_ex", k_lu_factor_ex);
+  m.impl("linalg_lu_factor_ex.out", [](const Tensor& A, bool pivot, bool check, Tensor& LU, Tensor& piv,
+                                       Tensor& info) -> std::tuple<Tensor&, Tensor&, Tensor&> {
+    auto [a, b, c] = k_lu_factor_ex(A, pivot, check);
+    into(LU, a);
+    into(piv, b);
+    into(info, c);
+    return {LU, piv, info};
+  });
+  m.impl("lu_unpack", k_lu_unpack);
+  m.impl("lu_unpack.out", [](const Tensor& LU, const Tensor& piv, bool data, bool pivots, Tensor& P, Tensor& L,
+                             Tensor& U) -> std::tuple<Tensor&, Tensor&, Tensor&> {
+    auto [p, l, u] = k_lu_unpack(LU, piv, data, pivots);
+    into(P, p);
+    into(L, l);
+    into(U, u);
+    return {P, L, U};
+  });
+  m.impl("linalg_lu", k_linalg_lu);
+  m.impl("linalg_lu.out", [](const Tensor& A, bool pivot, Tensor& P, Tensor& L,
+                             Tensor& U) -> std::tuple<Tensor&, Tensor&, Tensor&> {
+    auto [p, l, u] = k_linalg_lu(A, pivot);
+    into(P, p);
+    into(L, l);
+    into(U, u);
+    return {P, L, U};
+  });
+  m.impl("linalg_lu_solve", k_lu_solve);
+  m.impl("linalg_lu_solve.out", [](const Tensor& LU, const Tensor& piv, const Tensor& B, bool left, bool adjoint,
+                                   Tensor& out) -> Tensor& { return into(out, k_lu_solve(LU, piv, B, left, adjoint)); });
+  m.impl("_linalg_solve_ex", k_linalg_solve_ex);
+  m.impl("_linalg_solve_ex.result",
+         [](const Tensor& A, const Tensor& B, bool left, bool check, Tensor& X, Tensor& LU, Tensor& piv,
+            Tensor& info) -> std::tuple<Tensor&, Tensor&, Tensor&, Tensor&> {
+           auto [x, lu, p, i] = k_linalg_solve_ex(A, B, left, check);
+           into(X, x);
+           into(LU, lu);
+           into(piv, p);
+           into(info, i);
+           return {X, LU, piv, info};
+         });
+  m.impl("linalg_inv_ex", k_linalg_inv_ex);
+  m.impl("linalg_inv_ex.inverse",
+         [](const Tensor& A, bool check, Tensor& inv, Tensor& info) -> std::tuple<Tensor&, Tensor&> {
+           auto [x, i] = k_linalg_inv_ex(A, check);
+           into(inv, x);
+           into(info, i);
+           return {inv, info};
+         });
+  m.impl("_linalg_det", k_linalg_det);
+  m.impl("_linalg_det.result", [](const Tensor& A, Tensor& det, Tensor& LU,
+                                  Tensor& piv) -> std::tuple<Tensor&, Tensor&, Tensor&> {
+    auto [d, lu, p] = k_linalg_det(A);
+    into(det, d);
+    into(LU, lu);
+    into(piv, p);
+    return {det, LU, piv};
+  });
+  m.impl("_linalg_slogdet", k_linalg_slogdet);
+  m.impl("_linalg_slogdet.sign",
+         [](const Tensor& A, Tensor& sign, Tensor& logabsdet, Tensor& LU,
+            Tensor& piv) -> std::tuple<Tensor&, Tensor&, Tensor&, Tensor&> {
+           auto [s, l, lu, p] = k_linalg_slogdet(A);
+           into(sign, s);
+           into(logabsdet, l);
+           into(LU, lu);
+           into(piv, p);
+           return {sign, logabsdet, LU, piv};
+         });
+  m.impl("linalg_solve_triangular", k_solve_triangular);
+  m.impl("linalg_solve_triangular.out",
+         [](const Tensor& A, const Tensor& B, bool upper, bool left, bool unit, Tensor& out) -> Tensor& {
+           return into(out, k_solve_triangular(A, B, upper, left, unit));
+         });
+  m.impl("triangular_solve", k_triangular_solve);
+  m.impl("triangular_solve.X", [](const Tensor& B, const Tensor& A, bool upper, bool transpose, bool unit,
+                                  Tensor& X, Tensor& M) -> std::tuple<Tensor&, Tensor&> {
+    auto [x, m] = k_triangular_solve(B, A, upper, transpose, unit);
+    into(X, x);
+    into(M, m);
+    return {X, M};
   });
   m.impl("native_dropout", k_native_dropout);
   m.impl("native_dropout_backward", k_native_dropout_bw);

@@ -1,0 +1,171 @@
+"""Linear systems on tpu (the op library's solve.rs): solve, inv, det,
+slogdet, LU factors and solves with them, triangular solves; values and
+gradients against torch on CPU in every eager mode with the CPU fallback
+off, in f32 and f64, and torch.distributions' multivariate normal built on
+them."""
+
+import pytest
+import torch
+from tpu_check import close_to_cpu
+
+TOL = {torch.float32: 2e-4, torch.float64: 1e-10}
+DTYPES = (torch.float32, torch.float64)
+
+
+def gen(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+def matrices(*shape, dtype=torch.float64, seed=0, boost=3.0):
+    """Random square matrices with `boost` added on the diagonal: invertible
+    and well enough conditioned for f32 comparisons, still pivoting."""
+    a = torch.randn(*shape, generator=gen(seed), dtype=torch.float64)
+    a = a + boost * torch.eye(shape[-1], dtype=torch.float64)
+    return a.to(dtype)
+
+
+def rand(*shape, dtype=torch.float64, seed=1):
+    return torch.randn(*shape, generator=gen(seed), dtype=torch.float64).to(dtype)
+
+
+def both(*ts):
+    """Each tensor as a CPU leaf and a tpu leaf needing gradients."""
+    return [(t.clone().requires_grad_(), t.to("tpu").requires_grad_()) for t in ts]
+
+
+def check_grads(f, inputs, dtype):
+    """f's value and its gradients at `inputs` on tpu match CPU's."""
+    pairs = both(*inputs)
+    cpu = f(*[p[0] for p in pairs])
+    tpu = f(*[p[1] for p in pairs])
+    cpu = cpu if isinstance(cpu, tuple) else (cpu,)
+    tpu = tpu if isinstance(tpu, tuple) else (tpu,)
+    for a, b in zip(cpu, tpu):
+        close_to_cpu(b.detach(), a.detach(), TOL[dtype])
+    ws = [torch.randn(a.shape, generator=gen(7), dtype=a.dtype) for a in cpu]
+    ga = torch.autograd.grad(cpu, [p[0] for p in pairs], ws)
+    gb = torch.autograd.grad(tpu, [p[1] for p in pairs], [w.to("tpu") for w in ws])
+    for a, b in zip(ga, gb):
+        close_to_cpu(b, a, TOL[dtype] * 10)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_solve_inv_det_values_and_gradients(dtype, mode, no_fallback):
+    A = matrices(2, 5, 5, dtype=dtype)
+    B = rand(2, 5, 3, dtype=dtype)
+    check_grads(torch.linalg.solve, (A, B), dtype)
+    # A vector right-hand side and a batch broadcast against one matrix.
+    check_grads(torch.linalg.solve, (A, rand(5, dtype=dtype, seed=2)), dtype)
+    check_grads(torch.linalg.solve, (A[0], rand(3, 5, 2, dtype=dtype, seed=3)), dtype)
+    check_grads(lambda a, b: torch.linalg.solve(a, b, left=False), (A, rand(2, 4, 5, dtype=dtype)), dtype)
+    check_grads(torch.linalg.inv, (A,), dtype)
+    check_grads(torch.inverse, (A[1],), dtype)
+    check_grads(torch.linalg.det, (A,), dtype)
+    # A transposed view (torch factors a row-major A's transpose for the
+    # determinant, and its backward counts on which).
+    check_grads(lambda a: torch.linalg.det(a.mT), (A,), dtype)
+    check_grads(lambda a: torch.linalg.slogdet(a), (rand(3, 4, 4, dtype=dtype),), dtype)
+    check_grads(torch.logdet, (A @ A.mT,), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_lu_factors_match_lapack(dtype, mode, no_fallback):
+    """The same pivots as LAPACK's (ties aside, random matrices have
+    none), so the same packed factors; square and rectangular."""
+    for shape in ((3, 4, 4), (5, 3), (3, 6)):
+        A = rand(*shape, dtype=dtype, seed=len(shape))
+        LU, piv = torch.linalg.lu_factor(A.to("tpu"))
+        LUc, pivc = torch.linalg.lu_factor(A)
+        assert piv.dtype == torch.int32 and torch.equal(piv.cpu(), pivc)
+        close_to_cpu(LU, LUc, TOL[dtype])
+        for got, want in zip(torch.linalg.lu(A.to("tpu")), torch.linalg.lu(A)):
+            close_to_cpu(got, want, TOL[dtype])
+        for got, want in zip(torch.lu_unpack(LU, piv), torch.lu_unpack(LUc, pivc)):
+            close_to_cpu(got, want, TOL[dtype])
+    # The factors' gradient (torch's lu_factor_ex backward, on tpu ops).
+    check_grads(lambda a: torch.linalg.lu_factor(a)[0], (matrices(2, 4, 4, dtype=dtype),), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_lu_solve_every_side(dtype, mode, no_fallback):
+    A = matrices(2, 4, 4, dtype=dtype)
+    LU, piv = torch.linalg.lu_factor(A)
+    for left in (True, False):
+        for adjoint in (False, True):
+            B = rand(2, 4, 3, dtype=dtype) if left else rand(2, 3, 4, dtype=dtype)
+            f = lambda lu, b: torch.linalg.lu_solve(lu, piv.to(lu.device), b, left=left, adjoint=adjoint)
+            check_grads(f, (LU, B), dtype)
+
+
+@pytest.mark.filterwarnings("ignore:torch.triangular_solve is deprecated")
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_triangular_solves(dtype, mode, no_fallback):
+    A = matrices(2, 4, 4, dtype=dtype)
+    for upper in (True, False):
+        for left in (True, False):
+            for unit in (False, True):
+                B = rand(2, 4, 3, dtype=dtype) if left else rand(3, 4, dtype=dtype)
+                f = lambda a, b: torch.linalg.solve_triangular(a, b, upper=upper, left=left, unitriangular=unit)
+                check_grads(f, (A, B), dtype)
+    # The old API, transposed or not: the solution and A broadcast.
+    B = rand(3, 2, 4, 2, dtype=dtype)
+    for transpose in (False, True):
+        got = torch.triangular_solve(B.to("tpu"), A.to("tpu"), upper=False, transpose=transpose)
+        want = torch.triangular_solve(B, A, upper=False, transpose=transpose)
+        for g, w in zip(got, want):
+            close_to_cpu(g, w, TOL[dtype])
+
+
+def test_multivariate_normal_log_prob(mode, no_fallback):
+    """torch.distributions' multivariate normal: Cholesky, triangular
+    solves and the log-determinant, all on tpu."""
+    m = matrices(3, 3)
+    cov = m @ m.mT + torch.eye(3, dtype=torch.float64)
+    loc = rand(3)
+    x = rand(5, 3, seed=5)
+    want = torch.distributions.MultivariateNormal(loc, covariance_matrix=cov).log_prob(x)
+    dist = torch.distributions.MultivariateNormal(loc.to("tpu"), covariance_matrix=cov.to("tpu"))
+    close_to_cpu(dist.log_prob(x.to("tpu")), want, 1e-10)
+    close_to_cpu(dist.entropy(), torch.distributions.MultivariateNormal(loc, cov).entropy(), 1e-10)
+
+
+def test_out_forms_and_zero_size(no_fallback):
+    A = matrices(3, 3)
+    out = torch.empty(0, device="tpu", dtype=torch.float64)
+    torch.linalg.inv(A.to("tpu"), out=out)
+    close_to_cpu(out, torch.linalg.inv(A), 1e-12)
+    out = torch.empty(0, device="tpu", dtype=torch.float64)
+    torch.linalg.solve(A.to("tpu"), rand(3, 2).to("tpu"), out=out)
+    close_to_cpu(out, torch.linalg.solve(A, rand(3, 2)), 1e-12)
+    sign, logabs = torch.empty(0, device="tpu", dtype=torch.float64), torch.empty(0, device="tpu", dtype=torch.float64)
+    torch.linalg.slogdet(A.to("tpu"), out=(sign, logabs))
+    close_to_cpu(logabs, torch.linalg.slogdet(A).logabsdet, 1e-12)
+    # Empty matrices: det 1, inverse and solution empty.
+    e = torch.zeros(2, 0, 0, device="tpu")
+    assert torch.linalg.det(e).cpu().tolist() == [1.0, 1.0]
+    assert torch.linalg.inv(e).shape == (2, 0, 0)
+    assert torch.linalg.solve(e, torch.zeros(2, 0, 3, device="tpu")).shape == (2, 0, 3)
+    assert torch.linalg.det(torch.zeros(0, 3, 3, device="tpu")).shape == (0,)
+
+
+def test_singular_and_bad_inputs_raise_torchs_errors():
+    sing = torch.tensor([[1.0, 2.0], [2.0, 4.0]])
+    for f in (torch.linalg.inv, lambda a: torch.linalg.solve(a, torch.ones(2, 1, device=a.device))):
+        with pytest.raises(torch.linalg.LinAlgError) as cpu:
+            f(sing)
+        with pytest.raises(torch.linalg.LinAlgError) as tpu:
+            f(sing.to("tpu"))
+        assert str(tpu.value) == str(cpu.value)
+    inv, info = torch.linalg.inv_ex(sing.to("tpu"))
+    assert info.item() == torch.linalg.inv_ex(sing).info.item() == 2
+    assert torch.linalg.det(sing.to("tpu")).item() == 0.0
+    sign, logabs = torch.linalg.slogdet(sing.to("tpu"))
+    assert sign.item() == 0.0 and logabs.item() == float("-inf")
+    with pytest.raises(RuntimeError, match="float32 or float64"):
+        torch.linalg.det(torch.ones(2, 2, dtype=torch.int64, device="tpu"))
+    with pytest.raises(RuntimeError, match="square"):
+        torch.linalg.inv(torch.ones(2, 3, device="tpu"))
+    with pytest.raises(RuntimeError, match="incompatible"):
+        torch.linalg.solve(torch.eye(3, device="tpu"), torch.ones(2, 1, device="tpu"))
+    with pytest.raises(RuntimeError, match="without pivoting"):
+        torch.linalg.lu_factor(torch.eye(3, device="tpu"), pivot=False)

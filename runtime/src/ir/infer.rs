@@ -472,6 +472,37 @@ pub(super) fn infer(prim: &Prim, ins: &[TensorType]) -> Result<Vec<TensorType>> 
             }
             one(b.clone())
         }
+        Prim::LuFactor => {
+            arity(ins, 1)?;
+            let a = &ins[0];
+            let r = a.rank();
+            if !matches!(a.dtype, DType::F32 | DType::F64) || r < 2 {
+                return err(format!("needs f32 or f64 matrices, got {a}"));
+            }
+            let (m, n) = (a.dims[r - 2], a.dims[r - 1]);
+            let mut pivots = a.dims[..r - 2].to_vec();
+            pivots.push(m.min(n));
+            let mut perm = a.dims[..r - 2].to_vec();
+            perm.push(m);
+            Ok(vec![
+                a.clone(),
+                TensorType::new(DType::I64, &pivots),
+                TensorType::new(DType::I64, &perm),
+            ])
+        }
+        Prim::PivotsToPermutation { rows } => {
+            arity(ins, 1)?;
+            let p = &ins[0];
+            if p.dtype != DType::I64 || p.rank() < 1 || p.dims[p.rank() - 1] > *rows {
+                return err(format!(
+                    "needs i64 pivots, at most {rows} along the last dim, got {p}"
+                ));
+            }
+            let mut dims = p.dims.clone();
+            let last = dims.len() - 1;
+            dims[last] = *rows;
+            one(TensorType::new(DType::I64, &dims))
+        }
         Prim::Sort { dimension, .. } => {
             arity(ins, 1)?;
             if *dimension >= ins[0].rank() {

@@ -276,6 +276,20 @@ pub enum Prim {
         unit_diagonal: bool,
         transpose_a: bool,
     },
+    /// LU factorization with partial pivoting, batched, as LAPACK's getrf
+    /// chooses: a [b.., m, n] (f32 or f64) -> (lu [b.., m, n]: L below the
+    /// diagonal, its unit diagonal implied, U on and above; pivots
+    /// [b.., min(m, n)] i64, 0-based: step i swapped row i with row
+    /// pivots[i], the first of the largest magnitudes in column i at or
+    /// below row i; perm [b.., m] i64: row i of the factored matrix is row
+    /// perm[i] of a). A zero pivot leaves its column unscaled. XLA has no
+    /// such operation: the xla platform lowers it to a while loop.
+    LuFactor,
+    /// The row permutation [b.., m] (i64) that LAPACK-style pivots
+    /// [b.., k] (i64, 0-based, k <= m) make: the identity with entries i
+    /// and pivots[i] swapped for i = 0, 1, .., k - 1. A pivot outside
+    /// 0..m is an error.
+    PivotsToPermutation { rows: u64 },
     /// Scaled dot-product attention, a composite: the op library emits it
     /// for the plain case (f32, no mask, no dropout), and a platform that
     /// has no kernel for it runs `ops::expand_composites`, which rewrites
@@ -335,6 +349,8 @@ impl Prim {
             Prim::Rng { .. } => "rng".into(),
             Prim::Convolution { .. } => "convolution".into(),
             Prim::TriangularSolve { .. } => "triangular_solve".into(),
+            Prim::LuFactor => "lu_factor".into(),
+            Prim::PivotsToPermutation { .. } => "pivots_to_permutation".into(),
             Prim::Attention { .. } => "attention".into(),
             Prim::AttentionBackward { .. } => "attention_backward".into(),
         }

@@ -4,10 +4,10 @@
 //! over leading dims, f32 or f64.
 //!
 //! Triangular solves are one primitive (`Prim::TriangularSolve`, XLA's
-//! own). The factorization has no primitive: it is written out, one
-//! elimination step after another (min(m, n) steps of a few whole-matrix
-//! primitives), so its graph grows with the matrix; fine for the small
-//! and mid-sized systems models solve, slow to compile for large ones.
+//! own); the factorization and the permutation its pivots make are two
+//! more (`Prim::LuFactor`, `Prim::PivotsToPermutation`), which the xla
+//! platform lowers to while loops, so a graph's size does not grow with
+//! the matrix.
 
 use super::attrs::Attrs;
 use super::emit::{broadcast_shapes, Emitter};
@@ -64,99 +64,36 @@ fn flat_batch(e: &mut Emitter, v: ValueId, rest: usize) -> Result<ValueId> {
     e.reshape(v, &to)
 }
 
-/// The factorization of [B, m, n] matrices: (LU packed as LAPACK packs it,
-/// L's unit diagonal implied; 0-based i64 pivots [B, min(m, n)], row i
-/// swapped with pivot i at step i; info [B] i32, the 1-based step of the
-/// first zero pivot, 0 for none). At step k the row with the largest
-/// magnitude in column k, rows k and below, becomes row k (the first
-/// such row on a tie, as LAPACK's i?amax); a zero pivot leaves its
-/// column unscaled.
-fn lu_steps(e: &mut Emitter, a: ValueId) -> Result<(ValueId, ValueId, ValueId)> {
+/// The factorization of [B, m, n] matrices (`Prim::LuFactor`): (LU
+/// packed as LAPACK packs it, L's unit diagonal implied; 0-based i64
+/// pivots [B, min(m, n)]; the permutation [B, m]; info [B] i32, the
+/// 1-based step of the first zero pivot, 0 for none).
+fn lu_steps(e: &mut Emitter, a: ValueId) -> Result<[ValueId; 4]> {
+    let outs = e.g.node(Prim::LuFactor, &[a])?;
+    let (lu, pivots, perm) = (outs[0], outs[1], outs[2]);
     let dims = e.dims(a);
-    let (b, m, n) = (dims[0], dims[1], dims[2]);
-    let k_steps = m.min(n);
-    let dt = e.dtype(a);
-    let rows = iota(e, &dims, 1)?;
-    let cols = iota(e, &dims, 2)?;
-    let col_rows = iota(e, &[b, m, 1], 1)?;
-    let row_cols = iota(e, &[b, 1, n], 2)?;
-    let zero = e.scalar(dt, 0.0)?;
-    let one = e.scalar(dt, 1.0)?;
-    let mut info = e.full(DType::I32, &[b], 0.0)?;
-    let mut pivots = Vec::new();
-    let mut a = a;
-    for k in 0..k_steps {
-        // The pivot row: argmax of |a[k.., k]|.
-        let col = slice(e, a, &[0, k, k], &[b, m, k + 1])?;
-        let mag = e.unary(UnaryOp::Abs, col)?;
-        let at = e.op(
-            Prim::ArgReduce {
-                max: true,
-                dimension: 1,
-            },
-            &[mag],
-        )?;
-        let p = e.binary_scalar(BinaryOp::Add, at, k as f64)?; // [B, 1]
-        pivots.push(p);
-        // Swap rows k and p.
-        let p3 = e.reshape(p, &[b, 1, 1])?;
-        let p_row = e.broadcast_to(p3, &[b, 1, n])?;
-        let row_p = e.op(Prim::Gather { axis: 1 }, &[a, p_row])?;
-        let row_k = slice(e, a, &[0, k, 0], &[b, k + 1, n])?;
-        let is_p = e.compare(CompareOp::Eq, rows, p3)?;
-        let is_k = e.compare_scalar(CompareOp::Eq, rows, k as f64)?;
-        let swapped = e.select(is_p, row_k, a)?;
-        a = e.select(is_k, row_p, swapped)?;
-        // Eliminate below the pivot: l = a[k+1.., k] / pivot, stored in
-        // place; the trailing block loses l ⊗ a[k, k+1..].
-        let pivot = slice(e, row_p, &[0, 0, k], &[b, 1, k + 1])?;
-        let is_zero = e.compare(CompareOp::Eq, pivot, zero)?;
-        let div = e.select(is_zero, one, pivot)?;
-        let col = slice(e, a, &[0, 0, k], &[b, m, k + 1])?;
-        let l = e.div(col, div)?;
-        let below = e.compare_scalar(CompareOp::Gt, col_rows, k as f64)?;
-        let l = e.select(below, l, zero)?;
-        let right = e.compare_scalar(CompareOp::Gt, row_cols, k as f64)?;
-        let u = e.select(right, row_p, zero)?;
-        let update = e.mul(l, u)?;
-        let reduced = e.sub(a, update)?;
-        let in_col = e.compare_scalar(CompareOp::Eq, cols, k as f64)?;
-        let below_all = e.compare_scalar(CompareOp::Gt, rows, k as f64)?;
-        let store = e.binary(BinaryOp::And, in_col, below_all)?;
-        a = e.select(store, l, reduced)?;
-        // info: the first zero pivot's step, 1-based.
-        let zero_b = e.reshape(is_zero, &[b])?;
-        let unset = e.compare_scalar(CompareOp::Eq, info, 0.0)?;
-        let first = e.binary(BinaryOp::And, zero_b, unset)?;
-        let step = e.full(DType::I32, &[b], (k + 1) as f64)?;
-        info = e.select(first, step, info)?;
-    }
-    let pivots = if pivots.is_empty() {
-        e.full(DType::I64, &[b, 0], 0.0)?
-    } else {
-        e.op(Prim::Concatenate { dimension: 1 }, &pivots)?
-    };
-    Ok((a, pivots, info))
+    let (b, k) = (dims[0], dims[1].min(dims[2]));
+    // U's diagonal: the pivots themselves, stored unscaled.
+    let square = slice(e, lu, &[0, 0, 0], &[b, k, k])?;
+    let diag = diagonal(e, square)?;
+    let zero = e.compare_scalar(CompareOp::Eq, diag, 0.0)?;
+    let step = iota(e, &[b, k], 1)?;
+    let step = e.binary_scalar(BinaryOp::Add, step, 1.0)?;
+    let never = e.full(DType::I64, &[b, k], (k + 1) as f64)?;
+    let at = e.select(zero, step, never)?;
+    let first = e.reduce(ReduceOp::Min, at, &[1], false)?;
+    let none = e.compare_scalar(CompareOp::Gt, first, k as f64)?;
+    let zero_info = e.full(DType::I64, &[b], 0.0)?;
+    let info = e.select(none, zero_info, first)?;
+    let info = e.convert(info, DType::I32)?;
+    Ok([lu, pivots, perm, info])
 }
 
 /// The row permutation LAPACK's pivots make, [B, m] i64: row i of the
 /// factored matrix is row perm[i] of the original. `pivots` [B, k] are
 /// 0-based; swap i exchanges entries i and pivots[i].
 fn permutation(e: &mut Emitter, pivots: ValueId, m: u64) -> Result<ValueId> {
-    let d = e.dims(pivots);
-    let (b, k) = (d[0], d[1]);
-    let at = iota(e, &[b, m], 1)?;
-    let mut perm = at;
-    for s in 0..k {
-        let p = slice(e, pivots, &[0, s], &[b, s + 1])?;
-        let here = slice(e, perm, &[0, s], &[b, s + 1])?;
-        let there = e.op(Prim::Gather { axis: 1 }, &[perm, p])?;
-        let is_p = e.compare(CompareOp::Eq, at, p)?;
-        let is_s = e.compare_scalar(CompareOp::Eq, at, s as f64)?;
-        let swapped = e.select(is_p, here, perm)?;
-        perm = e.select(is_s, there, swapped)?;
-    }
-    Ok(perm)
+    e.op(Prim::PivotsToPermutation { rows: m }, &[pivots])
 }
 
 /// The parity of a permutation made by `pivots` [B, k] (0-based): 1 or -1
@@ -251,15 +188,18 @@ fn lu_solve_sided(
     e.transpose(x, &[0, 2, 1])
 }
 
-/// The factors of `a` [batch.., m, n]: (LU [batch.., m, n], pivots
-/// [batch.., k] 0-based i64, info [batch..] i32, the flattened values LU
-/// [B, m, n] and pivots [B, k]).
+/// The factors of `a` [batch.., m, n]: LU [batch.., m, n], pivots
+/// [batch.., k] 0-based i64, permutation [batch.., m], info [batch..] i32,
+/// and the flattened values LU [B, m, n], pivots [B, k] and permutation
+/// [B, m].
 struct Factored {
     lu: ValueId,
     pivots: ValueId,
+    perm: ValueId,
     info: ValueId,
     flat_lu: ValueId,
     flat_pivots: ValueId,
+    flat_perm: ValueId,
 }
 
 fn factor(e: &mut Emitter, a: ValueId) -> Result<Factored> {
@@ -267,18 +207,23 @@ fn factor(e: &mut Emitter, a: ValueId) -> Result<Factored> {
     let r = d.len();
     let (m, n) = (d[r - 2], d[r - 1]);
     let flat = flat_batch(e, a, 2)?;
-    let (flat_lu, flat_pivots, info) = lu_steps(e, flat)?;
+    let [flat_lu, flat_pivots, flat_perm, info] = lu_steps(e, flat)?;
     let lu = e.reshape(flat_lu, &d)?;
     let mut pd = d[..r - 2].to_vec();
     pd.push(m.min(n));
     let pivots = e.reshape(flat_pivots, &pd)?;
+    let mut qd = d[..r - 2].to_vec();
+    qd.push(m);
+    let perm = e.reshape(flat_perm, &qd)?;
     let info = e.reshape(info, &d[..r - 2])?;
     Ok(Factored {
         lu,
         pivots,
+        perm,
         info,
         flat_lu,
         flat_pivots,
+        flat_perm,
     })
 }
 
@@ -464,16 +409,16 @@ fn linalg_solve(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId
     };
     check_rhs(e, rhs, n, left, "B")?;
     let f = factor(e, x[0])?;
+    // The permutation as a [.., n, 1] "matrix", to broadcast with LU's batch.
     let mut pd = ad[..ad.len() - 2].to_vec();
     pd.extend([n, 1]);
-    let p3 = e.reshape(f.pivots, &pd)?;
+    let p3 = e.reshape(f.perm, &pd)?;
     let (lu, rhs, batch) = common_batch(e, f.lu, rhs)?;
     let mut pt = batch.clone();
     pt.extend([n, 1]);
     let p = e.broadcast_to(p3, &pt)?;
     let bflat = e.dims(lu)[0];
-    let p = e.reshape(p, &[bflat, n])?;
-    let perm = permutation(e, p, n)?;
+    let perm = e.reshape(p, &[bflat, n])?;
     let sol = lu_solve_sided(e, lu, perm, rhs, left, false)?;
     let mut sol = unflatten(e, sol, &batch)?;
     if vector {
@@ -497,8 +442,7 @@ fn linalg_inv(e: &mut Emitter, x: &[ValueId], _: &Attrs) -> Result<Vec<ValueId>>
     let cols = iota(e, &[b, n, n], 2)?;
     let on = e.compare(CompareOp::Eq, rows, cols)?;
     let on = e.convert(on, dt)?;
-    let perm = permutation(e, f.flat_pivots, n)?;
-    let inv = lu_solve_left(e, f.flat_lu, perm, on, false)?;
+    let inv = lu_solve_left(e, f.flat_lu, f.flat_perm, on, false)?;
     Ok(vec![e.reshape(inv, &d)?, f.info])
 }
 

@@ -12,6 +12,8 @@
 
 use std::fmt::Write;
 
+mod lu;
+
 /// The version of what this module emits, part of the xla platform's
 /// version and so of every compile-cache key there: raise it when a module
 /// would compute differently (a disk cache written before then is not
@@ -803,18 +805,29 @@ fn lower_module(graph: &Graph, slots: &[OutputSlot]) -> Result<(String, Vec<Inde
             Prim::Take { axis } => Some(("take", *axis)),
             Prim::Gather { axis } => Some(("gather", *axis)),
             Prim::Scatter { axis, .. } => Some(("scatter", *axis)),
+            Prim::PivotsToPermutation { .. } => {
+                Some(("pivots_to_permutation", graph.value_type(out).rank() - 1))
+            }
             _ => None,
         };
         if let Some((prim, axis)) = indexed {
-            let idims = graph.value_type(n.inputs[1]).dims.clone();
-            let bound = graph
-                .value_type(n.inputs[0])
-                .dims
-                .get(axis)
-                .copied()
-                .unwrap_or(0);
+            // The index operand and the extent it indexes: a pivot indexes
+            // the permutation's entries.
+            let (at, bound) = match &n.prim {
+                Prim::PivotsToPermutation { rows } => (0, *rows),
+                _ => (
+                    1,
+                    graph
+                        .value_type(n.inputs[0])
+                        .dims
+                        .get(axis)
+                        .copied()
+                        .unwrap_or(0),
+                ),
+            };
+            let idims = graph.value_type(n.inputs[at]).dims.clone();
             if idims.iter().product::<u64>() > 0 {
-                let c = index_check(&mut w, &o, &ins[1], &its[1], &idims, bound);
+                let c = index_check(&mut w, &o, &ins[at], &its[at], &idims, bound);
                 check_outs.push(c);
                 checks.push(IndexCheck {
                     prim: prim.into(),
@@ -1135,6 +1148,16 @@ fn lower_module(graph: &Graph, slots: &[OutputSlot]) -> Result<(String, Vec<Inde
                     ins[0], ins[1], its[0], its[1]
                 ));
             }
+            Prim::LuFactor => {
+                let xt = graph.value_type(n.inputs[0]);
+                let (p, q) = (name(n.outputs[1]), name(n.outputs[2]));
+                let (pt, qt) = (t(n.outputs[1]), t(n.outputs[2]));
+                lu::lu_factor(&mut w, &ins[0], &its[0], &xt.dims, xt.dtype, [&o, &p, &q], [&ot, &pt, &qt]);
+            }
+            Prim::PivotsToPermutation { rows } => {
+                let dims = &graph.value_type(n.inputs[0]).dims;
+                lu::pivots_to_permutation(&mut w, &ins[0], &its[0], dims, *rows, &o, &ot);
+            }
             Prim::Attention { .. } | Prim::AttentionBackward { .. } => {
                 return Err(Error::Internal(format!(
                     "{} is a composite, expanded before lowering",
@@ -1353,6 +1376,25 @@ mod tests {
 
     fn op(name: &str, types: &[TensorType], attrs: Attrs) -> Graph {
         ops::build_graph(ops::lookup(name).unwrap(), types, &attrs).unwrap()
+    }
+
+    /// The factorization is one while loop, not a step per row: the module
+    /// for a 256 x 256 inverse is as long as a 4 x 4's (bar the digits).
+    #[test]
+    fn lu_is_a_loop_whatever_the_size() {
+        let inv = |n: u64| {
+            let g = op(
+                "linalg_inv",
+                &[TensorType::new(DType::F32, &[n, n])],
+                Attrs::new(),
+            );
+            lower(&g).unwrap()
+        };
+        let (small, large) = (inv(4), inv(256));
+        assert_eq!(small.matches("stablehlo.while").count(), 1, "{small}");
+        assert_eq!(small.lines().count(), large.lines().count());
+        assert!(large.len() < small.len() + small.len() / 4);
+        assert!(small.contains("stablehlo.triangular_solve"));
     }
 
     /// A bf16 or f16 transcendental function is computed at f32 and

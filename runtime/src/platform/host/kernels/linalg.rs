@@ -1,9 +1,139 @@
 //! Triangular solves (`Prim::TriangularSolve`), batched: substitution row
 //! by row, in f64 whatever the operands (f32 results are rounded once).
+//! LU factorization with partial pivoting (`Prim::LuFactor`), in the
+//! operands' own precision as LAPACK's getf2 (and XLA's loop) computes it,
+//! and the permutation of a list of pivots.
+
+use std::ops::{Div, Mul, Sub};
 
 use super::HostTensor;
-use crate::error::Result;
-use crate::ir::TensorType;
+use crate::error::{Error, Result};
+use crate::ir::{DType, TensorType};
+
+/// f32 and f64, the factorization's element types.
+trait Real: Copy + PartialOrd + Sub<Output = Self> + Mul<Output = Self> + Div<Output = Self> {
+    const ZERO: Self;
+    fn magnitude(self) -> Self;
+    fn nan(self) -> bool;
+}
+macro_rules! real {
+    ($($t:ty),*) => {$(
+        impl Real for $t {
+            const ZERO: Self = 0.0;
+            fn magnitude(self) -> Self {
+                self.abs()
+            }
+            fn nan(self) -> bool {
+                self.is_nan()
+            }
+        }
+    )*};
+}
+real!(f32, f64);
+
+/// Factor each m x n matrix of `a` in place, writing its pivots (k per
+/// matrix) and permutation (m per matrix). The elimination is the
+/// right-looking one: at step k the pivot row is swapped in, the column
+/// below it divided by the pivot (unless 0) and the trailing block
+/// reduced, each element a[i][j] -= l[i] · u[j].
+fn factor_all<T: Real>(a: &mut [T], pivots: &mut [i64], perm: &mut [i64], m: usize, n: usize) {
+    let k_steps = m.min(n);
+    for ((a, piv), perm) in a
+        .chunks_exact_mut(m * n)
+        .zip(pivots.chunks_exact_mut(k_steps))
+        .zip(perm.chunks_exact_mut(m))
+    {
+        perm.iter_mut().enumerate().for_each(|(i, p)| *p = i as i64);
+        for k in 0..k_steps {
+            // The first row of the largest magnitude; NaN wins only where
+            // the column holds nothing else (then row k stays).
+            let mut p = k;
+            let mut best = a[k * n + k].magnitude();
+            for i in k + 1..m {
+                let v = a[i * n + k].magnitude();
+                if v > best || (best.nan() && !v.nan()) {
+                    best = v;
+                    p = i;
+                }
+            }
+            piv[k] = p as i64;
+            if p != k {
+                for j in 0..n {
+                    a.swap(k * n + j, p * n + j);
+                }
+                perm.swap(k, p);
+            }
+            let pivot = a[k * n + k];
+            let (top, rest) = a.split_at_mut((k + 1) * n);
+            let row = &top[k * n..];
+            for r in rest.chunks_exact_mut(n) {
+                if pivot != T::ZERO {
+                    r[k] = r[k] / pivot;
+                }
+                let l = r[k];
+                for j in k + 1..n {
+                    r[j] = r[j] - l * row[j];
+                }
+            }
+        }
+    }
+}
+
+pub fn lu_factor(a: &HostTensor, out: &[TensorType]) -> Result<Vec<HostTensor>> {
+    let d = a.dims();
+    let r = d.len();
+    let (m, n) = (d[r - 2] as usize, d[r - 1] as usize);
+    let mut lu = a.clone();
+    let mut pivots = HostTensor::zeros(out[1].clone());
+    let mut perm = HostTensor::zeros(out[2].clone());
+    if m == 0 || n == 0 || a.numel() == 0 {
+        let p = perm.as_slice_mut::<i64>();
+        for (i, v) in p.iter_mut().enumerate() {
+            *v = (i % m.max(1)) as i64;
+        }
+        return Ok(vec![lu, pivots, perm]);
+    }
+    let (pv, pm) = (pivots.as_slice_mut::<i64>(), perm.as_slice_mut::<i64>());
+    match a.dtype() {
+        DType::F32 => factor_all(lu.as_slice_mut::<f32>(), pv, pm, m, n),
+        DType::F64 => factor_all(lu.as_slice_mut::<f64>(), pv, pm, m, n),
+        other => return Err(Error::invalid(format!("needs f32 or f64, got {other}"))),
+    }
+    Ok(vec![lu, pivots, perm])
+}
+
+/// The permutation `pivots` [b.., k] make over `rows` entries.
+pub fn pivots_to_permutation(pivots: &HostTensor, out: &TensorType) -> Result<HostTensor> {
+    let m = *out.dims.last().unwrap_or(&0) as usize;
+    let k = *pivots.dims().last().unwrap_or(&0) as usize;
+    let mut perm = HostTensor::zeros(out.clone());
+    if m == 0 {
+        return Ok(perm);
+    }
+    let p = pivots.as_slice::<i64>();
+    let rank = pivots.dims().len();
+    for (b, lane) in perm.as_slice_mut::<i64>().chunks_exact_mut(m).enumerate() {
+        lane.iter_mut().enumerate().for_each(|(i, v)| *v = i as i64);
+        for i in 0..k {
+            let v = p[b * k + i];
+            if v < 0 || v as usize >= m {
+                let mut at: Vec<u64> = vec![0; rank];
+                let mut flat = (b * k + i) as u64;
+                for (slot, &dim) in at.iter_mut().zip(pivots.dims()).rev() {
+                    *slot = flat % dim;
+                    flat /= dim;
+                }
+                return Err(Error::invalid(format!(
+                    "index {v} at position {at:?} is out of range: axis {} has size {m}, \
+                     so indices must lie in 0..{m}",
+                    rank - 1
+                )));
+            }
+            lane.swap(i, v as usize);
+        }
+    }
+    Ok(perm)
+}
 
 /// The flags of one solve.
 #[derive(Clone, Copy, Debug)]
@@ -178,6 +308,49 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A matrix whose steps swap (pivots 2, 2, 2 of 0..3), the factors
+    /// by hand; a zero column leaves its step unscaled.
+    #[test]
+    fn lu_factor_pivots_and_factors() {
+        let a = HostTensor::from_f64(
+            DType::F64,
+            &[3, 3],
+            &[1.0, 1.0, 1.0, 2.0, 2.0, 5.0, 4.0, 6.0, 8.0],
+        )
+        .unwrap();
+        let out = eval(&Prim::LuFactor, &[&a]).unwrap();
+        assert_eq!(
+            out[0].to_f64_vec(),
+            vec![4.0, 6.0, 8.0, 0.5, -1.0, 1.0, 0.25, 0.5, -1.5]
+        );
+        assert_eq!(out[1].to_f64_vec(), vec![2.0, 1.0, 2.0]);
+        assert_eq!(out[2].to_f64_vec(), vec![2.0, 1.0, 0.0]);
+        let z = HostTensor::from_f64(DType::F32, &[2, 2], &[0.0, 1.0, 0.0, 2.0]).unwrap();
+        let out = eval(&Prim::LuFactor, &[&z]).unwrap();
+        assert_eq!(out[0].to_f64_vec(), vec![0.0, 1.0, 0.0, 2.0]);
+        assert_eq!(out[1].to_f64_vec(), vec![0.0, 1.0]);
+        // Tall and empty.
+        let t = HostTensor::from_f64(DType::F64, &[3, 1], &[1.0, -3.0, 2.0]).unwrap();
+        let out = eval(&Prim::LuFactor, &[&t]).unwrap();
+        assert_eq!(out[0].to_f64_vec(), vec![-3.0, -1.0 / 3.0, -2.0 / 3.0]);
+        assert_eq!(out[2].to_f64_vec(), vec![1.0, 0.0, 2.0]);
+        let e = HostTensor::from_f64(DType::F32, &[2, 0], &[]).unwrap();
+        let out = eval(&Prim::LuFactor, &[&e]).unwrap();
+        assert_eq!(out[1].dims(), &[0]);
+        assert_eq!(out[2].to_f64_vec(), vec![0.0, 1.0]);
+    }
+
+    #[test]
+    fn pivots_make_their_permutation() {
+        let p = HostTensor::from_f64(DType::I64, &[2, 2], &[2.0, 2.0, 1.0, 1.0]).unwrap();
+        let out = eval(&Prim::PivotsToPermutation { rows: 3 }, &[&p]).unwrap();
+        // [0 1 2] -> swap 0,2 -> [2 1 0] -> swap 1,2 -> [2 0 1]; [1 0 2].
+        assert_eq!(out[0].to_f64_vec(), vec![2.0, 0.0, 1.0, 1.0, 0.0, 2.0]);
+        let bad = HostTensor::from_f64(DType::I64, &[2], &[0.0, 3.0]).unwrap();
+        let e = eval(&Prim::PivotsToPermutation { rows: 3 }, &[&bad]).unwrap_err();
+        assert!(e.to_string().contains("index 3 at position [1]"), "{e}");
     }
 
     #[test]

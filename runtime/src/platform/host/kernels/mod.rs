@@ -556,6 +556,10 @@ pub fn eval(prim: &Prim, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>> {
             },
             &out_types[0],
         )),
+        Prim::LuFactor => linalg::lu_factor(inputs[0], &out_types),
+        Prim::PivotsToPermutation { .. } => {
+            one(linalg::pivots_to_permutation(inputs[0], &out_types[0]))
+        }
         Prim::Attention { scale, causal } => {
             let scale = match inputs.get(3) {
                 Some(s) => scale * f64::from(s.as_slice::<f32>()[0]),

@@ -169,3 +169,21 @@ def test_singular_and_bad_inputs_raise_torchs_errors():
         torch.linalg.solve(torch.eye(3, device="tpu"), torch.ones(2, 1, device="tpu"))
     with pytest.raises(RuntimeError, match="without pivoting"):
         torch.linalg.lu_factor(torch.eye(3, device="tpu"), pivot=False)
+
+
+def test_pivots_out_of_range_are_an_error(no_fallback):
+    """Pivots index rows: one outside 1..n is refused (on the xla platform
+    too, where the loop itself could not tell)."""
+    LU, piv = torch.linalg.lu_factor(matrices(3, 3).to("tpu"))
+    bad = piv.clone()
+    bad[1] = 7
+    B = torch.ones(3, 1, device="tpu", dtype=torch.float64)
+    # On a stream of its own, which the error poisons until reset.
+    s = torch.tpu.Stream()
+    s.wait_stream(torch.tpu.current_stream())
+    with torch.tpu.stream(s):
+        x = torch.linalg.lu_solve(LU, bad, B)
+    with pytest.raises(RuntimeError, match=r"lu_solve.*index 6 at position \[0, 1\] is out of range"):
+        s.synchronize()
+    s.reset()
+    del x

@@ -472,6 +472,18 @@ pub(super) fn infer(prim: &Prim, ins: &[TensorType]) -> Result<Vec<TensorType>> 
             }
             one(b.clone())
         }
+        Prim::Cholesky => {
+            arity(ins, 1)?;
+            let a = &ins[0];
+            let r = a.rank();
+            if !matches!(a.dtype, DType::F32 | DType::F64)
+                || r < 2
+                || a.dims[r - 1] != a.dims[r - 2]
+            {
+                return err(format!("needs f32 or f64 square matrices, got {a}"));
+            }
+            one(a.clone())
+        }
         Prim::LuFactor => {
             arity(ins, 1)?;
             let a = &ins[0];

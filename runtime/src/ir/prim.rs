@@ -276,6 +276,13 @@ pub enum Prim {
         unit_diagonal: bool,
         transpose_a: bool,
     },
+    /// Cholesky factor, batched: a [b.., n, n] (f32 or f64, symmetric
+    /// positive-definite, its lower triangle read) -> l [b.., n, n] with
+    /// l lᵀ = a, zeros above the diagonal. From the first column whose
+    /// leading minor is not positive-definite on, the columns are NaN
+    /// (StableHLO's `cholesky` makes the whole matrix NaN, which cannot
+    /// tell torch's info: the xla platform lowers this to a while loop).
+    Cholesky,
     /// LU factorization with partial pivoting, batched, as LAPACK's getrf
     /// chooses: a [b.., m, n] (f32 or f64) -> (lu [b.., m, n]: L below the
     /// diagonal, its unit diagonal implied, U on and above; pivots
@@ -349,6 +356,7 @@ impl Prim {
             Prim::Rng { .. } => "rng".into(),
             Prim::Convolution { .. } => "convolution".into(),
             Prim::TriangularSolve { .. } => "triangular_solve".into(),
+            Prim::Cholesky => "cholesky".into(),
             Prim::LuFactor => "lu_factor".into(),
             Prim::PivotsToPermutation { .. } => "pivots_to_permutation".into(),
             Prim::Attention { .. } => "attention".into(),

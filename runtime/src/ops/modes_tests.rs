@@ -1236,7 +1236,45 @@ fn solve_cases() -> Vec<Case> {
     let (lu3, p3) = lu(range(F64, &[2, 4, 3], 362, -2.0, 2.0));
     let (lu4, p4) = lu(range(F64, &[3, 5], 363, -2.0, 2.0));
     let left = |v: bool| ("left", b(v));
+    // Symmetric positive-definite: m mᵀ + 6 I; one of the batch not
+    // (its last diagonal element made negative), which the factor reports.
+    let spd = |dt: DType, batch: u64, n: u64, seed: u64| -> HostTensor {
+        let m = vals(seed, (batch * n * n) as usize, -1.0, 1.0);
+        let (bu, nu) = (batch as usize, n as usize);
+        let mut v = vec![0.0; bu * nu * nu];
+        for k in 0..bu {
+            for i in 0..nu {
+                for j in 0..nu {
+                    let s: f64 = (0..nu)
+                        .map(|q| m[k * nu * nu + i * nu + q] * m[k * nu * nu + j * nu + q])
+                        .sum();
+                    v[k * nu * nu + i * nu + j] = s + if i == j { 6.0 } else { 0.0 };
+                }
+            }
+        }
+        h(dt, &[batch, n, n], &v)
+    };
+    let mut not_pd = spd(F64, 2, 4, 390).to_f64_vec();
+    not_pd[31] = -50.0;
+    let not_pd = h(F64, &[2, 4, 4], &not_pd);
+    let (chol, _) = {
+        let f = fwd("cholesky", &[spd(F32, 2, 3, 391)], &[]);
+        (f[0].clone(), f[1].clone())
+    };
     vec![
+        c("cholesky", vec![spd(F32, 2, 4, 392)], &[]),
+        c("cholesky", vec![not_pd], &[("upper", b(true))]),
+        c(
+            "cholesky_solve",
+            vec![f32s(&[2, 3, 2], 393), chol.clone()],
+            &[],
+        ),
+        c(
+            "cholesky_solve",
+            vec![f32s(&[3, 1], 394), chol.clone()],
+            &[("upper", b(true))],
+        ),
+        c("cholesky_inverse", vec![chol], &[]),
         c("lu_factor", vec![f32s(&[2, 4, 4], 364)], &[]),
         c("lu_factor", vec![range(F64, &[3, 5], 365, -2.0, 2.0)], &[]),
         c("lu_factor", vec![f32s(&[5, 3], 366)], &[]),
@@ -2914,6 +2952,13 @@ fn zero_size_cases() -> Vec<Case> {
             &[("sizes", is(&[2, 0]))],
         ),
         c("trace", vec![f32s(&[0, 3], 1507)], &[]),
+        c("cholesky", vec![f32s(&[0, 3, 3], 1552)], &[]),
+        c(
+            "cholesky_solve",
+            vec![f32s(&[2, 0], 1553), f32s(&[2, 2], 1554)],
+            &[],
+        ),
+        c("cholesky_inverse", vec![f32s(&[2, 0, 0], 1555)], &[]),
         c("lu_factor", vec![f32s(&[0, 3, 3], 1540)], &[]),
         c("lu_factor", vec![f32s(&[2, 0, 3], 1541)], &[]),
         c(

@@ -1,7 +1,8 @@
 //! Linear systems: LU factorization with partial pivoting (LAPACK getrf's,
 //! so torch's pivots), solves with the factors, triangular solves, the
-//! general solve, inverse, determinant and log-determinant; each batched
-//! over leading dims, f32 or f64.
+//! general solve, inverse, determinant and log-determinant, and the
+//! Cholesky factor with its solve and inverse; each batched over leading
+//! dims, f32 or f64.
 //!
 //! Triangular solves are one primitive (`Prim::TriangularSolve`, XLA's
 //! own); the factorization and the permutation its pivots make are two
@@ -531,7 +532,100 @@ fn lu_unpack(e: &mut Emitter, x: &[ValueId], _: &Attrs) -> Result<Vec<ValueId>> 
     Ok(out)
 }
 
+/// cholesky(A [.., n, n]; upper = false) -> (L, info [..] i32):
+/// torch.linalg.cholesky_ex. L Lᵀ = A with L lower (U = Lᵀ, Uᵀ U = A, with
+/// `upper`); A's lower triangle is read. info is the order of the first
+/// leading minor that is not positive-definite (0 when none is); the
+/// factor of such a matrix is finite but unspecified (zeros from the
+/// failing column on).
+fn cholesky(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let upper = a.bool_or("upper", false)?;
+    need_real(e, x[0], "A")?;
+    let (n, _) = matrix_dims(e, x[0], "A", true)?;
+    let d = e.dims(x[0]);
+    let flat = flat_batch(e, x[0], 2)?;
+    let b = e.dims(flat)[0];
+    let l = e.op(Prim::Cholesky, &[flat])?;
+    // The order of the first failing minor: its diagonal is NaN.
+    let diag = diagonal(e, l)?;
+    let good = e.compare_scalar(CompareOp::Gt, diag, 0.0)?;
+    let step = iota(e, &[b, n], 1)?;
+    let step = e.binary_scalar(BinaryOp::Add, step, 1.0)?;
+    let never = e.full(DType::I64, &[b, n], (n + 1) as f64)?;
+    let at = e.select(good, never, step)?;
+    let first = e.reduce(ReduceOp::Min, at, &[1], false)?;
+    let none = e.compare_scalar(CompareOp::Gt, first, n as f64)?;
+    let zero_info = e.full(DType::I64, &[b], 0.0)?;
+    let info = e.select(none, zero_info, first)?;
+    let info = e.convert(info, DType::I32)?;
+    // Zeros above the diagonal (StableHLO leaves them unspecified) and
+    // from a failing column on.
+    let rows = iota(e, &[b, n, n], 1)?;
+    let cols = iota(e, &[b, n, n], 2)?;
+    let lower = e.compare(CompareOp::Ge, rows, cols)?;
+    let info3 = e.reshape(info, &[b, 1, 1])?;
+    let info3 = e.convert(info3, DType::I64)?;
+    let failed = e.compare_scalar(CompareOp::Gt, info3, 0.0)?;
+    let from = e.binary_scalar(BinaryOp::Sub, info3, 1.0)?;
+    let past = e.compare(CompareOp::Ge, cols, from)?;
+    let drop = e.binary(BinaryOp::And, failed, past)?;
+    let zero = e.scalar(e.dtype(l), 0.0)?;
+    let kept = e.select(lower, l, zero)?;
+    let mut l = e.select(drop, zero, kept)?;
+    if upper {
+        l = e.transpose(l, &[0, 2, 1])?;
+    }
+    Ok(vec![e.reshape(l, &d)?, e.reshape(info, &d[..d.len() - 2])?])
+}
+
+/// (L Lᵀ) X = rhs for L [B, n, n] lower (or U upper, A = Uᵀ U) and rhs
+/// [B, n, k].
+fn cholesky_solve_flat(e: &mut Emitter, l: ValueId, rhs: ValueId, upper: bool) -> Result<ValueId> {
+    // Lower: L y = rhs, Lᵀ x = y. Upper: Uᵀ y = rhs, U x = y.
+    let y = triangular(e, l, rhs, !upper, false, upper)?;
+    triangular(e, l, y, !upper, false, !upper)
+}
+
+/// cholesky_solve(B [.., n, k], L [.., n, n]; upper = false) -> X with
+/// L Lᵀ X = B (Uᵀ U X = B with `upper`): torch.cholesky_solve. Batch dims
+/// broadcast.
+fn cholesky_solve(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let upper = a.bool_or("upper", false)?;
+    let dt = need_real(e, x[1], "L")?;
+    if e.dtype(x[0]) != dt {
+        return Err(Error::invalid(format!(
+            "B must have the dtype of L ({dt}), got {}",
+            e.dtype(x[0])
+        )));
+    }
+    let (n, _) = matrix_dims(e, x[1], "L", true)?;
+    check_rhs(e, x[0], n, true, "B")?;
+    let (l, rhs, batch) = common_batch(e, x[1], x[0])?;
+    let sol = cholesky_solve_flat(e, l, rhs, upper)?;
+    Ok(vec![unflatten(e, sol, &batch)?])
+}
+
+/// cholesky_inverse(L [.., n, n]; upper = false) -> (L Lᵀ)⁻¹ (or
+/// (Uᵀ U)⁻¹): torch.cholesky_inverse.
+fn cholesky_inverse(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let upper = a.bool_or("upper", false)?;
+    let dt = need_real(e, x[0], "L")?;
+    let (n, _) = matrix_dims(e, x[0], "L", true)?;
+    let d = e.dims(x[0]);
+    let l = flat_batch(e, x[0], 2)?;
+    let b = e.dims(l)[0];
+    let rows = iota(e, &[b, n, n], 1)?;
+    let cols = iota(e, &[b, n, n], 2)?;
+    let eye = e.compare(CompareOp::Eq, rows, cols)?;
+    let eye = e.convert(eye, dt)?;
+    let inv = cholesky_solve_flat(e, l, eye, upper)?;
+    Ok(vec![e.reshape(inv, &d)?])
+}
+
 pub(super) const OPS: &[OpDef] = &[
+    def!("cholesky", Arity::Exactly(1), cholesky),
+    def!("cholesky_solve", Arity::Exactly(2), cholesky_solve),
+    def!("cholesky_inverse", Arity::Exactly(1), cholesky_inverse),
     def!("lu_factor", Arity::Exactly(1), lu_factor),
     def!("lu_solve", Arity::Exactly(3), lu_solve),
     def!("lu_unpack", Arity::Exactly(2), lu_unpack),
@@ -747,6 +841,54 @@ mod tests {
         close(&x, &[5.0, 8.0 - 99.0 * 5.0], 1e-7);
         let e = run("solve_triangular", &[&a, &b], Attrs::new()).unwrap_err();
         assert!(e.to_string().contains("upper"), "{e}");
+    }
+
+    /// A = L Lᵀ for L = [[2, 0, 0], [1, 3, 0], [-1, 2, 1]]; upper gives
+    /// Lᵀ; the solve and inverse give A's; a matrix failing at its second
+    /// minor has info 2 and a finite factor.
+    #[test]
+    fn cholesky_factor_solve_and_inverse() {
+        let l = [2.0, 0.0, 0.0, 1.0, 3.0, 0.0, -1.0, 2.0, 1.0];
+        let lt: Vec<f64> = (0..9).map(|i| l[(i % 3) * 3 + i / 3]).collect();
+        let a = matmul(&l, &lt, 3, 3, 3);
+        let at = t(F64, &[3, 3], &a);
+        let out = run("cholesky", &[&at], Attrs::new()).unwrap();
+        close(&out[0], &l, 1e-15);
+        assert_eq!(out[1].to_f64_vec(), vec![0.0]);
+        let u = run1("cholesky", &[&at], attrs(&[("upper", true)]));
+        close(&u, &lt, 1e-15);
+        let bm = [1.0, -2.0, 0.5, 3.0, 0.0, 1.0];
+        let x = run1(
+            "cholesky_solve",
+            &[&t(F64, &[3, 2], &bm), &out[0]],
+            Attrs::new(),
+        );
+        close(
+            &t(F64, &[6], &matmul(&a, &x.to_f64_vec(), 3, 3, 2)),
+            &bm,
+            1e-13,
+        );
+        let x = run1(
+            "cholesky_solve",
+            &[&t(F64, &[3, 2], &bm), &u],
+            attrs(&[("upper", true)]),
+        );
+        close(
+            &t(F64, &[6], &matmul(&a, &x.to_f64_vec(), 3, 3, 2)),
+            &bm,
+            1e-13,
+        );
+        let inv = run1("cholesky_inverse", &[&out[0]], Attrs::new());
+        let eye: Vec<f64> = (0..9).map(|i| (i % 4 == 0) as u8 as f64).collect();
+        close(
+            &t(F64, &[9], &matmul(&a, &inv.to_f64_vec(), 3, 3, 3)),
+            &eye,
+            1e-13,
+        );
+        let bad = t(F32, &[2, 2], &[1.0, 0.0, 2.0, 1.0]);
+        let out = run("cholesky", &[&bad], Attrs::new()).unwrap();
+        assert_eq!(out[1].to_f64_vec(), vec![2.0]);
+        assert_eq!(out[0].to_f64_vec(), vec![1.0, 0.0, 2.0, 0.0]);
     }
 
     #[test]

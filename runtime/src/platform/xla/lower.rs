@@ -12,7 +12,7 @@
 
 use std::fmt::Write;
 
-mod lu;
+mod factor;
 
 /// The version of what this module emits, part of the xla platform's
 /// version and so of every compile-cache key there: raise it when a module
@@ -1148,15 +1148,19 @@ fn lower_module(graph: &Graph, slots: &[OutputSlot]) -> Result<(String, Vec<Inde
                     ins[0], ins[1], its[0], its[1]
                 ));
             }
+            Prim::Cholesky => {
+                let xt = graph.value_type(n.inputs[0]);
+                factor::cholesky(&mut w, &ins[0], &its[0], &xt.dims, xt.dtype, &o, &ot);
+            }
             Prim::LuFactor => {
                 let xt = graph.value_type(n.inputs[0]);
                 let (p, q) = (name(n.outputs[1]), name(n.outputs[2]));
                 let (pt, qt) = (t(n.outputs[1]), t(n.outputs[2]));
-                lu::lu_factor(&mut w, &ins[0], &its[0], &xt.dims, xt.dtype, [&o, &p, &q], [&ot, &pt, &qt]);
+                factor::lu_factor(&mut w, &ins[0], &its[0], &xt.dims, xt.dtype, [&o, &p, &q], [&ot, &pt, &qt]);
             }
             Prim::PivotsToPermutation { rows } => {
                 let dims = &graph.value_type(n.inputs[0]).dims;
-                lu::pivots_to_permutation(&mut w, &ins[0], &its[0], dims, *rows, &o, &ot);
+                factor::pivots_to_permutation(&mut w, &ins[0], &its[0], dims, *rows, &o, &ot);
             }
             Prim::Attention { .. } | Prim::AttentionBackward { .. } => {
                 return Err(Error::Internal(format!(

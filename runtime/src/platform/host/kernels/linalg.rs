@@ -102,6 +102,43 @@ pub fn lu_factor(a: &HostTensor, out: &[TensorType]) -> Result<Vec<HostTensor>> 
     Ok(vec![lu, pivots, perm])
 }
 
+/// The lower Cholesky factor of each n x n matrix (its lower triangle
+/// read), column by column in f64; zeros above the diagonal. A leading
+/// minor that is not positive-definite (a pivot not above 0, or NaN) makes
+/// that column and every later one NaN, as XLA's factor does.
+pub fn cholesky(a: &HostTensor) -> Result<HostTensor> {
+    let d = a.dims();
+    let n = d[d.len() - 1] as usize;
+    let av = a.to_f64_vec();
+    let mut l = vec![0.0f64; av.len()];
+    if n > 0 {
+        for (am, lm) in av.chunks_exact(n * n).zip(l.chunks_exact_mut(n * n)) {
+            let mut failed = false;
+            for j in 0..n {
+                if failed {
+                    (j..n).for_each(|i| lm[i * n + j] = f64::NAN);
+                    continue;
+                }
+                let dot = |p: usize, q: usize, lm: &[f64]| -> f64 {
+                    (0..j).map(|k| lm[p * n + k] * lm[q * n + k]).sum()
+                };
+                let djj = am[j * n + j] - dot(j, j, lm);
+                if djj <= 0.0 || djj.is_nan() {
+                    failed = true;
+                    (j..n).for_each(|i| lm[i * n + j] = f64::NAN);
+                    continue;
+                }
+                let ljj = djj.sqrt();
+                lm[j * n + j] = ljj;
+                for i in j + 1..n {
+                    lm[i * n + j] = (am[i * n + j] - dot(i, j, lm)) / ljj;
+                }
+            }
+        }
+    }
+    HostTensor::from_f64(a.dtype(), d, &l)
+}
+
 /// The permutation `pivots` [b.., k] make over `rows` entries.
 pub fn pivots_to_permutation(pivots: &HostTensor, out: &TensorType) -> Result<HostTensor> {
     let m = *out.dims.last().unwrap_or(&0) as usize;
@@ -340,6 +377,24 @@ mod tests {
         let out = eval(&Prim::LuFactor, &[&e]).unwrap();
         assert_eq!(out[1].dims(), &[0]);
         assert_eq!(out[2].to_f64_vec(), vec![0.0, 1.0]);
+    }
+
+    /// [[4, 2], [2, 5]] = L Lᵀ with L = [[2, 0], [1, 2]]; the upper
+    /// triangle is not read; a matrix failing at its second minor is NaN
+    /// from that column on.
+    #[test]
+    fn cholesky_by_hand_and_its_failure() {
+        let a = HostTensor::from_f64(
+            DType::F64,
+            &[2, 2, 2],
+            &[4.0, 99.0, 2.0, 5.0, 1.0, 0.0, 2.0, 1.0],
+        )
+        .unwrap();
+        let l = eval(&Prim::Cholesky, &[&a]).unwrap()[0].to_f64_vec();
+        assert_eq!(&l[..4], &[2.0, 0.0, 1.0, 2.0]);
+        assert_eq!(&l[4..6], &[1.0, 0.0]);
+        assert_eq!(l[6], 2.0);
+        assert!(l[7].is_nan());
     }
 
     #[test]

@@ -556,6 +556,7 @@ pub fn eval(prim: &Prim, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>> {
             },
             &out_types[0],
         )),
+        Prim::Cholesky => one(linalg::cholesky(inputs[0])),
         Prim::LuFactor => linalg::lu_factor(inputs[0], &out_types),
         Prim::PivotsToPermutation { .. } => {
             one(linalg::pivots_to_permutation(inputs[0], &out_types[0]))

@@ -1,8 +1,10 @@
 //! `Prim::LuFactor` and `Prim::PivotsToPermutation`, which XLA has no
-//! operation for, as StableHLO while loops: one iteration per elimination
-//! step (or swap), each of whole-matrix selects on the step number, so the
-//! module stays the same size whatever the matrix (written out step by
-//! step, a 256 x 256 inverse took 36 s to compile on the CPU plugin).
+//! operation for, and `Prim::Cholesky`, whose StableHLO operation fails a
+//! whole matrix (all NaN) where torch reports the first failing minor, as
+//! StableHLO while loops: one iteration per elimination step, column (or
+//! swap), each of whole-matrix selects on the step number, so the module
+//! stays the same size whatever the matrix (written out step by step, a
+//! 256 x 256 inverse took 36 s to compile on the CPU plugin).
 //!
 //! Batch dims are flattened to one, B. The loop carries the step k, the
 //! matrix, the pivots and the permutation. A row chosen per batch element
@@ -448,4 +450,121 @@ pub(super) fn pivots_to_permutation(
         format!("{x}_w#1")
     };
     w(format!("{out} = stablehlo.reshape {q} : ({qt}) -> {ot}"));
+}
+
+/// Cholesky of `input` (typed `it`, dims [b.., n, n], of `d`) into `out`
+/// (typed `ot`): column j of L from A's column j less L's rows dotted
+/// with row j (a product over the columns filled so far), divided by
+/// sqrt(d_j); a pivot d_j not above 0 (or NaN) makes the column NaN, and
+/// so every later one, as the host kernel.
+pub(super) fn cholesky(
+    w: &mut impl FnMut(String),
+    input: &str,
+    it: &str,
+    dims: &[u64],
+    d: DType,
+    out: &str,
+    ot: &str,
+) {
+    let r = dims.len();
+    let n = dims[r - 1];
+    let b: u64 = dims[..r - 2].iter().product();
+    let x = format!("{out}_ch");
+    let e = elem(d);
+    let at = shaped(&[b, n, n], e);
+    w(format!(
+        "{x}_a0 = stablehlo.reshape {input} : ({it}) -> {at}"
+    ));
+    w(format!("{x}_l0 = stablehlo.constant dense<0.0> : {at}"));
+    let l = if n == 0 || b == 0 {
+        format!("{x}_l0")
+    } else {
+        let types = [at.clone(), at.clone()];
+        let (a0, l0) = (format!("{x}_a0"), format!("{x}_l0"));
+        while_loop(w, &x, n, &[a0.as_str(), l0.as_str()], &types, |w| {
+            let mut w = |s: String| w(s);
+            let vt = shaped(&[b, n], e);
+            let vb = shaped(&[b, n], "i1");
+            let vi = shaped(&[b, n], "i64");
+            let st = shaped(&[b], e);
+            let s1 = shaped(&[b, 1], e);
+            let c1 = shaped(&[b, n, 1], e);
+            let r1 = shaped(&[b, 1, n], e);
+            let ab = shaped(&[b, n, n], "i1");
+            let ai = shaped(&[b, n, n], "i64");
+            let i64t = "tensor<i64>";
+            let (a, l) = (format!("{x}_c1"), format!("{x}_c2"));
+            w(format!("{x}_i0 = stablehlo.constant dense<0> : {i64t}"));
+            w(format!(
+                "{x}_row3 = \"stablehlo.dynamic_slice\"({l}, {x}_i0, {x}_k, {x}_i0) {{slice_sizes = array<i64: {b}, 1, {n}>}} : ({at}, {i64t}, {i64t}, {i64t}) -> {r1}"
+            ));
+            w(format!(
+                "{x}_row = stablehlo.reshape {x}_row3 : ({r1}) -> {vt}"
+            ));
+            w(format!(
+                "{x}_s = stablehlo.dot_general {l}, {x}_row, batching_dims = [0] x [0], contracting_dims = [2] x [1], precision = [HIGHEST, HIGHEST] : ({at}, {vt}) -> {vt}"
+            ));
+            w(format!(
+                "{x}_col3 = \"stablehlo.dynamic_slice\"({a}, {x}_i0, {x}_i0, {x}_k) {{slice_sizes = array<i64: {b}, {n}, 1>}} : ({at}, {i64t}, {i64t}, {i64t}) -> {c1}"
+            ));
+            w(format!(
+                "{x}_col = stablehlo.reshape {x}_col3 : ({c1}) -> {vt}"
+            ));
+            w(format!("{x}_v = stablehlo.subtract {x}_col, {x}_s : {vt}"));
+            w(format!(
+                "{x}_d2 = \"stablehlo.dynamic_slice\"({x}_v, {x}_i0, {x}_k) {{slice_sizes = array<i64: {b}, 1>}} : ({vt}, {i64t}, {i64t}) -> {s1}"
+            ));
+            w(format!("{x}_d = stablehlo.reshape {x}_d2 : ({s1}) -> {st}"));
+            w(format!(
+                "{x}_db = stablehlo.broadcast_in_dim {x}_d, dims = [0] : ({st}) -> {vt}"
+            ));
+            w(format!("{x}_zv = stablehlo.constant dense<0.0> : {vt}"));
+            let nan = if d == DType::F64 {
+                "0x7FF8000000000000"
+            } else {
+                "0x7FC00000"
+            };
+            w(format!("{x}_nan = stablehlo.constant dense<{nan}> : {vt}"));
+            w(format!(
+                "{x}_ok = stablehlo.compare GT, {x}_db, {x}_zv, FLOAT : ({vt}, {vt}) -> {vb}"
+            ));
+            w(format!("{x}_rt = stablehlo.sqrt {x}_db : {vt}"));
+            w(format!(
+                "{x}_ljj = stablehlo.select {x}_ok, {x}_rt, {x}_nan : ({vb}, {vt}, {vt}) -> {vt}"
+            ));
+            w(format!("{x}_q = stablehlo.divide {x}_v, {x}_ljj : {vt}"));
+            w(format!("{x}_ri = stablehlo.iota dim = 1 : {vi}"));
+            w(format!(
+                "{x}_kv = stablehlo.broadcast_in_dim {x}_k, dims = [] : ({i64t}) -> {vi}"
+            ));
+            w(format!(
+                "{x}_isj = stablehlo.compare EQ, {x}_ri, {x}_kv, SIGNED : ({vi}, {vi}) -> {vb}"
+            ));
+            w(format!(
+                "{x}_blw = stablehlo.compare GT, {x}_ri, {x}_kv, SIGNED : ({vi}, {vi}) -> {vb}"
+            ));
+            w(format!(
+                "{x}_q1 = stablehlo.select {x}_blw, {x}_q, {x}_zv : ({vb}, {vt}, {vt}) -> {vt}"
+            ));
+            w(format!(
+                "{x}_newc = stablehlo.select {x}_isj, {x}_ljj, {x}_q1 : ({vb}, {vt}, {vt}) -> {vt}"
+            ));
+            w(format!("{x}_cols = stablehlo.iota dim = 2 : {ai}"));
+            w(format!(
+                "{x}_ka = stablehlo.broadcast_in_dim {x}_k, dims = [] : ({i64t}) -> {ai}"
+            ));
+            w(format!(
+                "{x}_atj = stablehlo.compare EQ, {x}_cols, {x}_ka, SIGNED : ({ai}, {ai}) -> {ab}"
+            ));
+            w(format!(
+                "{x}_newb = stablehlo.broadcast_in_dim {x}_newc, dims = [0, 1] : ({vt}) -> {at}"
+            ));
+            w(format!(
+                "{x}_l1 = stablehlo.select {x}_atj, {x}_newb, {l} : ({ab}, {at}, {at}) -> {at}"
+            ));
+            vec![a, format!("{x}_l1")]
+        });
+        format!("{x}_w#2")
+    };
+    w(format!("{out} = stablehlo.reshape {l} : ({at}) -> {ot}"));
 }

@@ -626,48 +626,21 @@ bool k_equal(const Tensor& a, const Tensor& b) {
   return at::eq(a, b).all().item<bool>();
 }
 
-// linalg_cholesky_ex, column by column (Cholesky-Banachiewicz) from native
-// ops: n steps of a few ops each, batched over leading dimensions. info is
-// the order of the first leading minor that is not positive-definite (0
-// when all are), as torch reports it; the factor is then unspecified.
+// linalg_cholesky_ex on the op library's cholesky: info is the order of
+// the first leading minor that is not positive-definite (0 when all are),
+// as torch reports it; the factor is then unspecified.
 std::tuple<Tensor, Tensor> k_cholesky_ex(const Tensor& A, bool upper, bool check_errors) {
-  TORCH_CHECK(A.dim() >= 2, "linalg.cholesky: The input tensor A must have at least 2 dimensions.");
-  TORCH_CHECK(A.size(-1) == A.size(-2), "linalg.cholesky: A must be batches of square matrices, but they are ",
-              A.size(-2), " by ", A.size(-1), " matrices");
-  TORCH_CHECK(A.scalar_type() == at::kFloat || A.scalar_type() == at::kDouble,
-              "linalg.cholesky: tpu supports float32 and float64 inputs, got ", A.scalar_type());
-  const int64_t n = A.size(-1);
-  auto batch = A.sizes().slice(0, A.dim() - 2);
-  Tensor L = at::zeros_like(A, at::MemoryFormat::Contiguous);
-  Tensor info = at::zeros(batch, A.options().dtype(at::kInt));
-  for (int64_t j = 0; j < n; ++j) {
-    Tensor d = A.select(-2, j).select(-1, j);
-    Tensor row;
-    if (j > 0) {
-      row = L.select(-2, j).narrow(-1, 0, j);  // [..., j]
-      d = d - (row * row).sum(-1);
-    }
-    Tensor fail = at::logical_or(d <= 0, at::isnan(d));
-    info = at::where(at::logical_and(info == 0, fail), at::full_like(info, j + 1), info);
-    Tensor djj = at::sqrt(at::clamp_min(d, 0));
-    L.select(-2, j).select(-1, j).copy_(djj);
-    if (j + 1 < n) {
-      Tensor col = A.narrow(-2, j + 1, n - j - 1).select(-1, j);  // [..., n-j-1]
-      if (j > 0) {
-        Tensor below = L.narrow(-2, j + 1, n - j - 1).narrow(-1, 0, j);  // [..., n-j-1, j]
-        col = col - at::matmul(below, row.unsqueeze(-1)).squeeze(-1);
-      }
-      Tensor div = at::where(fail, at::ones_like(djj), djj).unsqueeze(-1);
-      L.narrow(-2, j + 1, n - j - 1).select(-1, j).copy_(col / div);
-    }
-  }
-  if (check_errors) {
-    int64_t first = info.numel() == 0 ? 0 : info.max().item<int64_t>();
-    TORCH_CHECK(first == 0, "linalg.cholesky: The factorization could not be completed because the input is not ",
-                "positive-definite (the leading minor of order ", first, " is not positive-definite).");
-  }
-  if (upper) L = L.transpose(-2, -1).contiguous();
-  return {L, info};
+  auto r = call("cholesky", {A}, Attrs().b("upper", upper));
+  if (check_errors) at::_linalg_check_errors(r[1], "linalg.cholesky", A.dim() == 2);
+  return {r[0], r[1]};
+}
+// cholesky_solve's kernel (torch broadcasts the batches before it) and
+// cholesky_inverse: two triangular solves each.
+Tensor k_cholesky_solve_helper(const Tensor& B, const Tensor& L, bool upper) {
+  return call1("cholesky_solve", {B, L}, Attrs().b("upper", upper));
+}
+Tensor k_cholesky_inverse(const Tensor& L, bool upper) {
+  return call1("cholesky_inverse", {L}, Attrs().b("upper", upper));
 }
 
 // Linear systems (the op library's solve.rs): LU with partial pivoting and
@@ -2427,6 +2400,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
     into(X, x);
     into(M, m);
     return {X, M};
+  });
+  m.impl("_cholesky_solve_helper", k_cholesky_solve_helper);
+  m.impl("cholesky_inverse", k_cholesky_inverse);
+  m.impl("cholesky_inverse.out", [](const Tensor& L, bool upper, Tensor& out) -> Tensor& {
+    return into(out, k_cholesky_inverse(L, upper));
   });
   m.impl("native_dropout", k_native_dropout);
   m.impl("native_dropout_backward", k_native_dropout_bw);

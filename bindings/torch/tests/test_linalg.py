@@ -1,5 +1,6 @@
 """Linear systems on tpu (the op library's solve.rs): solve, inv, det,
-slogdet, LU factors and solves with them, triangular solves; values and
+slogdet, LU factors and solves with them, triangular solves, Cholesky
+factors, solves and inverses; values and
 gradients against torch on CPU in every eager mode with the CPU fallback
 off, in f32 and f64, and torch.distributions' multivariate normal built on
 them."""
@@ -116,11 +117,32 @@ def test_triangular_solves(dtype, mode, no_fallback):
             close_to_cpu(g, w, TOL[dtype])
 
 
+def spd(*shape, dtype=torch.float64, seed=0):
+    m = torch.randn(*shape, generator=gen(seed), dtype=torch.float64)
+    return (m @ m.mT + shape[-1] * torch.eye(shape[-1], dtype=torch.float64)).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_cholesky_solve_and_inverse(dtype, mode, no_fallback):
+    A = spd(2, 5, 5, dtype=dtype)
+    for upper in (False, True):
+        # The gradient through a symmetric use of A (torch's formula
+        # assumes a symmetric perturbation).
+        check_grads(lambda a: torch.linalg.cholesky(a + a.mT, upper=upper), (A,), dtype)
+        L = torch.linalg.cholesky(A, upper=upper)
+        check_grads(lambda b, l: torch.cholesky_solve(b, l, upper=upper), (rand(3, 2, 5, 2, dtype=dtype), L), dtype)
+        check_grads(lambda l: torch.cholesky_inverse(l, upper=upper), (L[0],), dtype)
+    bad = A.clone()
+    bad[1, 3, 3] = -100.0
+    L, info = torch.linalg.cholesky_ex(bad.to("tpu"))
+    assert info.cpu().tolist() == torch.linalg.cholesky_ex(bad).info.tolist() == [0, 4]
+    assert torch.isfinite(L.cpu()).all()
+
+
 def test_multivariate_normal_log_prob(mode, no_fallback):
     """torch.distributions' multivariate normal: Cholesky, triangular
     solves and the log-determinant, all on tpu."""
-    m = matrices(3, 3)
-    cov = m @ m.mT + torch.eye(3, dtype=torch.float64)
+    cov = spd(3, 3)
     loc = rand(3)
     x = rand(5, 3, seed=5)
     want = torch.distributions.MultivariateNormal(loc, covariance_matrix=cov).log_prob(x)

@@ -1,8 +1,8 @@
 //! Triangular solves (`Prim::TriangularSolve`), batched: substitution row
-//! by row, in f64 whatever the operands (f32 results are rounded once).
-//! LU factorization with partial pivoting (`Prim::LuFactor`), in the
-//! operands' own precision as LAPACK's getf2 (and XLA's loop) computes it,
-//! and the permutation of a list of pivots.
+//! by row. LU factorization with partial pivoting (`Prim::LuFactor`), and
+//! the permutation of a list of pivots. Both in the operands' own
+//! precision, as LAPACK's trsm and getf2 (and XLA) compute them. The
+//! Cholesky factor in f64 (f32 results rounded once).
 
 use std::ops::{Div, Mul, Sub};
 
@@ -184,8 +184,8 @@ pub struct Triangle {
 /// op(a) x = b for one m x m matrix `a` and an m x n `b` (row-major),
 /// overwriting `b` with x. op(a) is lower triangular when `lower` and
 /// `transpose` differ, so rows are solved first to last; else last to
-/// first.
-fn solve_left(a: &[f64], b: &mut [f64], m: usize, n: usize, t: Triangle) {
+/// first. `row` is scratch of n elements.
+fn solve_left<T: Real>(a: &[T], b: &mut [T], m: usize, n: usize, t: Triangle, row: &mut [T]) {
     let at = |i: usize, j: usize| {
         if t.transpose_a {
             a[j * m + i]
@@ -194,23 +194,53 @@ fn solve_left(a: &[f64], b: &mut [f64], m: usize, n: usize, t: Triangle) {
         }
     };
     let forward = t.lower != t.transpose_a;
-    let mut row = vec![0.0; n];
     for step in 0..m {
         let i = if forward { step } else { m - 1 - step };
         row.copy_from_slice(&b[i * n..(i + 1) * n]);
         let solved = if forward { 0..i } else { i + 1..m };
         for j in solved {
             let f = at(i, j);
-            if f != 0.0 {
+            if f != T::ZERO {
                 let xj = &b[j * n..(j + 1) * n];
-                row.iter_mut().zip(xj).for_each(|(r, x)| *r -= f * x);
+                row.iter_mut().zip(xj).for_each(|(r, &x)| *r = *r - f * x);
             }
         }
         if !t.unit_diagonal {
             let d = at(i, i);
-            row.iter_mut().for_each(|r| *r /= d);
+            row.iter_mut().for_each(|r| *r = *r / d);
         }
-        b[i * n..(i + 1) * n].copy_from_slice(&row);
+        b[i * n..(i + 1) * n].copy_from_slice(row);
+    }
+}
+
+/// Every batch element's solve, `x` holding the right-hand sides
+/// (rows x cols each) and receiving the solutions.
+fn solve_all<T: Real>(a: &[T], x: &mut [T], m: usize, rows: usize, cols: usize, t: Triangle) {
+    // On the right, x op(a) = b is op(a)ᵀ xᵀ = bᵀ: solve the transposed
+    // system on bᵀ, whose triangle is the other one.
+    let n = if t.left_side { cols } else { rows };
+    let left = Triangle {
+        transpose_a: t.transpose_a == t.left_side,
+        ..t
+    };
+    let mut lane = vec![T::ZERO; m * n];
+    let mut row = vec![T::ZERO; n];
+    for (am, bm) in a.chunks_exact(m * m).zip(x.chunks_exact_mut(rows * cols)) {
+        if t.left_side {
+            solve_left(am, bm, m, n, left, &mut row);
+        } else {
+            for i in 0..n {
+                for j in 0..m {
+                    lane[j * n + i] = bm[i * m + j];
+                }
+            }
+            solve_left(am, &mut lane, m, n, left, &mut row);
+            for i in 0..n {
+                for j in 0..m {
+                    bm[i * m + j] = lane[j * n + i];
+                }
+            }
+        }
     }
 }
 
@@ -223,37 +253,30 @@ pub fn triangular_solve(
     let r = out.dims.len();
     let m = a.dims()[r - 1] as usize;
     let (rows, cols) = (out.dims[r - 2] as usize, out.dims[r - 1] as usize);
-    let batch = out.dims[..r - 2].iter().product::<u64>() as usize;
-    let av = a.to_f64_vec();
-    let mut bv = b.to_f64_vec();
-    // On the right, x op(a) = b is op(a)ᵀ xᵀ = bᵀ: solve the transposed
-    // system on bᵀ, whose triangle is the other one.
-    let n = if t.left_side { cols } else { rows };
-    let left = Triangle {
-        transpose_a: t.transpose_a == t.left_side,
-        ..t
-    };
-    let mut lane = vec![0.0; m * n];
-    for k in 0..batch {
-        let am = &av[k * m * m..(k + 1) * m * m];
-        let bm = &mut bv[k * rows * cols..(k + 1) * rows * cols];
-        if t.left_side {
-            solve_left(am, bm, m, n, left);
-        } else {
-            for i in 0..n {
-                for j in 0..m {
-                    lane[j * n + i] = bm[i * m + j];
-                }
-            }
-            solve_left(am, &mut lane, m, n, left);
-            for i in 0..n {
-                for j in 0..m {
-                    bm[i * m + j] = lane[j * n + i];
-                }
-            }
-        }
+    let mut x = b.clone();
+    if x.numel() == 0 || m == 0 {
+        return Ok(x);
     }
-    HostTensor::from_f64(out.dtype, &out.dims, &bv)
+    match out.dtype {
+        DType::F32 => solve_all(
+            a.as_slice::<f32>(),
+            x.as_slice_mut::<f32>(),
+            m,
+            rows,
+            cols,
+            t,
+        ),
+        DType::F64 => solve_all(
+            a.as_slice::<f64>(),
+            x.as_slice_mut::<f64>(),
+            m,
+            rows,
+            cols,
+            t,
+        ),
+        other => return Err(Error::invalid(format!("needs f32 or f64, got {other}"))),
+    }
+    Ok(x)
 }
 
 #[cfg(test)]

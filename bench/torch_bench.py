@@ -262,6 +262,35 @@ def llama_lengths() -> None:
             "torch.compile inductor on CPU, dynamic shapes", "s")
 
 
+def linalg() -> None:
+    """Linear systems on tpu (strict, synchronized) against torch's CPU
+    LAPACK: one 256 x 256 f32 solve with 16 right-hand sides (LU with
+    partial pivoting, two triangular solves), and the inverses of 1024
+    batched 4 x 4 f32 matrices (what pose and camera code inverts)."""
+    g = torch.Generator().manual_seed(0)
+    cases = [
+        ("torch_linalg_solve_256x256_f32", torch.linalg.solve,
+         (torch.randn(256, 256, generator=g) + 16 * torch.eye(256), torch.randn(256, 16, generator=g))),
+        ("torch_linalg_inv_batch_1024x4x4_f32", torch.linalg.inv,
+         (torch.randn(1024, 4, 4, generator=g) + 4 * torch.eye(4),)),
+    ]
+    with torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_NEVER):
+        for name, f, args in cases:
+            on = tuple(a.to("tpu") for a in args)
+
+            def on_tpu():
+                f(*on)
+                torch.tpu.synchronize()
+
+            def on_cpu():
+                f(*args)
+
+            on_tpu()
+            on_cpu()
+            ours, peer = interleaved(on_tpu, on_cpu, 8)
+            row(name, ours * 1e3, peer * 1e3, "torch CPU (LAPACK)", "ms")
+
+
 BENCHES = {
     "torch_tiny_add_16_strict": tiny_add,
     "torch_sdpa_forward_8x8x256x64": sdpa_forward,
@@ -272,6 +301,7 @@ BENCHES = {
     "torch_llama_compiled": llama_compiled,
     "torch_llama_first_step": llama_first_step,
     "torch_llama_dynamic_lengths": llama_lengths,
+    "torch_linalg": linalg,
 }
 
 

@@ -728,6 +728,86 @@ fn median(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     Ok(r)
 }
 
+/// mode(x; dim=-1, keepdim=false) -> (values, indices): the most frequent
+/// value along dim, the smallest of those tied, and the index of its last
+/// occurrence (torch's CPU kernel's choices). NaN never equals NaN, so
+/// each NaN counts once (torch's kernel sorts with <, so its answer for a
+/// row with NaN depends on where the NaN stands). From a stable sort: the
+/// length of the run of
+/// equal values ending at each sorted position, and the first position
+/// of the longest (the last element of the smallest value's run).
+fn mode(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let t = e.ty(x[0]);
+    let d = wrap_dim(a.int_or("dim", -1)?, t.rank())?;
+    let keep = a.bool_or("keepdim", false)? && t.rank() > 0;
+    let v = if t.rank() == 0 {
+        e.reshape(x[0], &[1])?
+    } else {
+        x[0]
+    };
+    let dims = e.dims(v);
+    let n = dims[d];
+    if n == 0 {
+        return Err(Error::invalid(format!(
+            "expected reduction dim {d} to have non-zero size"
+        )));
+    }
+    let (s, i, _) = sort_values(e, v, d as i64, false)?;
+    // prev[j] = s[j - 1] (s[0] at j = 0, where a run starts anyway).
+    let mut head = dims.clone();
+    head[d] = 1;
+    let start = vec![0; dims.len()];
+    let first = e.op(
+        Prim::Slice {
+            start: start.clone(),
+            limit: head,
+            stride: vec![1; dims.len()],
+        },
+        &[s],
+    )?;
+    let mut limit = dims.clone();
+    limit[d] = n - 1;
+    let before = e.op(
+        Prim::Slice {
+            start: start.clone(),
+            limit,
+            stride: vec![1; dims.len()],
+        },
+        &[s],
+    )?;
+    let prev = e.op(Prim::Concatenate { dimension: d }, &[first, before])?;
+    let differs = e.compare(CompareOp::Ne, s, prev)?;
+    let pos = iota(e, &dims, d)?;
+    let at_zero = e.compare_scalar(CompareOp::Eq, pos, 0.0)?;
+    let starts = e.binary(BinaryOp::Or, differs, at_zero)?;
+    let zero = e.scalar(DType::I64, 0.0)?;
+    let start_pos = e.select(starts, pos, zero)?;
+    let run_start = e.op(
+        Prim::Cumulative {
+            op: ReduceOp::Max,
+            dimension: d,
+            reverse: false,
+        },
+        &[start_pos],
+    )?;
+    let run = e.sub(pos, run_start)?;
+    let best = e.op(
+        Prim::ArgReduce {
+            max: true,
+            dimension: d,
+        },
+        &[run],
+    )?;
+    let mut one = dims.clone();
+    one[d] = 1;
+    let best = e.reshape(best, &one)?;
+    let r = pick_sorted(e, (s, i), d, Rank::PerRow(best), keep)?;
+    if t.rank() == 0 {
+        return Ok(vec![e.reshape(r[0], &[])?, e.reshape(r[1], &[])?]);
+    }
+    Ok(r)
+}
+
 /// searchsorted(sorted_sequence, values[, sorter]; right=false,
 /// out_int32=false) -> i64 (i32) of values' shape: each value's insertion
 /// point in its row of the sequence (1-D: the one row; N-D: the row of the
@@ -1030,6 +1110,7 @@ pub(super) const OPS: &[OpDef] = &[
     def!("index_put", Arity::Exactly(3), index_put),
     def!("kthvalue", Arity::Exactly(1), kthvalue),
     def!("median", Arity::Exactly(1), median),
+    def!("mode", Arity::Exactly(1), mode),
     def!("searchsorted", Arity::Between(2, 3), searchsorted),
     def!("repeat_interleave", Arity::Exactly(1), repeat_interleave),
     def!("bincount", Arity::Between(1, 2), bincount),

@@ -2470,6 +2470,13 @@ fn index_cases() -> Vec<Case> {
         ),
         c("median", vec![x.clone()], &[("dim", i(1))]),
         c("median", vec![x.clone()], &[]),
+        c("mode", vec![whole(F32, &[4, 9], 1008, -2, 3)], &[]),
+        c(
+            "mode",
+            vec![whole(I64, &[5, 3], 1009, 0, 3)],
+            &[("dim", i(0)), ("keepdim", b(true))],
+        ),
+        c("mode", vec![h(F32, &[0, 3], &[])], &[("dim", i(1))]),
         c(
             "median",
             vec![whole(I32, &[6, 4], 1006, -9, 9)],

@@ -1381,6 +1381,37 @@ fn sort_and_topk() {
     close(&run1("sort", &[&i], &Attrs::new()), &[-7.0, 2.0, 2.0], 0.0);
 }
 
+/// mode: the most frequent value, the smallest of a tie, the index of its
+/// last occurrence; each NaN counts once (torch's CPU kernel's choices).
+#[test]
+fn mode_takes_the_smallest_most_frequent_value() {
+    let nan = f64::NAN;
+    let x = f32s(
+        &[3, 7],
+        &[
+            3.0, 1.0, 3.0, 2.0, 1.0, 3.0, 1.0, // 1 and 3 thrice: 1, at 6
+            5.0, 5.0, 4.0, 4.0, 9.0, 9.0, 9.0, // 9, at 6
+            2.0, nan, nan, 1.0, nan, 2.0, 0.0, // 2 twice; NaN never equal
+        ],
+    );
+    let o = runv("mode", &[&x], &at(&[("dim", int(1))]));
+    close(&o[0], &[1.0, 9.0, 2.0], 0.0);
+    close(&o[1], &[6.0, 6.0, 5.0], 0.0);
+    let col = runv(
+        "mode",
+        &[&x],
+        &at(&[("dim", int(0)), ("keepdim", flag(true))]),
+    );
+    assert_eq!(col[0].ty.dims, vec![1, 7]);
+    let ints = i64s(&[5], &[1, 2, 2, 1, 0]);
+    let o = runv("mode", &[&ints], &Attrs::new());
+    assert_eq!(o[0].ty.dims, Vec::<u64>::new());
+    close(&o[0], &[1.0], 0.0);
+    close(&o[1], &[3.0], 0.0);
+    let e = err("mode", &[&f32s(&[2, 0], &[])], &Attrs::new());
+    assert!(e.contains("non-zero size"), "{e}");
+}
+
 #[test]
 fn kthvalue_and_median_pick_one_sorted_position() {
     let nan = f64::NAN;

@@ -1481,6 +1481,12 @@ std::tuple<Tensor, Tensor> k_median_dim(const Tensor& x, int64_t dim, bool keepd
   auto r = call("median", {x}, Attrs().i("dim", dim).b("keepdim", keepdim).b("ignore_nan", IgnoreNan));
   return {r[0], r[1]};
 }
+// mode: the most frequent value along dim (the smallest of a tie) and
+// the index of its last occurrence, from the runtime's stable sort.
+std::tuple<Tensor, Tensor> k_mode(const Tensor& x, int64_t dim, bool keepdim) {
+  auto r = call("mode", {x}, Attrs().i("dim", dim).b("keepdim", keepdim));
+  return {r[0], r[1]};
+}
 template <bool IgnoreNan>
 Tensor k_median(const Tensor& x) {
   return call("median", {x}, Attrs().b("ignore_nan", IgnoreNan))[0];
@@ -2215,6 +2221,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   });
   m.impl("median", k_median<false>);
   m.impl("nanmedian", k_median<true>);
+  m.impl("mode", k_mode);
+  m.impl("mode.values", [](const Tensor& x, int64_t d, bool keep, Tensor& v, Tensor& i) {
+    return into2(v, i, [&] { return k_mode(x, d, keep); });
+  });
   m.impl("median.dim", k_median_dim<false>);
   m.impl("nanmedian.dim", k_median_dim<true>);
   m.impl("median.dim_values", [](const Tensor& x, int64_t d, bool keep, Tensor& v, Tensor& i) {

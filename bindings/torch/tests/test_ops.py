@@ -1226,6 +1226,28 @@ def test_kthvalue_median_and_nanmedian(dtype, mode, no_fallback):
     close(torch.gather(t, 1, i.cpu().unsqueeze(1)).squeeze(1), v.cpu())
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool], ids=str)
+def test_mode_matches_cpu(dtype, mode, no_fallback):
+    """torch.mode: the smallest of the most frequent values and the index
+    of its last occurrence, as torch's CPU kernel (many ties here); its
+    gradient flows to that index. (No NaN: torch's kernel sorts with <,
+    so what it answers for a NaN depends on where the NaN stood; ours
+    counts each NaN once, NaN sorting last: the op library's tests.)"""
+    g = torch.Generator().manual_seed(12)
+    x = torch.randint(0, 4, (6, 9), generator=g).to(dtype)
+    xt = x.to("tpu")
+    for dim, keep in ((1, False), (0, True), (-1, True)):
+        _pair(torch.mode(xt, dim, keep), torch.mode(x, dim, keep))
+    _pair(torch.mode(xt[0, 0]), torch.mode(x[0, 0]))
+    if dtype == torch.float32:
+        a, b = x.clone().requires_grad_(), xt.clone().requires_grad_()
+        torch.mode(a, 1).values.sum().backward()
+        torch.mode(b, 1).values.sum().backward()
+        close(b.grad, a.grad)
+    with pytest.raises(RuntimeError, match="non-zero size"):
+        torch.mode(torch.empty(3, 0, device="tpu"), 1)
+
+
 def test_kthvalue_median_errors_and_gradients(mode, no_fallback):
     x = torch.randn(4, 6, dtype=torch.float64)
     for f in (lambda t: torch.kthvalue(t, 2, 1).values, lambda t: torch.median(t, 0).values,

@@ -78,16 +78,24 @@ fn lu_steps(e: &mut Emitter, a: ValueId) -> Result<[ValueId; 4]> {
     let square = slice(e, lu, &[0, 0, 0], &[b, k, k])?;
     let diag = diagonal(e, square)?;
     let zero = e.compare_scalar(CompareOp::Eq, diag, 0.0)?;
+    let info = first_failure(e, zero)?;
+    Ok([lu, pivots, perm, info])
+}
+
+/// LAPACK's info from `failed` [B, k] (bool, per step): the 1-based step
+/// of each row's first failure, 0 for none, i32 [B].
+fn first_failure(e: &mut Emitter, failed: ValueId) -> Result<ValueId> {
+    let d = e.dims(failed);
+    let (b, k) = (d[0], d[1]);
     let step = iota(e, &[b, k], 1)?;
     let step = e.binary_scalar(BinaryOp::Add, step, 1.0)?;
     let never = e.full(DType::I64, &[b, k], (k + 1) as f64)?;
-    let at = e.select(zero, step, never)?;
+    let at = e.select(failed, step, never)?;
     let first = e.reduce(ReduceOp::Min, at, &[1], false)?;
     let none = e.compare_scalar(CompareOp::Gt, first, k as f64)?;
     let zero_info = e.full(DType::I64, &[b], 0.0)?;
     let info = e.select(none, zero_info, first)?;
-    let info = e.convert(info, DType::I32)?;
-    Ok([lu, pivots, perm, info])
+    e.convert(info, DType::I32)
 }
 
 /// The row permutation LAPACK's pivots make, [B, m] i64: row i of the
@@ -549,15 +557,8 @@ fn cholesky(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     // The order of the first failing minor: its diagonal is NaN.
     let diag = diagonal(e, l)?;
     let good = e.compare_scalar(CompareOp::Gt, diag, 0.0)?;
-    let step = iota(e, &[b, n], 1)?;
-    let step = e.binary_scalar(BinaryOp::Add, step, 1.0)?;
-    let never = e.full(DType::I64, &[b, n], (n + 1) as f64)?;
-    let at = e.select(good, never, step)?;
-    let first = e.reduce(ReduceOp::Min, at, &[1], false)?;
-    let none = e.compare_scalar(CompareOp::Gt, first, n as f64)?;
-    let zero_info = e.full(DType::I64, &[b], 0.0)?;
-    let info = e.select(none, zero_info, first)?;
-    let info = e.convert(info, DType::I32)?;
+    let failed = e.unary(UnaryOp::Not, good)?;
+    let info = first_failure(e, failed)?;
     // Zeros above the diagonal (StableHLO leaves them unspecified) and
     // from a failing column on.
     let rows = iota(e, &[b, n, n], 1)?;
@@ -638,7 +639,7 @@ pub(super) const OPS: &[OpDef] = &[
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{close, run, run1, t};
+    use super::super::tests::{close, naive_mm as matmul, run, run1, t};
     use crate::ir::DType::{self, F32, F64};
     use crate::ops::attrs::{Attr, Attrs};
 
@@ -648,19 +649,6 @@ mod tests {
             a.set(k, Attr::Bool(*b));
         }
         a
-    }
-
-    /// Row-major p x q times q x r, in f64.
-    fn matmul(x: &[f64], y: &[f64], p: usize, q: usize, r: usize) -> Vec<f64> {
-        let mut o = vec![0.0; p * r];
-        for i in 0..p {
-            for k in 0..q {
-                for j in 0..r {
-                    o[i * r + j] += x[i * q + k] * y[k * r + j];
-                }
-            }
-        }
-        o
     }
 
     /// A deterministic n x n matrix with entries in [-2, 2], a few on the

@@ -370,7 +370,8 @@ fn layer_norm_and_rms_norm() {
     close(&rms, &want, 1e-5);
 }
 
-fn naive_mm(a: &[f64], b: &[f64], m: usize, k: usize, n: usize) -> Vec<f64> {
+/// Row-major m x k times k x n, in f64.
+pub(super) fn naive_mm(a: &[f64], b: &[f64], m: usize, k: usize, n: usize) -> Vec<f64> {
     let mut c = vec![0.0; m * n];
     for i in 0..m {
         for j in 0..n {

@@ -14,47 +14,159 @@
 use super::{elem, shaped};
 use crate::ir::DType;
 
-/// The text of one step's swap of permutation entries k and `p` (a
-/// `tensor<Bxi64>` value) in `q` ([B, m] i64), defining `{x}_q1`.
-fn swap_entries(w: &mut impl FnMut(String), x: &str, q: &str, p: &str, b: u64, m: u64) {
+const I64: &str = "tensor<i64>";
+
+/// The lines of one function body, written through `w`, with the few
+/// operation forms the loops use. Names are given whole (`%v3_lu_k`);
+/// types are `tensor<..>` strings.
+struct Text<'a> {
+    w: &'a mut dyn FnMut(String),
+}
+
+impl Text<'_> {
+    fn line(&mut self, s: String) {
+        (self.w)(s)
+    }
+    fn constant(&mut self, out: &str, literal: &str, t: &str) {
+        self.line(format!("{out} = stablehlo.constant dense<{literal}> : {t}"));
+    }
+    fn iota(&mut self, out: &str, dim: usize, t: &str) {
+        self.line(format!("{out} = stablehlo.iota dim = {dim} : {t}"));
+    }
+    /// `v` (typed `from`) broadcast to `to`, its dims at `dims`.
+    fn broadcast(&mut self, out: &str, v: &str, dims: &str, from: &str, to: &str) {
+        self.line(format!(
+            "{out} = stablehlo.broadcast_in_dim {v}, dims = [{dims}] : ({from}) -> {to}"
+        ));
+    }
+    /// `a dir b` over two `t` values, the result typed `bt`.
+    #[allow(clippy::too_many_arguments)]
+    fn compare(&mut self, out: &str, dir: &str, a: &str, b: &str, kind: &str, t: &str, bt: &str) {
+        self.line(format!(
+            "{out} = stablehlo.compare {dir}, {a}, {b}, {kind} : ({t}, {t}) -> {bt}"
+        ));
+    }
+    fn select(&mut self, out: &str, p: &str, a: &str, b: &str, bt: &str, t: &str) {
+        self.line(format!(
+            "{out} = stablehlo.select {p}, {a}, {b} : ({bt}, {t}, {t}) -> {t}"
+        ));
+    }
+    /// An elementwise `op` (`stablehlo.add`, ..) of `args` typed `t`.
+    fn apply(&mut self, out: &str, op: &str, args: &str, t: &str) {
+        self.line(format!("{out} = {op} {args} : {t}"));
+    }
+    fn reshape(&mut self, out: &str, v: &str, from: &str, to: &str) {
+        self.line(format!("{out} = stablehlo.reshape {v} : ({from}) -> {to}"));
+    }
+    /// `v` (typed `from`) reduced over its dim 1 by `op` from `init`
+    /// (a scalar of type `st`) to `to`.
+    #[allow(clippy::too_many_arguments)]
+    fn reduce_dim1(
+        &mut self,
+        out: &str,
+        v: &str,
+        init: &str,
+        op: &str,
+        st: &str,
+        from: &str,
+        to: &str,
+    ) {
+        self.line(format!(
+            "{out} = \"stablehlo.reduce\"({v}, {init}) ({{\n      ^bb0(%a: {st}, %b: {st}):\n        %r = {op} %a, %b : {st}\n        stablehlo.return %r : {st}\n    }}) {{dimensions = array<i64: 1>}} : ({from}, {st}) -> {to}"
+        ));
+    }
+    /// The slice of `sizes` of `v` (typed `from`) at the i64 scalar
+    /// offsets `at`, reshaped to `to`.
+    #[allow(clippy::too_many_arguments)]
+    fn slice_at(
+        &mut self,
+        out: &str,
+        v: &str,
+        at: &[&str],
+        sizes: &[u64],
+        from: &str,
+        e: &str,
+        to: &str,
+    ) {
+        let sliced = shaped(sizes, e);
+        let offsets: Vec<String> = at.iter().map(|s| s.to_string()).collect();
+        let types = vec![I64; at.len()].join(", ");
+        let sizes: Vec<String> = sizes.iter().map(u64::to_string).collect();
+        self.line(format!(
+            "{out}_s = \"stablehlo.dynamic_slice\"({v}, {}) {{slice_sizes = array<i64: {}>}} : ({from}, {types}) -> {sliced}",
+            offsets.join(", "),
+            sizes.join(", ")
+        ));
+        self.reshape(out, &format!("{out}_s"), &sliced, to);
+    }
+}
+
+/// One step's swap of permutation entries k and `p` (a `tensor<Bxi64>`
+/// value) in `q` ([B, m] i64), defining `{x}_q1`.
+fn swap_entries(t: &mut Text, x: &str, q: &str, p: &str, b: u64, m: u64) {
     let qt = shaped(&[b, m], "i64");
     let vt = shaped(&[b], "i64");
     let bt = shaped(&[b, m], "i1");
-    w(format!("{x}_qi = stablehlo.iota dim = 1 : {qt}"));
-    w(format!(
-        "{x}_qk = stablehlo.broadcast_in_dim {x}_k, dims = [] : (tensor<i64>) -> {qt}"
-    ));
-    w(format!(
-        "{x}_qpb = stablehlo.broadcast_in_dim {p}, dims = [0] : ({vt}) -> {qt}"
-    ));
-    w(format!(
-        "{x}_qatk = stablehlo.compare EQ, {x}_qi, {x}_qk, SIGNED : ({qt}, {qt}) -> {bt}"
-    ));
-    w(format!(
-        "{x}_qatp = stablehlo.compare EQ, {x}_qi, {x}_qpb, SIGNED : ({qt}, {qt}) -> {bt}"
-    ));
-    w(format!("{x}_qz = stablehlo.constant dense<0> : {qt}"));
-    w(format!(
-        "{x}_qz0 = stablehlo.constant dense<0> : tensor<i64>"
-    ));
+    t.iota(&format!("{x}_qi"), 1, &qt);
+    t.broadcast(&format!("{x}_qk"), &format!("{x}_k"), "", I64, &qt);
+    t.broadcast(&format!("{x}_qpb"), p, "0", &vt, &qt);
+    t.compare(
+        &format!("{x}_qatk"),
+        "EQ",
+        &format!("{x}_qi"),
+        &format!("{x}_qk"),
+        "SIGNED",
+        &qt,
+        &bt,
+    );
+    t.compare(
+        &format!("{x}_qatp"),
+        "EQ",
+        &format!("{x}_qi"),
+        &format!("{x}_qpb"),
+        "SIGNED",
+        &qt,
+        &bt,
+    );
+    t.constant(&format!("{x}_qz"), "0", &qt);
+    t.constant(&format!("{x}_qz0"), "0", I64);
     // The entries at k and at p, each a sum of one term.
     for (tag, at) in [("vk", "qatk"), ("vp", "qatp")] {
-        w(format!(
-            "{x}_{tag}m = stablehlo.select {x}_{at}, {q}, {x}_qz : ({bt}, {qt}, {qt}) -> {qt}"
-        ));
-        w(format!(
-            "{x}_{tag} = \"stablehlo.reduce\"({x}_{tag}m, {x}_qz0) ({{\n      ^bb0(%a: tensor<i64>, %b: tensor<i64>):\n        %r = stablehlo.add %a, %b : tensor<i64>\n        stablehlo.return %r : tensor<i64>\n    }}) {{dimensions = array<i64: 1>}} : ({qt}, tensor<i64>) -> {vt}"
-        ));
-        w(format!(
-            "{x}_{tag}b = stablehlo.broadcast_in_dim {x}_{tag}, dims = [0] : ({vt}) -> {qt}"
-        ));
+        t.select(
+            &format!("{x}_{tag}m"),
+            &format!("{x}_{at}"),
+            q,
+            &format!("{x}_qz"),
+            &bt,
+            &qt,
+        );
+        t.reduce_dim1(
+            &format!("{x}_{tag}"),
+            &format!("{x}_{tag}m"),
+            &format!("{x}_qz0"),
+            "stablehlo.add",
+            I64,
+            &qt,
+            &vt,
+        );
+        t.broadcast(&format!("{x}_{tag}b"), &format!("{x}_{tag}"), "0", &vt, &qt);
     }
-    w(format!(
-        "{x}_qs = stablehlo.select {x}_qatp, {x}_vkb, {q} : ({bt}, {qt}, {qt}) -> {qt}"
-    ));
-    w(format!(
-        "{x}_q1 = stablehlo.select {x}_qatk, {x}_vpb, {x}_qs : ({bt}, {qt}, {qt}) -> {qt}"
-    ));
+    t.select(
+        &format!("{x}_qs"),
+        &format!("{x}_qatp"),
+        &format!("{x}_vkb"),
+        q,
+        &bt,
+        &qt,
+    );
+    t.select(
+        &format!("{x}_q1"),
+        &format!("{x}_qatk"),
+        &format!("{x}_vpb"),
+        &format!("{x}_qs"),
+        &bt,
+        &qt,
+    );
 }
 
 /// A loop `{x}_w` over k in 0..steps carrying (k, the values typed
@@ -63,29 +175,27 @@ fn swap_entries(w: &mut impl FnMut(String), x: &str, q: &str, p: &str, b: u64, m
 /// generic form, whose last line `})` ends the operation (what
 /// `without_locations` reads).
 fn while_loop(
-    w: &mut impl FnMut(String),
+    t: &mut Text,
     x: &str,
     steps: u64,
     inits: &[&str],
     types: &[String],
-    body: impl FnOnce(&mut dyn FnMut(String)) -> Vec<String>,
+    body: impl FnOnce(&mut Text) -> Vec<String>,
 ) {
-    let all_types = std::iter::once("tensor<i64>".to_string())
+    let all_types = std::iter::once(I64.to_string())
         .chain(types.iter().cloned())
         .collect::<Vec<_>>()
         .join(", ");
-    let block = std::iter::once(format!("{x}_k: tensor<i64>"))
+    let block = std::iter::once(format!("{x}_k: {I64}"))
         .chain(
             types
                 .iter()
                 .enumerate()
-                .map(|(i, t)| format!("{x}_c{}: {t}", i + 1)),
+                .map(|(i, ty)| format!("{x}_c{}: {ty}", i + 1)),
         )
         .collect::<Vec<_>>()
         .join(", ");
-    w(format!(
-        "{x}_k0 = stablehlo.constant dense<0> : tensor<i64>"
-    ));
+    t.constant(&format!("{x}_k0"), "0", I64);
     let mut lines = vec![
         format!(
             "{x}_w:{} = \"stablehlo.while\"({x}_k0, {}) ({{",
@@ -93,35 +203,35 @@ fn while_loop(
             inits.join(", ")
         ),
         format!("      ^bb0({block}):"),
-        format!("        {x}_end = stablehlo.constant dense<{steps}> : tensor<i64>"),
-        format!(
-            "        {x}_go = stablehlo.compare LT, {x}_k, {x}_end, SIGNED : (tensor<i64>, tensor<i64>) -> tensor<i1>"
-        ),
+        format!("        {x}_end = stablehlo.constant dense<{steps}> : {I64}"),
+        format!("        {x}_go = stablehlo.compare LT, {x}_k, {x}_end, SIGNED : ({I64}, {I64}) -> tensor<i1>"),
         format!("        stablehlo.return {x}_go : tensor<i1>"),
         "    }, {".to_string(),
         format!("      ^bb0({block}):"),
     ];
     let mut inner = Vec::new();
-    let results = body(&mut |s: String| inner.push(format!("        {s}")));
+    let results = body(&mut Text {
+        w: &mut |s: String| inner.push(format!("        {s}")),
+    });
     lines.extend(inner);
     lines.push(format!(
-        "        {x}_one = stablehlo.constant dense<1> : tensor<i64>"
+        "        {x}_one = stablehlo.constant dense<1> : {I64}"
     ));
     lines.push(format!(
-        "        {x}_k1 = stablehlo.add {x}_k, {x}_one : tensor<i64>"
+        "        {x}_k1 = stablehlo.add {x}_k, {x}_one : {I64}"
     ));
     lines.push(format!(
         "        stablehlo.return {x}_k1, {} : {all_types}",
         results.join(", ")
     ));
     lines.push(format!("    }}) : ({all_types}) -> ({all_types})"));
-    w(lines.join("\n"));
+    t.line(lines.join("\n"));
 }
 
 /// LuFactor of `input` (typed `it`, dims [b.., m, n], of `d`) into the
 /// values `outs` (lu, pivots, perm) typed `out_types`.
 pub(super) fn lu_factor(
-    w: &mut impl FnMut(String),
+    w: &mut dyn FnMut(String),
     input: &str,
     it: &str,
     dims: &[u64],
@@ -129,6 +239,7 @@ pub(super) fn lu_factor(
     outs: [&str; 3],
     out_types: [&str; 3],
 ) {
+    let t = &mut Text { w };
     let r = dims.len();
     let (m, n) = (dims[r - 2], dims[r - 1]);
     let b: u64 = dims[..r - 2].iter().product();
@@ -138,276 +249,180 @@ pub(super) fn lu_factor(
     let at = shaped(&[b, m, n], e);
     let pt = shaped(&[b, k_steps], "i64");
     let qt = shaped(&[b, m], "i64");
-    w(format!(
-        "{x}_a0 = stablehlo.reshape {input} : ({it}) -> {at}"
-    ));
-    w(format!("{x}_p0 = stablehlo.constant dense<0> : {pt}"));
-    w(format!("{x}_q0 = stablehlo.iota dim = 1 : {qt}"));
+    t.reshape(&format!("{x}_a0"), input, it, &at);
+    t.constant(&format!("{x}_p0"), "0", &pt);
+    t.iota(&format!("{x}_q0"), 1, &qt);
     let (a, p, q) = if k_steps == 0 || b == 0 {
         (format!("{x}_a0"), format!("{x}_p0"), format!("{x}_q0"))
     } else {
         let types = [at.clone(), pt.clone(), qt.clone()];
         let inits = [format!("{x}_a0"), format!("{x}_p0"), format!("{x}_q0")];
         let inits: Vec<&str> = inits.iter().map(String::as_str).collect();
-        while_loop(w, &x, k_steps, &inits, &types, |w| {
-            step(w, &x, b, m, n, k_steps, e);
+        while_loop(t, &x, k_steps, &inits, &types, |t| {
+            step(t, &x, [b, m, n], k_steps, e);
             vec![format!("{x}_a2"), format!("{x}_p1"), format!("{x}_q1")]
         });
         (format!("{x}_w#1"), format!("{x}_w#2"), format!("{x}_w#3"))
     };
     for ((o, ot), (v, vt)) in outs.iter().zip(out_types).zip([(a, at), (p, pt), (q, qt)]) {
-        w(format!("{o} = stablehlo.reshape {v} : ({vt}) -> {ot}"));
+        t.reshape(o, &v, &vt, ot);
     }
 }
 
 /// One elimination step on the carried `{x}_c1` (matrix), `{x}_c2`
 /// (pivots) and `{x}_c3` (permutation), defining `{x}_a2`, `{x}_p1` and
 /// `{x}_q1`.
-fn step(w: &mut dyn FnMut(String), x: &str, b: u64, m: u64, n: u64, k_steps: u64, e: &str) {
-    let mut w = |s: String| w(s);
-    let at = shaped(&[b, m, n], e);
-    let ab = shaped(&[b, m, n], "i1");
-    let ai = shaped(&[b, m, n], "i64");
-    let ct = shaped(&[b, m], e);
-    let cb = shaped(&[b, m], "i1");
-    let ci = shaped(&[b, m], "i64");
-    let rt = shaped(&[b, n], e);
-    let ri = shaped(&[b, n], "i64");
-    let rb = shaped(&[b, n], "i1");
-    let vt = shaped(&[b], e);
-    let vb = shaped(&[b], "i1");
-    let vi = shaped(&[b], "i64");
+fn step(t: &mut Text, x: &str, [b, m, n]: [u64; 3], k_steps: u64, e: &str) {
+    let v = |s: &str| format!("{x}_{s}");
+    let (at, ab, ai) = (
+        shaped(&[b, m, n], e),
+        shaped(&[b, m, n], "i1"),
+        shaped(&[b, m, n], "i64"),
+    );
+    let (ct, cb, ci) = (
+        shaped(&[b, m], e),
+        shaped(&[b, m], "i1"),
+        shaped(&[b, m], "i64"),
+    );
+    let (rt, rb, ri) = (
+        shaped(&[b, n], e),
+        shaped(&[b, n], "i1"),
+        shaped(&[b, n], "i64"),
+    );
+    let (vt, vb, vi) = (shaped(&[b], e), shaped(&[b], "i1"), shaped(&[b], "i64"));
     let st = format!("tensor<{e}>");
-    let i64t = "tensor<i64>";
-    let reduce = |w: &mut dyn FnMut(String),
-                  out: &str,
-                  src: &str,
-                  init: &str,
-                  op: &str,
-                  t: &str,
-                  from: &str,
-                  to: &str| {
-        w(format!(
-            "{out} = \"stablehlo.reduce\"({src}, {init}) ({{\n      ^bb0(%a: {t}, %b: {t}):\n        %r = {op} %a, %b : {t}\n        stablehlo.return %r : {t}\n    }}) {{dimensions = array<i64: 1>}} : ({from}, {t}) -> {to}"
-        ));
-    };
-    let a = format!("{x}_c1");
-    w(format!("{x}_i0 = stablehlo.constant dense<0> : {i64t}"));
-    w(format!("{x}_nz = stablehlo.constant dense<-0.0> : {st}"));
-    w(format!("{x}_nzc = stablehlo.constant dense<-0.0> : {ct}"));
-    w(format!("{x}_nzr = stablehlo.constant dense<-0.0> : {rt}"));
-    w(format!("{x}_nza = stablehlo.constant dense<-0.0> : {at}"));
+    let (a, k, i0) = (v("c1"), v("k"), v("i0"));
+    t.constant(&i0, "0", I64);
+    t.constant(&v("nz"), "-0.0", &st);
+    t.constant(&v("nza"), "-0.0", &at);
     // Column k, and the pivot row: the first largest magnitude at or
     // below k (rows above k are -2, NaN -1: NaN wins only alone).
-    w(format!(
-        "{x}_col3 = \"stablehlo.dynamic_slice\"({a}, {x}_i0, {x}_i0, {x}_k) {{slice_sizes = array<i64: {b}, {m}, 1>}} : ({at}, {i64t}, {i64t}, {i64t}) -> {}",
-        shaped(&[b, m, 1], e)
-    ));
-    w(format!(
-        "{x}_col = stablehlo.reshape {x}_col3 : ({}) -> {ct}",
-        shaped(&[b, m, 1], e)
-    ));
-    w(format!("{x}_mag = stablehlo.abs {x}_col : {ct}"));
-    w(format!("{x}_ri = stablehlo.iota dim = 1 : {ci}"));
-    w(format!(
-        "{x}_kc = stablehlo.broadcast_in_dim {x}_k, dims = [] : ({i64t}) -> {ci}"
-    ));
-    w(format!(
-        "{x}_above = stablehlo.compare LT, {x}_ri, {x}_kc, SIGNED : ({ci}, {ci}) -> {cb}"
-    ));
-    w(format!(
-        "{x}_isnan = stablehlo.compare NE, {x}_mag, {x}_mag, FLOAT : ({ct}, {ct}) -> {cb}"
-    ));
-    w(format!("{x}_m1 = stablehlo.constant dense<-1.0> : {ct}"));
-    w(format!("{x}_m2 = stablehlo.constant dense<-2.0> : {ct}"));
-    w(format!(
-        "{x}_c0 = stablehlo.select {x}_isnan, {x}_m1, {x}_mag : ({cb}, {ct}, {ct}) -> {ct}"
-    ));
-    w(format!(
-        "{x}_cand = stablehlo.select {x}_above, {x}_m2, {x}_c0 : ({cb}, {ct}, {ct}) -> {ct}"
-    ));
-    w(format!("{x}_m2s = stablehlo.constant dense<-2.0> : {st}"));
-    reduce(
-        &mut w,
-        &format!("{x}_best"),
-        &format!("{x}_cand"),
-        &format!("{x}_m2s"),
+    t.slice_at(&v("col"), &a, &[&i0, &i0, &k], &[b, m, 1], &at, e, &ct);
+    t.apply(&v("mag"), "stablehlo.abs", &v("col"), &ct);
+    t.iota(&v("ri"), 1, &ci);
+    t.broadcast(&v("kc"), &k, "", I64, &ci);
+    t.compare(&v("above"), "LT", &v("ri"), &v("kc"), "SIGNED", &ci, &cb);
+    t.compare(&v("isnan"), "NE", &v("mag"), &v("mag"), "FLOAT", &ct, &cb);
+    t.constant(&v("m1"), "-1.0", &ct);
+    t.constant(&v("m2"), "-2.0", &ct);
+    t.select(&v("c0"), &v("isnan"), &v("m1"), &v("mag"), &cb, &ct);
+    t.select(&v("cand"), &v("above"), &v("m2"), &v("c0"), &cb, &ct);
+    t.constant(&v("m2s"), "-2.0", &st);
+    t.reduce_dim1(
+        &v("best"),
+        &v("cand"),
+        &v("m2s"),
         "stablehlo.maximum",
         &st,
         &ct,
         &vt,
     );
-    w(format!(
-        "{x}_bestb = stablehlo.broadcast_in_dim {x}_best, dims = [0] : ({vt}) -> {ct}"
-    ));
-    w(format!(
-        "{x}_hit = stablehlo.compare EQ, {x}_cand, {x}_bestb, FLOAT : ({ct}, {ct}) -> {cb}"
-    ));
-    w(format!("{x}_mc = stablehlo.constant dense<{m}> : {ci}"));
-    w(format!("{x}_ms = stablehlo.constant dense<{m}> : {i64t}"));
-    w(format!(
-        "{x}_idx = stablehlo.select {x}_hit, {x}_ri, {x}_mc : ({cb}, {ci}, {ci}) -> {ci}"
-    ));
-    reduce(
-        &mut w,
-        &format!("{x}_piv"),
-        &format!("{x}_idx"),
-        &format!("{x}_ms"),
+    t.broadcast(&v("bestb"), &v("best"), "0", &vt, &ct);
+    t.compare(&v("hit"), "EQ", &v("cand"), &v("bestb"), "FLOAT", &ct, &cb);
+    t.constant(&v("mc"), &m.to_string(), &ci);
+    t.constant(&v("ms"), &m.to_string(), I64);
+    t.select(&v("idx"), &v("hit"), &v("ri"), &v("mc"), &cb, &ci);
+    t.reduce_dim1(
+        &v("piv"),
+        &v("idx"),
+        &v("ms"),
         "stablehlo.minimum",
-        i64t,
+        I64,
         &ci,
         &vi,
     );
     // Swap rows k and piv.
-    w(format!("{x}_rows = stablehlo.iota dim = 1 : {ai}"));
-    w(format!("{x}_cols = stablehlo.iota dim = 2 : {ai}"));
-    w(format!(
-        "{x}_pa = stablehlo.broadcast_in_dim {x}_piv, dims = [0] : ({vi}) -> {ai}"
-    ));
-    w(format!(
-        "{x}_ka = stablehlo.broadcast_in_dim {x}_k, dims = [] : ({i64t}) -> {ai}"
-    ));
-    w(format!(
-        "{x}_isp = stablehlo.compare EQ, {x}_rows, {x}_pa, SIGNED : ({ai}, {ai}) -> {ab}"
-    ));
-    w(format!(
-        "{x}_isk = stablehlo.compare EQ, {x}_rows, {x}_ka, SIGNED : ({ai}, {ai}) -> {ab}"
-    ));
-    w(format!(
-        "{x}_prm = stablehlo.select {x}_isp, {a}, {x}_nza : ({ab}, {at}, {at}) -> {at}"
-    ));
-    reduce(
-        &mut w,
-        &format!("{x}_prow"),
-        &format!("{x}_prm"),
-        &format!("{x}_nz"),
+    t.iota(&v("rows"), 1, &ai);
+    t.iota(&v("cols"), 2, &ai);
+    t.broadcast(&v("pa"), &v("piv"), "0", &vi, &ai);
+    t.broadcast(&v("ka"), &k, "", I64, &ai);
+    t.compare(&v("isp"), "EQ", &v("rows"), &v("pa"), "SIGNED", &ai, &ab);
+    t.compare(&v("isk"), "EQ", &v("rows"), &v("ka"), "SIGNED", &ai, &ab);
+    t.select(&v("prm"), &v("isp"), &a, &v("nza"), &ab, &at);
+    t.reduce_dim1(
+        &v("prow"),
+        &v("prm"),
+        &v("nz"),
         "stablehlo.add",
         &st,
         &at,
         &rt,
     );
-    w(format!(
-        "{x}_krow3 = \"stablehlo.dynamic_slice\"({a}, {x}_i0, {x}_k, {x}_i0) {{slice_sizes = array<i64: {b}, 1, {n}>}} : ({at}, {i64t}, {i64t}, {i64t}) -> {}",
-        shaped(&[b, 1, n], e)
-    ));
-    w(format!(
-        "{x}_krow = stablehlo.reshape {x}_krow3 : ({}) -> {rt}",
-        shaped(&[b, 1, n], e)
-    ));
-    w(format!(
-        "{x}_prowb = stablehlo.broadcast_in_dim {x}_prow, dims = [0, 2] : ({rt}) -> {at}"
-    ));
-    w(format!(
-        "{x}_krowb = stablehlo.broadcast_in_dim {x}_krow, dims = [0, 2] : ({rt}) -> {at}"
-    ));
-    w(format!(
-        "{x}_s1 = stablehlo.select {x}_isp, {x}_krowb, {a} : ({ab}, {at}, {at}) -> {at}"
-    ));
-    w(format!(
-        "{x}_a1 = stablehlo.select {x}_isk, {x}_prowb, {x}_s1 : ({ab}, {at}, {at}) -> {at}"
-    ));
+    t.slice_at(&v("krow"), &a, &[&i0, &k, &i0], &[b, 1, n], &at, e, &rt);
+    t.broadcast(&v("prowb"), &v("prow"), "0, 2", &rt, &at);
+    t.broadcast(&v("krowb"), &v("krow"), "0, 2", &rt, &at);
+    t.select(&v("s1"), &v("isp"), &v("krowb"), &a, &ab, &at);
+    t.select(&v("a1"), &v("isk"), &v("prowb"), &v("s1"), &ab, &at);
     // The pivot (row piv's element k), 1 in its place where it is 0.
-    w(format!(
-        "{x}_pv2 = \"stablehlo.dynamic_slice\"({x}_prow, {x}_i0, {x}_k) {{slice_sizes = array<i64: {b}, 1>}} : ({rt}, {i64t}, {i64t}) -> {}",
-        shaped(&[b, 1], e)
-    ));
-    w(format!(
-        "{x}_pv = stablehlo.reshape {x}_pv2 : ({}) -> {vt}",
-        shaped(&[b, 1], e)
-    ));
-    w(format!("{x}_zv = stablehlo.constant dense<0.0> : {vt}"));
-    w(format!("{x}_ov = stablehlo.constant dense<1.0> : {vt}"));
-    w(format!(
-        "{x}_pz = stablehlo.compare EQ, {x}_pv, {x}_zv, FLOAT : ({vt}, {vt}) -> {vb}"
-    ));
-    w(format!(
-        "{x}_div = stablehlo.select {x}_pz, {x}_ov, {x}_pv : ({vb}, {vt}, {vt}) -> {vt}"
-    ));
+    t.slice_at(&v("pv"), &v("prow"), &[&i0, &k], &[b, 1], &rt, e, &vt);
+    t.constant(&v("zv"), "0.0", &vt);
+    t.constant(&v("ov"), "1.0", &vt);
+    t.compare(&v("pz"), "EQ", &v("pv"), &v("zv"), "FLOAT", &vt, &vb);
+    t.select(&v("div"), &v("pz"), &v("ov"), &v("pv"), &vb, &vt);
     // l = column k / pivot below row k; u = row piv right of column k.
-    w(format!(
-        "{x}_ck3 = \"stablehlo.dynamic_slice\"({x}_a1, {x}_i0, {x}_i0, {x}_k) {{slice_sizes = array<i64: {b}, {m}, 1>}} : ({at}, {i64t}, {i64t}, {i64t}) -> {}",
-        shaped(&[b, m, 1], e)
-    ));
-    w(format!(
-        "{x}_ck = stablehlo.reshape {x}_ck3 : ({}) -> {ct}",
-        shaped(&[b, m, 1], e)
-    ));
-    w(format!(
-        "{x}_divb = stablehlo.broadcast_in_dim {x}_div, dims = [0] : ({vt}) -> {ct}"
-    ));
-    w(format!("{x}_l = stablehlo.divide {x}_ck, {x}_divb : {ct}"));
-    w(format!(
-        "{x}_below = stablehlo.compare GT, {x}_ri, {x}_kc, SIGNED : ({ci}, {ci}) -> {cb}"
-    ));
-    w(format!("{x}_zc = stablehlo.constant dense<0.0> : {ct}"));
-    w(format!(
-        "{x}_lz = stablehlo.select {x}_below, {x}_l, {x}_zc : ({cb}, {ct}, {ct}) -> {ct}"
-    ));
-    w(format!("{x}_cj = stablehlo.iota dim = 1 : {ri}"));
-    w(format!(
-        "{x}_kr = stablehlo.broadcast_in_dim {x}_k, dims = [] : ({i64t}) -> {ri}"
-    ));
-    w(format!(
-        "{x}_right = stablehlo.compare GT, {x}_cj, {x}_kr, SIGNED : ({ri}, {ri}) -> {rb}"
-    ));
-    w(format!("{x}_zr = stablehlo.constant dense<0.0> : {rt}"));
-    w(format!(
-        "{x}_u = stablehlo.select {x}_right, {x}_prow, {x}_zr : ({rb}, {rt}, {rt}) -> {rt}"
-    ));
-    w(format!(
-        "{x}_lb = stablehlo.broadcast_in_dim {x}_lz, dims = [0, 1] : ({ct}) -> {at}"
-    ));
-    w(format!(
-        "{x}_ub = stablehlo.broadcast_in_dim {x}_u, dims = [0, 2] : ({rt}) -> {at}"
-    ));
-    w(format!(
-        "{x}_upd = stablehlo.multiply {x}_lb, {x}_ub : {at}"
-    ));
-    w(format!(
-        "{x}_red = stablehlo.subtract {x}_a1, {x}_upd : {at}"
-    ));
-    // Rows below k keep the trailing block's update only right of k;
+    t.slice_at(&v("ck"), &v("a1"), &[&i0, &i0, &k], &[b, m, 1], &at, e, &ct);
+    t.broadcast(&v("divb"), &v("div"), "0", &vt, &ct);
+    t.apply(
+        &v("l"),
+        "stablehlo.divide",
+        &format!("{}, {}", v("ck"), v("divb")),
+        &ct,
+    );
+    t.compare(&v("below"), "GT", &v("ri"), &v("kc"), "SIGNED", &ci, &cb);
+    t.constant(&v("zc"), "0.0", &ct);
+    t.select(&v("lz"), &v("below"), &v("l"), &v("zc"), &cb, &ct);
+    t.iota(&v("cj"), 1, &ri);
+    t.broadcast(&v("kr"), &k, "", I64, &ri);
+    t.compare(&v("right"), "GT", &v("cj"), &v("kr"), "SIGNED", &ri, &rb);
+    t.constant(&v("zr"), "0.0", &rt);
+    t.select(&v("u"), &v("right"), &v("prow"), &v("zr"), &rb, &rt);
+    t.broadcast(&v("lb"), &v("lz"), "0, 1", &ct, &at);
+    t.broadcast(&v("ub"), &v("u"), "0, 2", &rt, &at);
+    t.apply(
+        &v("upd"),
+        "stablehlo.multiply",
+        &format!("{}, {}", v("lb"), v("ub")),
+        &at,
+    );
+    t.apply(
+        &v("red"),
+        "stablehlo.subtract",
+        &format!("{}, {}", v("a1"), v("upd")),
+        &at,
+    );
+    // Rows below k take the trailing block's update right of column k;
     // column k below the pivot stores l.
-    w(format!(
-        "{x}_bl = stablehlo.compare GT, {x}_rows, {x}_ka, SIGNED : ({ai}, {ai}) -> {ab}"
-    ));
-    w(format!(
-        "{x}_rt = stablehlo.compare GT, {x}_cols, {x}_ka, SIGNED : ({ai}, {ai}) -> {ab}"
-    ));
-    w(format!(
-        "{x}_atk = stablehlo.compare EQ, {x}_cols, {x}_ka, SIGNED : ({ai}, {ai}) -> {ab}"
-    ));
-    w(format!("{x}_trail = stablehlo.and {x}_bl, {x}_rt : {ab}"));
-    w(format!("{x}_store = stablehlo.and {x}_bl, {x}_atk : {ab}"));
-    w(format!(
-        "{x}_a15 = stablehlo.select {x}_trail, {x}_red, {x}_a1 : ({ab}, {at}, {at}) -> {at}"
-    ));
-    w(format!(
-        "{x}_a2 = stablehlo.select {x}_store, {x}_lb, {x}_a15 : ({ab}, {at}, {at}) -> {at}"
-    ));
+    t.compare(&v("bl"), "GT", &v("rows"), &v("ka"), "SIGNED", &ai, &ab);
+    t.compare(&v("rt"), "GT", &v("cols"), &v("ka"), "SIGNED", &ai, &ab);
+    t.compare(&v("atk"), "EQ", &v("cols"), &v("ka"), "SIGNED", &ai, &ab);
+    t.apply(
+        &v("trail"),
+        "stablehlo.and",
+        &format!("{}, {}", v("bl"), v("rt")),
+        &ab,
+    );
+    t.apply(
+        &v("store"),
+        "stablehlo.and",
+        &format!("{}, {}", v("bl"), v("atk")),
+        &ab,
+    );
+    t.select(&v("a15"), &v("trail"), &v("red"), &v("a1"), &ab, &at);
+    t.select(&v("a2"), &v("store"), &v("lb"), &v("a15"), &ab, &at);
     // Pivot k and the permutation.
-    let pt = shaped(&[b, k_steps], "i64");
-    let pb = shaped(&[b, k_steps], "i1");
-    w(format!("{x}_pi = stablehlo.iota dim = 1 : {pt}"));
-    w(format!(
-        "{x}_kp = stablehlo.broadcast_in_dim {x}_k, dims = [] : ({i64t}) -> {pt}"
-    ));
-    w(format!(
-        "{x}_atp = stablehlo.compare EQ, {x}_pi, {x}_kp, SIGNED : ({pt}, {pt}) -> {pb}"
-    ));
-    w(format!(
-        "{x}_pvb = stablehlo.broadcast_in_dim {x}_piv, dims = [0] : ({vi}) -> {pt}"
-    ));
-    w(format!(
-        "{x}_p1 = stablehlo.select {x}_atp, {x}_pvb, {x}_c2 : ({pb}, {pt}, {pt}) -> {pt}"
-    ));
-    swap_entries(&mut w, x, &format!("{x}_c3"), &format!("{x}_piv"), b, m);
+    let (pt, pb) = (shaped(&[b, k_steps], "i64"), shaped(&[b, k_steps], "i1"));
+    t.iota(&v("pi"), 1, &pt);
+    t.broadcast(&v("kp"), &k, "", I64, &pt);
+    t.compare(&v("atp"), "EQ", &v("pi"), &v("kp"), "SIGNED", &pt, &pb);
+    t.broadcast(&v("pvb"), &v("piv"), "0", &vi, &pt);
+    t.select(&v("p1"), &v("atp"), &v("pvb"), &v("c2"), &pb, &pt);
+    swap_entries(t, x, &v("c3"), &v("piv"), b, m);
 }
 
 /// PivotsToPermutation of `input` (typed `it`, dims [b.., k]) into `out`
 /// (typed `ot`, [b.., m]).
 pub(super) fn pivots_to_permutation(
-    w: &mut impl FnMut(String),
+    w: &mut dyn FnMut(String),
     input: &str,
     it: &str,
     dims: &[u64],
@@ -415,41 +430,45 @@ pub(super) fn pivots_to_permutation(
     out: &str,
     ot: &str,
 ) {
+    let t = &mut Text { w };
     let r = dims.len();
     let k_steps = dims[r - 1];
     let b: u64 = dims[..r - 1].iter().product();
     let x = format!("{out}_pp");
     let pt = shaped(&[b, k_steps], "i64");
     let qt = shaped(&[b, m], "i64");
-    w(format!(
-        "{x}_p = stablehlo.reshape {input} : ({it}) -> {pt}"
-    ));
-    w(format!("{x}_q0 = stablehlo.iota dim = 1 : {qt}"));
+    t.reshape(&format!("{x}_p"), input, it, &pt);
+    t.iota(&format!("{x}_q0"), 1, &qt);
     let q = if k_steps == 0 || b == 0 || m == 0 {
         format!("{x}_q0")
     } else {
-        let types = [qt.clone()];
         let q0 = format!("{x}_q0");
-        while_loop(w, &x, k_steps, &[q0.as_str()], &types, |w| {
-            let mut w = |s: String| w(s);
-            let vi = shaped(&[b], "i64");
-            w(format!(
-                "{x}_i0 = stablehlo.constant dense<0> : tensor<i64>"
-            ));
-            w(format!(
-                "{x}_pk2 = \"stablehlo.dynamic_slice\"({x}_p, {x}_i0, {x}_k) {{slice_sizes = array<i64: {b}, 1>}} : ({pt}, tensor<i64>, tensor<i64>) -> {}",
-                shaped(&[b, 1], "i64")
-            ));
-            w(format!(
-                "{x}_pk = stablehlo.reshape {x}_pk2 : ({}) -> {vi}",
-                shaped(&[b, 1], "i64")
-            ));
-            swap_entries(&mut w, &x, &format!("{x}_c1"), &format!("{x}_pk"), b, m);
-            vec![format!("{x}_q1")]
-        });
+        while_loop(
+            t,
+            &x,
+            k_steps,
+            &[q0.as_str()],
+            std::slice::from_ref(&qt),
+            |t| {
+                let (i0, pk) = (format!("{x}_i0"), format!("{x}_pk"));
+                t.constant(&i0, "0", I64);
+                let k = format!("{x}_k");
+                t.slice_at(
+                    &pk,
+                    &format!("{x}_p"),
+                    &[&i0, &k],
+                    &[b, 1],
+                    &pt,
+                    "i64",
+                    &shaped(&[b], "i64"),
+                );
+                swap_entries(t, &x, &format!("{x}_c1"), &pk, b, m);
+                vec![format!("{x}_q1")]
+            },
+        );
         format!("{x}_w#1")
     };
-    w(format!("{out} = stablehlo.reshape {q} : ({qt}) -> {ot}"));
+    t.reshape(out, &q, &qt, ot);
 }
 
 /// Cholesky of `input` (typed `it`, dims [b.., n, n], of `d`) into `out`
@@ -458,7 +477,7 @@ pub(super) fn pivots_to_permutation(
 /// sqrt(d_j); a pivot d_j not above 0 (or NaN) makes the column NaN, and
 /// so every later one, as the host kernel.
 pub(super) fn cholesky(
-    w: &mut impl FnMut(String),
+    w: &mut dyn FnMut(String),
     input: &str,
     it: &str,
     dims: &[u64],
@@ -466,105 +485,76 @@ pub(super) fn cholesky(
     out: &str,
     ot: &str,
 ) {
+    let t = &mut Text { w };
     let r = dims.len();
     let n = dims[r - 1];
     let b: u64 = dims[..r - 2].iter().product();
     let x = format!("{out}_ch");
     let e = elem(d);
     let at = shaped(&[b, n, n], e);
-    w(format!(
-        "{x}_a0 = stablehlo.reshape {input} : ({it}) -> {at}"
-    ));
-    w(format!("{x}_l0 = stablehlo.constant dense<0.0> : {at}"));
+    t.reshape(&format!("{x}_a0"), input, it, &at);
+    t.constant(&format!("{x}_l0"), "0.0", &at);
     let l = if n == 0 || b == 0 {
         format!("{x}_l0")
     } else {
         let types = [at.clone(), at.clone()];
         let (a0, l0) = (format!("{x}_a0"), format!("{x}_l0"));
-        while_loop(w, &x, n, &[a0.as_str(), l0.as_str()], &types, |w| {
-            let mut w = |s: String| w(s);
-            let vt = shaped(&[b, n], e);
-            let vb = shaped(&[b, n], "i1");
-            let vi = shaped(&[b, n], "i64");
+        while_loop(t, &x, n, &[a0.as_str(), l0.as_str()], &types, |t| {
+            let v = |s: &str| format!("{x}_{s}");
+            let (vt, vb, vi) = (
+                shaped(&[b, n], e),
+                shaped(&[b, n], "i1"),
+                shaped(&[b, n], "i64"),
+            );
             let st = shaped(&[b], e);
-            let s1 = shaped(&[b, 1], e);
-            let c1 = shaped(&[b, n, 1], e);
-            let r1 = shaped(&[b, 1, n], e);
-            let ab = shaped(&[b, n, n], "i1");
-            let ai = shaped(&[b, n, n], "i64");
-            let i64t = "tensor<i64>";
-            let (a, l) = (format!("{x}_c1"), format!("{x}_c2"));
-            w(format!("{x}_i0 = stablehlo.constant dense<0> : {i64t}"));
-            w(format!(
-                "{x}_row3 = \"stablehlo.dynamic_slice\"({l}, {x}_i0, {x}_k, {x}_i0) {{slice_sizes = array<i64: {b}, 1, {n}>}} : ({at}, {i64t}, {i64t}, {i64t}) -> {r1}"
+            let (ab, ai) = (shaped(&[b, n, n], "i1"), shaped(&[b, n, n], "i64"));
+            let (a, l, k, i0) = (v("c1"), v("c2"), v("k"), v("i0"));
+            t.constant(&i0, "0", I64);
+            t.slice_at(&v("row"), &l, &[&i0, &k, &i0], &[b, 1, n], &at, e, &vt);
+            t.line(format!(
+                "{} = stablehlo.dot_general {l}, {}, batching_dims = [0] x [0], contracting_dims = [2] x [1], precision = [HIGHEST, HIGHEST] : ({at}, {vt}) -> {vt}",
+                v("s"),
+                v("row")
             ));
-            w(format!(
-                "{x}_row = stablehlo.reshape {x}_row3 : ({r1}) -> {vt}"
-            ));
-            w(format!(
-                "{x}_s = stablehlo.dot_general {l}, {x}_row, batching_dims = [0] x [0], contracting_dims = [2] x [1], precision = [HIGHEST, HIGHEST] : ({at}, {vt}) -> {vt}"
-            ));
-            w(format!(
-                "{x}_col3 = \"stablehlo.dynamic_slice\"({a}, {x}_i0, {x}_i0, {x}_k) {{slice_sizes = array<i64: {b}, {n}, 1>}} : ({at}, {i64t}, {i64t}, {i64t}) -> {c1}"
-            ));
-            w(format!(
-                "{x}_col = stablehlo.reshape {x}_col3 : ({c1}) -> {vt}"
-            ));
-            w(format!("{x}_v = stablehlo.subtract {x}_col, {x}_s : {vt}"));
-            w(format!(
-                "{x}_d2 = \"stablehlo.dynamic_slice\"({x}_v, {x}_i0, {x}_k) {{slice_sizes = array<i64: {b}, 1>}} : ({vt}, {i64t}, {i64t}) -> {s1}"
-            ));
-            w(format!("{x}_d = stablehlo.reshape {x}_d2 : ({s1}) -> {st}"));
-            w(format!(
-                "{x}_db = stablehlo.broadcast_in_dim {x}_d, dims = [0] : ({st}) -> {vt}"
-            ));
-            w(format!("{x}_zv = stablehlo.constant dense<0.0> : {vt}"));
+            t.slice_at(&v("col"), &a, &[&i0, &i0, &k], &[b, n, 1], &at, e, &vt);
+            t.apply(
+                &v("v"),
+                "stablehlo.subtract",
+                &format!("{}, {}", v("col"), v("s")),
+                &vt,
+            );
+            t.slice_at(&v("d"), &v("v"), &[&i0, &k], &[b, 1], &vt, e, &st);
+            t.broadcast(&v("db"), &v("d"), "0", &st, &vt);
+            t.constant(&v("zv"), "0.0", &vt);
             let nan = if d == DType::F64 {
                 "0x7FF8000000000000"
             } else {
                 "0x7FC00000"
             };
-            w(format!("{x}_nan = stablehlo.constant dense<{nan}> : {vt}"));
-            w(format!(
-                "{x}_ok = stablehlo.compare GT, {x}_db, {x}_zv, FLOAT : ({vt}, {vt}) -> {vb}"
-            ));
-            w(format!("{x}_rt = stablehlo.sqrt {x}_db : {vt}"));
-            w(format!(
-                "{x}_ljj = stablehlo.select {x}_ok, {x}_rt, {x}_nan : ({vb}, {vt}, {vt}) -> {vt}"
-            ));
-            w(format!("{x}_q = stablehlo.divide {x}_v, {x}_ljj : {vt}"));
-            w(format!("{x}_ri = stablehlo.iota dim = 1 : {vi}"));
-            w(format!(
-                "{x}_kv = stablehlo.broadcast_in_dim {x}_k, dims = [] : ({i64t}) -> {vi}"
-            ));
-            w(format!(
-                "{x}_isj = stablehlo.compare EQ, {x}_ri, {x}_kv, SIGNED : ({vi}, {vi}) -> {vb}"
-            ));
-            w(format!(
-                "{x}_blw = stablehlo.compare GT, {x}_ri, {x}_kv, SIGNED : ({vi}, {vi}) -> {vb}"
-            ));
-            w(format!(
-                "{x}_q1 = stablehlo.select {x}_blw, {x}_q, {x}_zv : ({vb}, {vt}, {vt}) -> {vt}"
-            ));
-            w(format!(
-                "{x}_newc = stablehlo.select {x}_isj, {x}_ljj, {x}_q1 : ({vb}, {vt}, {vt}) -> {vt}"
-            ));
-            w(format!("{x}_cols = stablehlo.iota dim = 2 : {ai}"));
-            w(format!(
-                "{x}_ka = stablehlo.broadcast_in_dim {x}_k, dims = [] : ({i64t}) -> {ai}"
-            ));
-            w(format!(
-                "{x}_atj = stablehlo.compare EQ, {x}_cols, {x}_ka, SIGNED : ({ai}, {ai}) -> {ab}"
-            ));
-            w(format!(
-                "{x}_newb = stablehlo.broadcast_in_dim {x}_newc, dims = [0, 1] : ({vt}) -> {at}"
-            ));
-            w(format!(
-                "{x}_l1 = stablehlo.select {x}_atj, {x}_newb, {l} : ({ab}, {at}, {at}) -> {at}"
-            ));
-            vec![a, format!("{x}_l1")]
+            t.constant(&v("nan"), nan, &vt);
+            t.compare(&v("ok"), "GT", &v("db"), &v("zv"), "FLOAT", &vt, &vb);
+            t.apply(&v("rt"), "stablehlo.sqrt", &v("db"), &vt);
+            t.select(&v("ljj"), &v("ok"), &v("rt"), &v("nan"), &vb, &vt);
+            t.apply(
+                &v("q"),
+                "stablehlo.divide",
+                &format!("{}, {}", v("v"), v("ljj")),
+                &vt,
+            );
+            t.iota(&v("ri"), 1, &vi);
+            t.broadcast(&v("kv"), &k, "", I64, &vi);
+            t.compare(&v("isj"), "EQ", &v("ri"), &v("kv"), "SIGNED", &vi, &vb);
+            t.compare(&v("blw"), "GT", &v("ri"), &v("kv"), "SIGNED", &vi, &vb);
+            t.select(&v("q1"), &v("blw"), &v("q"), &v("zv"), &vb, &vt);
+            t.select(&v("newc"), &v("isj"), &v("ljj"), &v("q1"), &vb, &vt);
+            t.iota(&v("cols"), 2, &ai);
+            t.broadcast(&v("ka"), &k, "", I64, &ai);
+            t.compare(&v("atj"), "EQ", &v("cols"), &v("ka"), "SIGNED", &ai, &ab);
+            t.broadcast(&v("newb"), &v("newc"), "0, 1", &vt, &at);
+            t.select(&v("l1"), &v("atj"), &v("newb"), &l, &ab, &at);
+            vec![a, v("l1")]
         });
         format!("{x}_w#2")
     };
-    w(format!("{out} = stablehlo.reshape {l} : ({at}) -> {ot}"));
+    t.reshape(out, &l, &at, ot);
 }

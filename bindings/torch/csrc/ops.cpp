@@ -1491,12 +1491,16 @@ template <bool IgnoreNan>
 Tensor k_median(const Tensor& x) {
   return call("median", {x}, Attrs().b("ignore_nan", IgnoreNan))[0];
 }
+// The results of `f` (a tuple of tensors) written into the out= tensors
+// `outs`, in order, as out= forms return them.
+template <typename F, typename... Outs>
+std::tuple<Outs&...> into_all(F&& f, Outs&... outs) {
+  std::apply([&](const auto&... r) { (into(outs, r), ...); }, f());
+  return {outs...};
+}
 template <typename F>
 std::tuple<Tensor&, Tensor&> into2(Tensor& v, Tensor& i, F&& f) {
-  auto [a, b] = f();
-  into(v, a);
-  into(i, b);
-  return {v, i};
+  return into_all(std::forward<F>(f), v, i);
 }
 
 // searchsorted and bucketize: the runtime's binary search. Both operands
@@ -2324,80 +2328,40 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
                              Tensor& out) -> Tensor& { return into(out, k_index_add(x, d, i, s, a)); });
   m.impl("linalg_cholesky_ex", k_cholesky_ex);
   m.impl("linalg_cholesky_ex.L", [](const Tensor& A, bool upper, bool check, Tensor& L, Tensor& info) {
-    auto [l, i] = k_cholesky_ex(A, upper, check);
-    into(L, l);
-    into(info, i);
-    return std::tuple<Tensor&, Tensor&>(L, info);
+    return into2(L, info, [&] { return k_cholesky_ex(A, upper, check); });
   });
   m.impl("linalg_lu_factor_ex", k_lu_factor_ex);
   m.impl("linalg_lu_factor_ex.out", [](const Tensor& A, bool pivot, bool check, Tensor& LU, Tensor& piv,
-                                       Tensor& info) -> std::tuple<Tensor&, Tensor&, Tensor&> {
-    auto [a, b, c] = k_lu_factor_ex(A, pivot, check);
-    into(LU, a);
-    into(piv, b);
-    into(info, c);
-    return {LU, piv, info};
+                                       Tensor& info) {
+    return into_all([&] { return k_lu_factor_ex(A, pivot, check); }, LU, piv, info);
   });
   m.impl("lu_unpack", k_lu_unpack);
   m.impl("lu_unpack.out", [](const Tensor& LU, const Tensor& piv, bool data, bool pivots, Tensor& P, Tensor& L,
-                             Tensor& U) -> std::tuple<Tensor&, Tensor&, Tensor&> {
-    auto [p, l, u] = k_lu_unpack(LU, piv, data, pivots);
-    into(P, p);
-    into(L, l);
-    into(U, u);
-    return {P, L, U};
-  });
+                             Tensor& U) { return into_all([&] { return k_lu_unpack(LU, piv, data, pivots); }, P, L, U); });
   m.impl("linalg_lu", k_linalg_lu);
-  m.impl("linalg_lu.out", [](const Tensor& A, bool pivot, Tensor& P, Tensor& L,
-                             Tensor& U) -> std::tuple<Tensor&, Tensor&, Tensor&> {
-    auto [p, l, u] = k_linalg_lu(A, pivot);
-    into(P, p);
-    into(L, l);
-    into(U, u);
-    return {P, L, U};
+  m.impl("linalg_lu.out", [](const Tensor& A, bool pivot, Tensor& P, Tensor& L, Tensor& U) {
+    return into_all([&] { return k_linalg_lu(A, pivot); }, P, L, U);
   });
   m.impl("linalg_lu_solve", k_lu_solve);
   m.impl("linalg_lu_solve.out", [](const Tensor& LU, const Tensor& piv, const Tensor& B, bool left, bool adjoint,
                                    Tensor& out) -> Tensor& { return into(out, k_lu_solve(LU, piv, B, left, adjoint)); });
   m.impl("_linalg_solve_ex", k_linalg_solve_ex);
-  m.impl("_linalg_solve_ex.result",
-         [](const Tensor& A, const Tensor& B, bool left, bool check, Tensor& X, Tensor& LU, Tensor& piv,
-            Tensor& info) -> std::tuple<Tensor&, Tensor&, Tensor&, Tensor&> {
-           auto [x, lu, p, i] = k_linalg_solve_ex(A, B, left, check);
-           into(X, x);
-           into(LU, lu);
-           into(piv, p);
-           into(info, i);
-           return {X, LU, piv, info};
-         });
+  m.impl("_linalg_solve_ex.result", [](const Tensor& A, const Tensor& B, bool left, bool check, Tensor& X,
+                                        Tensor& LU, Tensor& piv, Tensor& info) {
+    return into_all([&] { return k_linalg_solve_ex(A, B, left, check); }, X, LU, piv, info);
+  });
   m.impl("linalg_inv_ex", k_linalg_inv_ex);
-  m.impl("linalg_inv_ex.inverse",
-         [](const Tensor& A, bool check, Tensor& inv, Tensor& info) -> std::tuple<Tensor&, Tensor&> {
-           auto [x, i] = k_linalg_inv_ex(A, check);
-           into(inv, x);
-           into(info, i);
-           return {inv, info};
-         });
+  m.impl("linalg_inv_ex.inverse", [](const Tensor& A, bool check, Tensor& inv, Tensor& info) {
+    return into2(inv, info, [&] { return k_linalg_inv_ex(A, check); });
+  });
   m.impl("_linalg_det", k_linalg_det);
-  m.impl("_linalg_det.result", [](const Tensor& A, Tensor& det, Tensor& LU,
-                                  Tensor& piv) -> std::tuple<Tensor&, Tensor&, Tensor&> {
-    auto [d, lu, p] = k_linalg_det(A);
-    into(det, d);
-    into(LU, lu);
-    into(piv, p);
-    return {det, LU, piv};
+  m.impl("_linalg_det.result", [](const Tensor& A, Tensor& det, Tensor& LU, Tensor& piv) {
+    return into_all([&] { return k_linalg_det(A); }, det, LU, piv);
   });
   m.impl("_linalg_slogdet", k_linalg_slogdet);
-  m.impl("_linalg_slogdet.sign",
-         [](const Tensor& A, Tensor& sign, Tensor& logabsdet, Tensor& LU,
-            Tensor& piv) -> std::tuple<Tensor&, Tensor&, Tensor&, Tensor&> {
-           auto [s, l, lu, p] = k_linalg_slogdet(A);
-           into(sign, s);
-           into(logabsdet, l);
-           into(LU, lu);
-           into(piv, p);
-           return {sign, logabsdet, LU, piv};
-         });
+  m.impl("_linalg_slogdet.sign", [](const Tensor& A, Tensor& sign, Tensor& logabsdet, Tensor& LU, Tensor& piv) {
+    return into_all([&] { return k_linalg_slogdet(A); }, sign, logabsdet, LU, piv);
+  });
   m.impl("linalg_solve_triangular", k_solve_triangular);
   m.impl("linalg_solve_triangular.out",
          [](const Tensor& A, const Tensor& B, bool upper, bool left, bool unit, Tensor& out) -> Tensor& {
@@ -2405,11 +2369,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
          });
   m.impl("triangular_solve", k_triangular_solve);
   m.impl("triangular_solve.X", [](const Tensor& B, const Tensor& A, bool upper, bool transpose, bool unit,
-                                  Tensor& X, Tensor& M) -> std::tuple<Tensor&, Tensor&> {
-    auto [x, m] = k_triangular_solve(B, A, upper, transpose, unit);
-    into(X, x);
-    into(M, m);
-    return {X, M};
+                                  Tensor& X, Tensor& M) {
+    return into2(X, M, [&] { return k_triangular_solve(B, A, upper, transpose, unit); });
   });
   m.impl("_cholesky_solve_helper", k_cholesky_solve_helper);
   m.impl("cholesky_inverse", k_cholesky_inverse);

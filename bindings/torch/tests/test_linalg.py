@@ -151,6 +151,7 @@ def test_multivariate_normal_log_prob(mode, no_fallback):
     close_to_cpu(dist.entropy(), torch.distributions.MultivariateNormal(loc, cov).entropy(), 1e-10)
 
 
+@pytest.mark.filterwarnings("ignore:torch.triangular_solve is deprecated")
 def test_out_forms_and_zero_size(no_fallback):
     A = matrices(3, 3)
     out = torch.empty(0, device="tpu", dtype=torch.float64)
@@ -162,6 +163,35 @@ def test_out_forms_and_zero_size(no_fallback):
     sign, logabs = torch.empty(0, device="tpu", dtype=torch.float64), torch.empty(0, device="tpu", dtype=torch.float64)
     torch.linalg.slogdet(A.to("tpu"), out=(sign, logabs))
     close_to_cpu(logabs, torch.linalg.slogdet(A).logabsdet, 1e-12)
+    # The multi-output out= forms, each against its functional form on CPU.
+    f64, i32 = (lambda: torch.empty(0, device="tpu", dtype=torch.float64)), (
+        lambda: torch.empty(0, device="tpu", dtype=torch.int32))
+    At, S = A.to("tpu"), spd(3, 3)
+    LU, piv, info = f64(), i32(), i32()
+    torch.linalg.lu_factor_ex(At, out=(LU, piv, info))
+    for got, want in zip((LU, piv, info), torch.linalg.lu_factor_ex(A)):
+        close_to_cpu(got, want, 1e-12)
+    plu = (f64(), f64(), f64())
+    torch.linalg.lu(At, out=plu)
+    for got, want in zip(plu, torch.linalg.lu(A)):
+        close_to_cpu(got, want, 1e-12)
+    plu = (f64(), f64(), f64())
+    torch.lu_unpack(LU, piv, out=plu)
+    for got, want in zip(plu, torch.linalg.lu(A)):
+        close_to_cpu(got, want, 1e-12)
+    det = f64()
+    torch.linalg.det(At, out=det)
+    close_to_cpu(det, torch.linalg.det(A), 1e-12)
+    inv, info = f64(), i32()
+    torch.linalg.inv_ex(At, out=(inv, info))
+    close_to_cpu(inv, torch.linalg.inv(A), 1e-12)
+    L, info = f64(), i32()
+    torch.linalg.cholesky_ex(S.to("tpu"), out=(L, info))
+    close_to_cpu(L, torch.linalg.cholesky(S), 1e-12)
+    X, M = f64(), f64()
+    torch.triangular_solve(rand(3, 2).to("tpu"), At, out=(X, M))
+    for got, want in zip((X, M), torch.triangular_solve(rand(3, 2), A)):
+        close_to_cpu(got, want, 1e-12)
     # Empty matrices: det 1, inverse and solution empty.
     e = torch.zeros(2, 0, 0, device="tpu")
     assert torch.linalg.det(e).cpu().tolist() == [1.0, 1.0]

@@ -27,6 +27,25 @@ fn need_real(e: &Emitter, x: ValueId, what: &str) -> Result<DType> {
     }
 }
 
+/// `b` (named `what`) has `dt`, the dtype of the matrix named `of`.
+fn same_dtype(e: &Emitter, b: ValueId, dt: DType, what: &str, of: &str) -> Result<()> {
+    if e.dtype(b) != dt {
+        return Err(Error::invalid(format!(
+            "{what} must have the dtype of {of} ({dt}), got {}",
+            e.dtype(b)
+        )));
+    }
+    Ok(())
+}
+
+/// `n` x `n` identity matrices, B of them, in `dt`.
+fn identity(e: &mut Emitter, b: u64, n: u64, dt: DType) -> Result<ValueId> {
+    let rows = iota(e, &[b, n, n], 1)?;
+    let cols = iota(e, &[b, n, n], 2)?;
+    let on = e.compare(CompareOp::Eq, rows, cols)?;
+    e.convert(on, dt)
+}
+
 /// At least 2-D, and square when `square`: the matrix dims (m, n).
 fn matrix_dims(e: &Emitter, x: ValueId, what: &str, square: bool) -> Result<(u64, u64)> {
     let d = e.dims(x);
@@ -337,6 +356,19 @@ fn check_rhs(e: &Emitter, rhs: ValueId, n: u64, left: bool, what: &str) -> Resul
     Ok(())
 }
 
+/// A's permutations `perm` [.., n] (A's batch) for every matrix of the
+/// common `batch`, flattened: [B, n].
+fn perm_for_batch(e: &mut Emitter, perm: ValueId, batch: &[u64]) -> Result<ValueId> {
+    let mut d = e.dims(perm);
+    let n = d[d.len() - 1];
+    d.push(1);
+    let p = e.reshape(perm, &d)?;
+    let mut to = batch.to_vec();
+    to.extend([n, 1]);
+    let p = e.broadcast_to(p, &to)?;
+    e.reshape(p, &[batch.iter().product(), n])
+}
+
 /// `flat` [B, p, q] back to `batch` + [p, q].
 fn unflatten(e: &mut Emitter, flat: ValueId, batch: &[u64]) -> Result<ValueId> {
     let d = e.dims(flat);
@@ -352,12 +384,7 @@ fn lu_solve(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     let left = a.bool_or("left", true)?;
     let adjoint = a.bool_or("adjoint", false)?;
     let dt = need_real(e, x[0], "LU")?;
-    if e.dtype(x[2]) != dt {
-        return Err(Error::invalid(format!(
-            "B must have the dtype of LU ({dt}), got {}",
-            e.dtype(x[2])
-        )));
-    }
+    same_dtype(e, x[2], dt, "B", "LU")?;
     let (n, _) = matrix_dims(e, x[0], "LU", true)?;
     check_rhs(e, x[2], n, left, "B")?;
     let (pd, ld) = (e.dims(x[1]), e.dims(x[0]));
@@ -371,19 +398,14 @@ fn lu_solve(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
             e.ty(x[1])
         )));
     }
-    // Pivots as a [.., n, 1] "matrix" so they broadcast with LU's batch.
+    // LU's permutations (at its own batch), then the common batch.
     let p = e.convert(x[1], DType::I64)?;
     let p = e.binary_scalar(BinaryOp::Sub, p, 1.0)?;
-    let mut p3 = pd.clone();
-    p3.push(1);
-    let p = e.reshape(p, &p3)?;
-    let (lu, rhs, batch) = common_batch(e, x[0], x[2])?;
-    let mut pt = batch.clone();
-    pt.extend([n, 1]);
-    let p = e.broadcast_to(p, &pt)?;
-    let bflat = e.dims(lu)[0];
-    let p = e.reshape(p, &[bflat, n])?;
+    let p = flat_batch(e, p, 1)?;
     let perm = permutation(e, p, n)?;
+    let perm = e.reshape(perm, &pd)?;
+    let (lu, rhs, batch) = common_batch(e, x[0], x[2])?;
+    let perm = perm_for_batch(e, perm, &batch)?;
     let x = lu_solve_sided(e, lu, perm, rhs, left, adjoint)?;
     Ok(vec![unflatten(e, x, &batch)?])
 }
@@ -395,12 +417,7 @@ fn lu_solve(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
 fn linalg_solve(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     let left = a.bool_or("left", true)?;
     let dt = need_real(e, x[0], "A")?;
-    if e.dtype(x[1]) != dt {
-        return Err(Error::invalid(format!(
-            "B must have the dtype of A ({dt}), got {}",
-            e.dtype(x[1])
-        )));
-    }
+    same_dtype(e, x[1], dt, "B", "A")?;
     let (n, _) = matrix_dims(e, x[0], "A", true)?;
     let (ad, bd) = (e.dims(x[0]), e.dims(x[1]));
     let vector = bd.len() == 1 || (bd.len() + 1 == ad.len() && bd[..] == ad[..ad.len() - 1]);
@@ -418,16 +435,8 @@ fn linalg_solve(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId
     };
     check_rhs(e, rhs, n, left, "B")?;
     let f = factor(e, x[0])?;
-    // The permutation as a [.., n, 1] "matrix", to broadcast with LU's batch.
-    let mut pd = ad[..ad.len() - 2].to_vec();
-    pd.extend([n, 1]);
-    let p3 = e.reshape(f.perm, &pd)?;
     let (lu, rhs, batch) = common_batch(e, f.lu, rhs)?;
-    let mut pt = batch.clone();
-    pt.extend([n, 1]);
-    let p = e.broadcast_to(p3, &pt)?;
-    let bflat = e.dims(lu)[0];
-    let perm = e.reshape(p, &[bflat, n])?;
+    let perm = perm_for_batch(e, f.perm, &batch)?;
     let sol = lu_solve_sided(e, lu, perm, rhs, left, false)?;
     let mut sol = unflatten(e, sol, &batch)?;
     if vector {
@@ -447,11 +456,8 @@ fn linalg_inv(e: &mut Emitter, x: &[ValueId], _: &Attrs) -> Result<Vec<ValueId>>
     let d = e.dims(x[0]);
     let f = factor(e, x[0])?;
     let b = e.dims(f.flat_lu)[0];
-    let rows = iota(e, &[b, n, n], 1)?;
-    let cols = iota(e, &[b, n, n], 2)?;
-    let on = e.compare(CompareOp::Eq, rows, cols)?;
-    let on = e.convert(on, dt)?;
-    let inv = lu_solve_left(e, f.flat_lu, f.flat_perm, on, false)?;
+    let eye = identity(e, b, n, dt)?;
+    let inv = lu_solve_left(e, f.flat_lu, f.flat_perm, eye, false)?;
     Ok(vec![e.reshape(inv, &d)?, f.info])
 }
 
@@ -466,12 +472,7 @@ fn solve_triangular(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<Val
     let left = a.bool_or("left", true)?;
     let unit = a.bool_or("unitriangular", false)?;
     let dt = need_real(e, x[0], "A")?;
-    if e.dtype(x[1]) != dt {
-        return Err(Error::invalid(format!(
-            "B must have the dtype of A ({dt}), got {}",
-            e.dtype(x[1])
-        )));
-    }
+    same_dtype(e, x[1], dt, "B", "A")?;
     let (n, _) = matrix_dims(e, x[0], "A", true)?;
     check_rhs(e, x[1], n, left, "B")?;
     let (am, bm, batch) = common_batch(e, x[0], x[1])?;
@@ -593,12 +594,7 @@ fn cholesky_solve_flat(e: &mut Emitter, l: ValueId, rhs: ValueId, upper: bool) -
 fn cholesky_solve(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     let upper = a.bool_or("upper", false)?;
     let dt = need_real(e, x[1], "L")?;
-    if e.dtype(x[0]) != dt {
-        return Err(Error::invalid(format!(
-            "B must have the dtype of L ({dt}), got {}",
-            e.dtype(x[0])
-        )));
-    }
+    same_dtype(e, x[0], dt, "B", "L")?;
     let (n, _) = matrix_dims(e, x[1], "L", true)?;
     check_rhs(e, x[0], n, true, "B")?;
     let (l, rhs, batch) = common_batch(e, x[1], x[0])?;
@@ -615,10 +611,7 @@ fn cholesky_inverse(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<Val
     let d = e.dims(x[0]);
     let l = flat_batch(e, x[0], 2)?;
     let b = e.dims(l)[0];
-    let rows = iota(e, &[b, n, n], 1)?;
-    let cols = iota(e, &[b, n, n], 2)?;
-    let eye = e.compare(CompareOp::Eq, rows, cols)?;
-    let eye = e.convert(eye, dt)?;
+    let eye = identity(e, b, n, dt)?;
     let inv = cholesky_solve_flat(e, l, eye, upper)?;
     Ok(vec![e.reshape(inv, &d)?])
 }

@@ -502,6 +502,36 @@ pub(super) fn infer(prim: &Prim, ins: &[TensorType]) -> Result<Vec<TensorType>> 
                 TensorType::new(DType::I64, &perm),
             ])
         }
+        Prim::HouseholderQr => {
+            arity(ins, 1)?;
+            let a = &ins[0];
+            let r = a.rank();
+            if !matches!(a.dtype, DType::F32 | DType::F64) || r < 2 {
+                return err(format!("needs f32 or f64 matrices, got {a}"));
+            }
+            let mut tau = a.dims[..r - 2].to_vec();
+            tau.push(a.dims[r - 2].min(a.dims[r - 1]));
+            Ok(vec![a.clone(), TensorType::new(a.dtype, &tau)])
+        }
+        Prim::HouseholderProduct => {
+            arity(ins, 2)?;
+            let (a, tau) = (&ins[0], &ins[1]);
+            let r = a.rank();
+            if !matches!(a.dtype, DType::F32 | DType::F64)
+                || r < 2
+                || tau.dtype != a.dtype
+                || tau.rank() + 1 != r
+                || tau.dims[..r - 2] != a.dims[..r - 2]
+                || a.dims[r - 2] < a.dims[r - 1]
+                || tau.dims[r - 2] > a.dims[r - 1]
+            {
+                return err(format!(
+                    "needs f32 or f64 matrices [b.., m, n] with m >= n and tau [b.., k] \
+                     of their dtype with k <= n, got {a} and {tau}"
+                ));
+            }
+            one(a.clone())
+        }
         Prim::PivotsToPermutation { rows } => {
             arity(ins, 1)?;
             let p = &ins[0];

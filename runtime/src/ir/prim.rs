@@ -297,6 +297,20 @@ pub enum Prim {
     /// and pivots[i] swapped for i = 0, 1, .., k - 1. A pivot outside
     /// 0..m is an error.
     PivotsToPermutation { rows: u64 },
+    /// Householder QR, batched, as LAPACK's geqrf packs it: a [b.., m, n]
+    /// (f32 or f64) -> (qr [b.., m, n]: R on and above the diagonal, below
+    /// it the reflectors' vectors v (v's leading 1 implied); tau
+    /// [b.., min(m, n)]), Q = H_0 H_1 .. H_{k-1} with H_i = I - tau_i v_i
+    /// v_iᵀ. Reflector i maps column i's part from row i down to (beta, 0,
+    /// ..) with beta of the sign opposite to the diagonal element; a column
+    /// already zero below the diagonal gets tau 0 (H = I). XLA has no such
+    /// operation: the xla platform lowers it to a while loop.
+    HouseholderQr,
+    /// The first n columns of H_0 H_1 .. H_{k-1} (LAPACK's orgqr): (a
+    /// [b.., m, n] holding the vectors below its diagonal as
+    /// `HouseholderQr` packs them, m >= n; tau [b.., k], k <= n) -> q
+    /// [b.., m, n]. Only a's strictly lower triangle is read.
+    HouseholderProduct,
     /// Scaled dot-product attention, a composite: the op library emits it
     /// for the plain case (f32, no mask, no dropout), and a platform that
     /// has no kernel for it runs `ops::expand_composites`, which rewrites
@@ -359,6 +373,8 @@ impl Prim {
             Prim::Cholesky => "cholesky".into(),
             Prim::LuFactor => "lu_factor".into(),
             Prim::PivotsToPermutation { .. } => "pivots_to_permutation".into(),
+            Prim::HouseholderQr => "householder_qr".into(),
+            Prim::HouseholderProduct => "householder_product".into(),
             Prim::Attention { .. } => "attention".into(),
             Prim::AttentionBackward { .. } => "attention_backward".into(),
         }

@@ -39,6 +39,7 @@ mod optim;
 mod pointwise;
 mod pool;
 pub mod promote;
+mod qr;
 mod random;
 mod reduction;
 mod shape;
@@ -124,6 +125,7 @@ fn registry() -> &'static Registry {
             (shape::OPS, false),
             (linalg::OPS, true),
             (solve::OPS, false),
+            (qr::OPS, true),
             (nn::OPS, false),
             (random::OPS, false),
             (loss::OPS, false),

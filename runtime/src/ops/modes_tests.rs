@@ -1344,6 +1344,71 @@ fn solve_cases() -> Vec<Case> {
     ]
 }
 
+fn qr_cases() -> Vec<Case> {
+    use DType::*;
+    let geqrf = |a: HostTensor| -> (HostTensor, HostTensor) {
+        let f = fwd("geqrf", &[a], &[]);
+        (f[0].clone(), f[1].clone())
+    };
+    let (qr1, tau1) = geqrf(f32s(&[2, 5, 3], 3300));
+    let (qr2, tau2) = geqrf(range(F64, &[3, 4], 3301, -2.0, 2.0));
+    let mode = |m: &str| ("mode", s(m));
+    vec![
+        c("geqrf", vec![f32s(&[2, 5, 3], 3302)], &[]),
+        c("geqrf", vec![range(F64, &[3, 6], 3303, -2.0, 2.0)], &[]),
+        c("householder_product", vec![qr1.clone(), tau1.clone()], &[]),
+        c(
+            "householder_product",
+            vec![
+                range(F64, &[4, 3], 3304, -1.0, 1.0),
+                h(F64, &[2], &[1.2, 0.4]),
+            ],
+            &[],
+        ),
+        c(
+            "ormqr",
+            vec![qr1.clone(), tau1.clone(), f32s(&[2, 5, 2], 3305)],
+            &[],
+        ),
+        c(
+            "ormqr",
+            vec![qr1, tau1, f32s(&[2, 4, 5], 3306)],
+            &[("left", b(false)), ("transpose", b(true))],
+        ),
+        c(
+            "ormqr",
+            vec![qr2, tau2, range(F64, &[3, 2], 3307, -2.0, 2.0)],
+            &[("transpose", b(true))],
+        ),
+        c("linalg_qr", vec![f32s(&[2, 5, 3], 3308)], &[]),
+        c("linalg_qr", vec![f32s(&[3, 5], 3309)], &[mode("complete")]),
+        c(
+            "linalg_qr",
+            vec![range(F64, &[2, 5, 3], 3310, -2.0, 2.0)],
+            &[mode("complete")],
+        ),
+        c("linalg_qr", vec![f32s(&[4, 4], 3311)], &[mode("r")]),
+        c(
+            "linalg_lstsq",
+            vec![f32s(&[2, 6, 3], 3312), f32s(&[1, 6, 2], 3313)],
+            &[],
+        ),
+        c(
+            "linalg_lstsq",
+            vec![
+                range(F64, &[3, 5], 3314, -2.0, 2.0),
+                range(F64, &[3, 2], 3315, -1.0, 1.0),
+            ],
+            &[],
+        ),
+        c(
+            "linalg_lstsq",
+            vec![f32s(&[2, 5, 3], 3316), f32s(&[2, 5], 3317)],
+            &[],
+        ),
+    ]
+}
+
 fn linalg_cases() -> Vec<Case> {
     use DType::*;
     let a = f32s(&[5, 7], 300);
@@ -2966,6 +3031,32 @@ fn zero_size_cases() -> Vec<Case> {
             &[],
         ),
         c("cholesky_inverse", vec![f32s(&[2, 0, 0], 1555)], &[]),
+        c("geqrf", vec![f32s(&[2, 0, 3], 3320)], &[]),
+        c(
+            "householder_product",
+            vec![f32s(&[3, 0], 3321), h(F32, &[0], &[])],
+            &[],
+        ),
+        c(
+            "ormqr",
+            vec![
+                f32s(&[0, 3, 2], 3322),
+                f32s(&[0, 2], 3323),
+                f32s(&[0, 3, 4], 3324),
+            ],
+            &[],
+        ),
+        c(
+            "linalg_qr",
+            vec![f32s(&[0, 4, 2], 3325)],
+            &[("mode", s("complete"))],
+        ),
+        c("linalg_qr", vec![f32s(&[3, 0], 3326)], &[]),
+        c(
+            "linalg_lstsq",
+            vec![f32s(&[4, 2], 3327), f32s(&[4, 0], 3328)],
+            &[],
+        ),
         c("lu_factor", vec![f32s(&[0, 3, 3], 1540)], &[]),
         c("lu_factor", vec![f32s(&[2, 0, 3], 1541)], &[]),
         c(
@@ -3364,6 +3455,11 @@ fn linalg_and_nn_ops_agree_in_all_modes() {
 #[test]
 fn solve_ops_agree_in_all_modes() {
     check_all(solve_cases());
+}
+
+#[test]
+fn qr_ops_agree_in_all_modes() {
+    check_all(qr_cases());
 }
 
 #[test]
@@ -3928,6 +4024,7 @@ fn all_cases() -> Vec<Case> {
         shape_cases(),
         linalg_cases(),
         solve_cases(),
+        qr_cases(),
         nn_cases(),
         random_cases(),
         loss_cases(),

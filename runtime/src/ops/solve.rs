@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::ir::{BinaryOp, CompareOp, DType, Prim, ReduceOp, UnaryOp, ValueId};
 
 /// f32 or f64 (what torch's CPU linear algebra takes), else an error.
-fn need_real(e: &Emitter, x: ValueId, what: &str) -> Result<DType> {
+pub(super) fn need_real(e: &Emitter, x: ValueId, what: &str) -> Result<DType> {
     match e.dtype(x) {
         d @ (DType::F32 | DType::F64) => Ok(d),
         d => Err(Error::invalid(format!(
@@ -28,7 +28,7 @@ fn need_real(e: &Emitter, x: ValueId, what: &str) -> Result<DType> {
 }
 
 /// `b` (named `what`) has `dt`, the dtype of the matrix named `of`.
-fn same_dtype(e: &Emitter, b: ValueId, dt: DType, what: &str, of: &str) -> Result<()> {
+pub(super) fn same_dtype(e: &Emitter, b: ValueId, dt: DType, what: &str, of: &str) -> Result<()> {
     if e.dtype(b) != dt {
         return Err(Error::invalid(format!(
             "{what} must have the dtype of {of} ({dt}), got {}",
@@ -47,7 +47,7 @@ fn identity(e: &mut Emitter, b: u64, n: u64, dt: DType) -> Result<ValueId> {
 }
 
 /// At least 2-D, and square when `square`: the matrix dims (m, n).
-fn matrix_dims(e: &Emitter, x: ValueId, what: &str, square: bool) -> Result<(u64, u64)> {
+pub(super) fn matrix_dims(e: &Emitter, x: ValueId, what: &str, square: bool) -> Result<(u64, u64)> {
     let d = e.dims(x);
     if d.len() < 2 {
         return Err(Error::invalid(format!(
@@ -64,7 +64,7 @@ fn matrix_dims(e: &Emitter, x: ValueId, what: &str, square: bool) -> Result<(u64
 }
 
 /// `v`'s elements start..limit, per dimension.
-fn slice(e: &mut Emitter, v: ValueId, start: &[u64], limit: &[u64]) -> Result<ValueId> {
+pub(super) fn slice(e: &mut Emitter, v: ValueId, start: &[u64], limit: &[u64]) -> Result<ValueId> {
     e.op(
         Prim::Slice {
             start: start.to_vec(),
@@ -76,7 +76,7 @@ fn slice(e: &mut Emitter, v: ValueId, start: &[u64], limit: &[u64]) -> Result<Va
 }
 
 /// `v` [batch.., rest..] as [B, rest..] with B the batch's product.
-fn flat_batch(e: &mut Emitter, v: ValueId, rest: usize) -> Result<ValueId> {
+pub(super) fn flat_batch(e: &mut Emitter, v: ValueId, rest: usize) -> Result<ValueId> {
     let d = e.dims(v);
     let split = d.len() - rest;
     let mut to = vec![d[..split].iter().product()];
@@ -103,7 +103,7 @@ fn lu_steps(e: &mut Emitter, a: ValueId) -> Result<[ValueId; 4]> {
 
 /// LAPACK's info from `failed` [B, k] (bool, per step): the 1-based step
 /// of each row's first failure, 0 for none, i32 [B].
-fn first_failure(e: &mut Emitter, failed: ValueId) -> Result<ValueId> {
+pub(super) fn first_failure(e: &mut Emitter, failed: ValueId) -> Result<ValueId> {
     let d = e.dims(failed);
     let (b, k) = (d[0], d[1]);
     let step = iota(e, &[b, k], 1)?;
@@ -139,7 +139,7 @@ fn pivot_sign(e: &mut Emitter, pivots: ValueId, dt: DType) -> Result<ValueId> {
 }
 
 /// Triangular solve on the left of [B, n, n] and [B, n, r].
-fn triangular(
+pub(super) fn triangular(
     e: &mut Emitter,
     a: ValueId,
     rhs: ValueId,
@@ -272,7 +272,7 @@ fn lu_factor(e: &mut Emitter, x: &[ValueId], _: &Attrs) -> Result<Vec<ValueId>> 
 }
 
 /// The diagonal of [B, n, n] as [B, n].
-fn diagonal(e: &mut Emitter, v: ValueId) -> Result<ValueId> {
+pub(super) fn diagonal(e: &mut Emitter, v: ValueId) -> Result<ValueId> {
     let d = e.dims(v);
     let rows = iota(e, &d, 1)?;
     let cols = iota(e, &d, 2)?;
@@ -283,7 +283,7 @@ fn diagonal(e: &mut Emitter, v: ValueId) -> Result<ValueId> {
 }
 
 /// Batch dims [..] of a [.., m, n] value.
-fn batch_of(e: &Emitter, v: ValueId) -> Vec<u64> {
+pub(super) fn batch_of(e: &Emitter, v: ValueId) -> Vec<u64> {
     let d = e.dims(v);
     d[..d.len() - 2].to_vec()
 }
@@ -327,7 +327,11 @@ fn linalg_slogdet(e: &mut Emitter, x: &[ValueId], _: &Attrs) -> Result<Vec<Value
 
 /// The common batch of `a` [.., n, n] and `rhs` [.., p, q]; both broadcast
 /// to it and flattened to one batch dim. Returns (a, rhs, batch).
-fn common_batch(e: &mut Emitter, a: ValueId, rhs: ValueId) -> Result<(ValueId, ValueId, Vec<u64>)> {
+pub(super) fn common_batch(
+    e: &mut Emitter,
+    a: ValueId,
+    rhs: ValueId,
+) -> Result<(ValueId, ValueId, Vec<u64>)> {
     let (ad, rd) = (e.dims(a), e.dims(rhs));
     let batch = broadcast_shapes(&ad[..ad.len() - 2], &rd[..rd.len() - 2]).map_err(|_| {
         Error::invalid(format!(
@@ -370,7 +374,7 @@ fn perm_for_batch(e: &mut Emitter, perm: ValueId, batch: &[u64]) -> Result<Value
 }
 
 /// `flat` [B, p, q] back to `batch` + [p, q].
-fn unflatten(e: &mut Emitter, flat: ValueId, batch: &[u64]) -> Result<ValueId> {
+pub(super) fn unflatten(e: &mut Emitter, flat: ValueId, batch: &[u64]) -> Result<ValueId> {
     let d = e.dims(flat);
     let mut to = batch.to_vec();
     to.extend(&d[1..]);

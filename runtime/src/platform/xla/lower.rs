@@ -13,6 +13,7 @@
 use std::fmt::Write;
 
 mod factor;
+mod householder;
 
 /// The version of what this module emits, part of the xla platform's
 /// version and so of every compile-cache key there: raise it when a module
@@ -1158,6 +1159,17 @@ fn lower_module(graph: &Graph, slots: &[OutputSlot]) -> Result<(String, Vec<Inde
                 let (pt, qt) = (t(n.outputs[1]), t(n.outputs[2]));
                 factor::lu_factor(&mut w, &ins[0], &its[0], &xt.dims, xt.dtype, [&o, &p, &q], [&ot, &pt, &qt]);
             }
+            Prim::HouseholderQr => {
+                let xt = graph.value_type(n.inputs[0]);
+                let tau = name(n.outputs[1]);
+                let tt = t(n.outputs[1]);
+                householder::householder_qr(&mut w, &ins[0], &its[0], &xt.dims, xt.dtype, [&o, &tau], [&ot, &tt]);
+            }
+            Prim::HouseholderProduct => {
+                let xt = graph.value_type(n.inputs[0]);
+                let k = *graph.value_type(n.inputs[1]).dims.last().unwrap_or(&0);
+                householder::householder_product(&mut w, &ins[0], &its[0], &xt.dims, xt.dtype, &ins[1], &its[1], k, &o, &ot);
+            }
             Prim::PivotsToPermutation { rows } => {
                 let dims = &graph.value_type(n.inputs[0]).dims;
                 factor::pivots_to_permutation(&mut w, &ins[0], &its[0], dims, *rows, &o, &ot);
@@ -1399,6 +1411,23 @@ mod tests {
         assert_eq!(small.lines().count(), large.lines().count());
         assert!(large.len() < small.len() + small.len() / 4);
         assert!(small.contains("stablehlo.triangular_solve"));
+    }
+
+    /// QR and its Q are a loop each: a 200 x 100 factorization's module is
+    /// as long as a 6 x 3's.
+    #[test]
+    fn qr_is_two_loops_whatever_the_size() {
+        let qr = |m: u64, n: u64| {
+            let g = op(
+                "linalg_qr",
+                &[TensorType::new(DType::F64, &[m, n])],
+                Attrs::new(),
+            );
+            lower(&g).unwrap()
+        };
+        let (small, large) = (qr(6, 3), qr(200, 100));
+        assert_eq!(small.matches("stablehlo.while").count(), 2, "{small}");
+        assert_eq!(small.lines().count(), large.lines().count());
     }
 
     /// A bf16 or f16 transcendental function is computed at f32 and

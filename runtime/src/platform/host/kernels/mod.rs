@@ -8,6 +8,7 @@
 mod attention;
 mod dot;
 mod elementwise;
+mod householder;
 #[cfg(test)]
 pub(crate) use elementwise::tests::IEEE_COMPARES;
 mod index;
@@ -558,6 +559,8 @@ pub fn eval(prim: &Prim, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>> {
         )),
         Prim::Cholesky => one(linalg::cholesky(inputs[0])),
         Prim::LuFactor => linalg::lu_factor(inputs[0], &out_types),
+        Prim::HouseholderQr => householder::householder_qr(inputs[0]),
+        Prim::HouseholderProduct => one(householder::householder_product(inputs[0], inputs[1])),
         Prim::PivotsToPermutation { .. } => {
             one(linalg::pivots_to_permutation(inputs[0], &out_types[0]))
         }

@@ -14,54 +14,63 @@
 use super::{elem, shaped};
 use crate::ir::DType;
 
-const I64: &str = "tensor<i64>";
+pub(super) const I64: &str = "tensor<i64>";
 
 /// The lines of one function body, written through `w`, with the few
 /// operation forms the loops use. Names are given whole (`%v3_lu_k`);
 /// types are `tensor<..>` strings.
-struct Text<'a> {
-    w: &'a mut dyn FnMut(String),
+pub(super) struct Text<'a> {
+    pub(super) w: &'a mut dyn FnMut(String),
 }
 
 impl Text<'_> {
-    fn line(&mut self, s: String) {
+    pub(super) fn line(&mut self, s: String) {
         (self.w)(s)
     }
-    fn constant(&mut self, out: &str, literal: &str, t: &str) {
+    pub(super) fn constant(&mut self, out: &str, literal: &str, t: &str) {
         self.line(format!("{out} = stablehlo.constant dense<{literal}> : {t}"));
     }
-    fn iota(&mut self, out: &str, dim: usize, t: &str) {
+    pub(super) fn iota(&mut self, out: &str, dim: usize, t: &str) {
         self.line(format!("{out} = stablehlo.iota dim = {dim} : {t}"));
     }
     /// `v` (typed `from`) broadcast to `to`, its dims at `dims`.
-    fn broadcast(&mut self, out: &str, v: &str, dims: &str, from: &str, to: &str) {
+    pub(super) fn broadcast(&mut self, out: &str, v: &str, dims: &str, from: &str, to: &str) {
         self.line(format!(
             "{out} = stablehlo.broadcast_in_dim {v}, dims = [{dims}] : ({from}) -> {to}"
         ));
     }
     /// `a dir b` over two `t` values, the result typed `bt`.
     #[allow(clippy::too_many_arguments)]
-    fn compare(&mut self, out: &str, dir: &str, a: &str, b: &str, kind: &str, t: &str, bt: &str) {
+    pub(super) fn compare(
+        &mut self,
+        out: &str,
+        dir: &str,
+        a: &str,
+        b: &str,
+        kind: &str,
+        t: &str,
+        bt: &str,
+    ) {
         self.line(format!(
             "{out} = stablehlo.compare {dir}, {a}, {b}, {kind} : ({t}, {t}) -> {bt}"
         ));
     }
-    fn select(&mut self, out: &str, p: &str, a: &str, b: &str, bt: &str, t: &str) {
+    pub(super) fn select(&mut self, out: &str, p: &str, a: &str, b: &str, bt: &str, t: &str) {
         self.line(format!(
             "{out} = stablehlo.select {p}, {a}, {b} : ({bt}, {t}, {t}) -> {t}"
         ));
     }
     /// An elementwise `op` (`stablehlo.add`, ..) of `args` typed `t`.
-    fn apply(&mut self, out: &str, op: &str, args: &str, t: &str) {
+    pub(super) fn apply(&mut self, out: &str, op: &str, args: &str, t: &str) {
         self.line(format!("{out} = {op} {args} : {t}"));
     }
-    fn reshape(&mut self, out: &str, v: &str, from: &str, to: &str) {
+    pub(super) fn reshape(&mut self, out: &str, v: &str, from: &str, to: &str) {
         self.line(format!("{out} = stablehlo.reshape {v} : ({from}) -> {to}"));
     }
     /// `v` (typed `from`) reduced over its dim 1 by `op` from `init`
     /// (a scalar of type `st`) to `to`.
     #[allow(clippy::too_many_arguments)]
-    fn reduce_dim1(
+    pub(super) fn reduce_dim1(
         &mut self,
         out: &str,
         v: &str,
@@ -78,7 +87,7 @@ impl Text<'_> {
     /// The slice of `sizes` of `v` (typed `from`) at the i64 scalar
     /// offsets `at`, reshaped to `to`.
     #[allow(clippy::too_many_arguments)]
-    fn slice_at(
+    pub(super) fn slice_at(
         &mut self,
         out: &str,
         v: &str,
@@ -174,7 +183,7 @@ fn swap_entries(t: &mut Text, x: &str, q: &str, p: &str, b: u64, m: u64) {
 /// carried names `{x}_c1..`, and names the values it returns. In the
 /// generic form, whose last line `})` ends the operation (what
 /// `without_locations` reads).
-fn while_loop(
+pub(super) fn while_loop(
     t: &mut Text,
     x: &str,
     steps: u64,

@@ -698,6 +698,38 @@ Tensor k_solve_triangular(const Tensor& A, const Tensor& B, bool upper, bool lef
   return call1("solve_triangular", {A, B},
                Attrs().b("upper", upper).b("left", left).b("unitriangular", unitriangular));
 }
+// Orthogonal factorizations (the op library's qr.rs): Householder QR packed
+// as LAPACK's geqrf packs it, its Q (orgqr), products with Q (ormqr),
+// torch.linalg.qr's three modes and least squares as LAPACK's gels solves
+// them, f32 and f64.
+std::tuple<Tensor, Tensor> k_geqrf(const Tensor& A) {
+  auto r = call("geqrf", {A});
+  return {r[0], r[1]};
+}
+Tensor k_householder_product(const Tensor& A, const Tensor& tau) {
+  return call1("householder_product", {A, tau});
+}
+Tensor k_ormqr(const Tensor& A, const Tensor& tau, const Tensor& C, bool left, bool transpose) {
+  return call1("ormqr", {A, tau, C}, Attrs().b("left", left).b("transpose", transpose));
+}
+std::tuple<Tensor, Tensor> k_linalg_qr(const Tensor& A, c10::string_view mode) {
+  auto r = call("linalg_qr", {A}, Attrs().str("mode", std::string(mode)));
+  return {r[0], r[1]};
+}
+// torch.linalg.lstsq: torch's default driver off the CPU is gels (as on
+// CUDA), the one we have; the others need a rank-revealing factorization
+// (column-pivoted QR or the SVD), so naming one is an error rather than a
+// different answer. rank and singular_values are empty, as gels returns
+// them; a rank-deficient A raises torch's error (one read back).
+std::tuple<Tensor, Tensor, Tensor, Tensor> k_linalg_lstsq(const Tensor& A, const Tensor& B,
+                                                          std::optional<double> /*rcond*/,
+                                                          std::optional<c10::string_view> driver) {
+  TORCH_CHECK(!driver.has_value() || *driver == "gels",
+              "torch.linalg.lstsq: `driver` other than `gels` is not supported on tpu, got ", *driver);
+  auto r = call("linalg_lstsq", {A, B});
+  at::_linalg_check_errors(r[2], "torch.linalg.lstsq", A.dim() == 2);
+  return {r[0], r[1], empty({0}, at::kLong, dev(A)), empty({0}, A.scalar_type(), dev(A))};
+}
 // The old torch.triangular_solve(B, A): op(A) X = B on the left, with
 // op(A) = Aᵀ when `transpose` (the other triangle of Aᵀ is read), and A
 // broadcast to the common batch returned beside X.
@@ -2371,6 +2403,27 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("triangular_solve.X", [](const Tensor& B, const Tensor& A, bool upper, bool transpose, bool unit,
                                   Tensor& X, Tensor& M) {
     return into2(X, M, [&] { return k_triangular_solve(B, A, upper, transpose, unit); });
+  });
+  m.impl("geqrf", k_geqrf);
+  m.impl("geqrf.a", [](const Tensor& A, Tensor& a, Tensor& tau) {
+    return into2(a, tau, [&] { return k_geqrf(A); });
+  });
+  m.impl("linalg_householder_product", k_householder_product);
+  m.impl("linalg_householder_product.out", [](const Tensor& A, const Tensor& tau, Tensor& out) -> Tensor& {
+    return into(out, k_householder_product(A, tau));
+  });
+  m.impl("ormqr", k_ormqr);
+  m.impl("ormqr.out", [](const Tensor& A, const Tensor& tau, const Tensor& C, bool left, bool transpose,
+                         Tensor& out) -> Tensor& { return into(out, k_ormqr(A, tau, C, left, transpose)); });
+  m.impl("linalg_qr", k_linalg_qr);
+  m.impl("linalg_qr.out", [](const Tensor& A, c10::string_view mode, Tensor& Q, Tensor& R) {
+    return into2(Q, R, [&] { return k_linalg_qr(A, mode); });
+  });
+  m.impl("linalg_lstsq", k_linalg_lstsq);
+  m.impl("linalg_lstsq.out", [](const Tensor& A, const Tensor& B, std::optional<double> rcond,
+                                std::optional<c10::string_view> driver, Tensor& X, Tensor& res, Tensor& rank,
+                                Tensor& sv) {
+    return into_all([&] { return k_linalg_lstsq(A, B, rcond, driver); }, X, res, rank, sv);
   });
   m.impl("_cholesky_solve_helper", k_cholesky_solve_helper);
   m.impl("cholesky_inverse", k_cholesky_inverse);

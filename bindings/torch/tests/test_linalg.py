@@ -1,6 +1,7 @@
-"""Linear systems on tpu (the op library's solve.rs): solve, inv, det,
-slogdet, LU factors and solves with them, triangular solves, Cholesky
-factors, solves and inverses; values and
+"""Linear algebra on tpu (the op library's solve.rs and qr.rs): solve, inv,
+det, slogdet, LU factors and solves with them, triangular solves, Cholesky
+factors, solves and inverses, Householder QR (geqrf, householder_product,
+ormqr, linalg.qr) and least squares (lstsq, gels); values and
 gradients against torch on CPU in every eager mode with the CPU fallback
 off, in f32 and f64, and torch.distributions' multivariate normal built on
 them."""
@@ -239,3 +240,101 @@ def test_pivots_out_of_range_are_an_error(no_fallback):
         s.synchronize()
     s.reset()
     del x
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_householder_qr_matches_lapack(dtype, mode, no_fallback):
+    """LAPACK's reflectors (signs included), so the same packed geqrf, Q
+    and R as torch on CPU; tall, square, wide and batched."""
+    for shape in ((3, 5, 3), (4, 4), (3, 6), (2, 1, 4, 2)):
+        A = rand(*shape, dtype=dtype, seed=len(shape) + shape[-1])
+        a, tau = torch.geqrf(A.to("tpu"))
+        ac, tauc = torch.geqrf(A)
+        close_to_cpu(a, ac, TOL[dtype])
+        close_to_cpu(tau, tauc, TOL[dtype])
+        k = min(shape[-2:])
+        close_to_cpu(torch.linalg.householder_product(a[..., :k], tau),
+                     torch.linalg.householder_product(ac[..., :k], tauc), TOL[dtype])
+        for m in ("reduced", "complete", "r"):
+            Q, R = torch.linalg.qr(A.to("tpu"), mode=m)
+            Qc, Rc = torch.linalg.qr(A, mode=m)
+            assert Q.shape == Qc.shape and R.shape == Rc.shape, m
+            close_to_cpu(Q, Qc, TOL[dtype])
+            close_to_cpu(R, Rc, TOL[dtype])
+        C = rand(*shape[:-1], 2, dtype=dtype, seed=9)
+        for left, transpose in ((True, False), (True, True)):
+            close_to_cpu(torch.ormqr(a, tau, C.to("tpu"), left, transpose), torch.ormqr(ac, tauc, C, left, transpose),
+                         TOL[dtype])
+        D = rand(*shape[:-2], 3, shape[-2], dtype=dtype, seed=10)
+        close_to_cpu(torch.ormqr(a, tau, D.to("tpu"), left=False), torch.ormqr(ac, tauc, D, left=False), TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_qr_gradients(dtype, mode, no_fallback):
+    """torch's backward formulas for qr, householder_product and ormqr run
+    on tpu ops."""
+    check_grads(torch.linalg.qr, (rand(2, 5, 3, dtype=dtype),), dtype)
+    check_grads(torch.linalg.qr, (rand(3, 5, dtype=dtype, seed=2),), dtype)
+    check_grads(lambda a: torch.linalg.qr(a, mode="complete"), (rand(4, 4, dtype=dtype, seed=3),), dtype)
+    a, tau = torch.geqrf(rand(5, 3, dtype=dtype, seed=4))
+    check_grads(torch.linalg.householder_product, (a, tau), dtype)
+    check_grads(lambda a, t, c: torch.ormqr(a, t, c, transpose=True), (a, tau, rand(5, 2, dtype=dtype, seed=5)),
+                dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_lstsq_matches_gels(dtype, mode, no_fallback):
+    """Least squares as torch's gels driver: tall (residuals too), wide
+    (the minimum-norm solution), a vector right-hand side, broadcast
+    batches; gels is the default off the CPU."""
+    cases = (
+        (rand(2, 6, 3, dtype=dtype), rand(2, 6, 2, dtype=dtype, seed=2)),
+        (rand(3, 5, dtype=dtype, seed=3), rand(3, 2, dtype=dtype, seed=4)),
+        (rand(2, 6, 3, dtype=dtype, seed=5), rand(2, 6, dtype=dtype, seed=6)),
+        (rand(3, 1, 5, 2, dtype=dtype, seed=7), rand(1, 4, 5, 3, dtype=dtype, seed=8)),
+    )
+    for A, B in cases:
+        got = torch.linalg.lstsq(A.to("tpu"), B.to("tpu"))
+        want = torch.linalg.lstsq(A, B, driver="gels")
+        for g, w in zip(got, want):
+            assert g.shape == w.shape and g.dtype == w.dtype
+            close_to_cpu(g, w, TOL[dtype] * 10)
+    X = torch.empty(0, device="tpu", dtype=dtype)
+    outs = (X, torch.empty(0, device="tpu", dtype=dtype), torch.empty(0, device="tpu", dtype=torch.int64),
+            torch.empty(0, device="tpu", dtype=dtype))
+    A, B = cases[0]
+    torch.linalg.lstsq(A.to("tpu"), B.to("tpu"), driver="gels", out=outs)
+    close_to_cpu(X, torch.linalg.lstsq(A, B, driver="gels").solution, TOL[dtype] * 10)
+
+
+def test_qr_out_forms_zero_size_and_errors(no_fallback):
+    A = rand(4, 3)
+    f64 = lambda: torch.empty(0, device="tpu", dtype=torch.float64)  # noqa: E731
+    Q, R = f64(), f64()
+    torch.linalg.qr(A.to("tpu"), mode="complete", out=(Q, R))
+    for got, want in zip((Q, R), torch.linalg.qr(A, mode="complete")):
+        close_to_cpu(got, want, 1e-12)
+    a, tau = f64(), f64()
+    torch.geqrf(A.to("tpu"), out=(a, tau))
+    close_to_cpu(tau, torch.geqrf(A).tau, 1e-12)
+    out = f64()
+    torch.linalg.householder_product(a, tau, out=out)
+    close_to_cpu(out, torch.linalg.qr(A).Q, 1e-12)
+    out = f64()
+    torch.ormqr(a, tau, rand(4, 2).to("tpu"), out=out)
+    close_to_cpu(out, torch.ormqr(*torch.geqrf(A), rand(4, 2)), 1e-12)
+    for shape in ((0, 3, 2), (3, 0), (2, 0, 0)):
+        Q, R = torch.linalg.qr(torch.zeros(shape, device="tpu"))
+        Qc, Rc = torch.linalg.qr(torch.zeros(shape))
+        assert Q.shape == Qc.shape and R.shape == Rc.shape
+    with pytest.raises(RuntimeError, match="unrecognized mode 'full'"):
+        torch.linalg.qr(A.to("tpu"), mode="full")
+    with pytest.raises(RuntimeError, match="other than `gels` is not supported on tpu"):
+        torch.linalg.lstsq(A.to("tpu"), rand(4, 1).to("tpu"), driver="gelsd")
+    # A rank-deficient matrix: torch's gels error, word for word.
+    D = torch.tensor([[1.0, 0.0], [2.0, 0.0], [3.0, 0.0]], dtype=torch.float64)
+    with pytest.raises(torch.linalg.LinAlgError) as cpu:
+        torch.linalg.lstsq(D, torch.ones(3, 1, dtype=torch.float64), driver="gels")
+    with pytest.raises(torch.linalg.LinAlgError) as tpu:
+        torch.linalg.lstsq(D.to("tpu"), torch.ones(3, 1, dtype=torch.float64, device="tpu"))
+    assert str(tpu.value) == str(cpu.value)

@@ -513,6 +513,29 @@ pub(super) fn infer(prim: &Prim, ins: &[TensorType]) -> Result<Vec<TensorType>> 
             tau.push(a.dims[r - 2].min(a.dims[r - 1]));
             Ok(vec![a.clone(), TensorType::new(a.dtype, &tau)])
         }
+        Prim::Jacobi { two_sided } => {
+            arity(ins, 1)?;
+            let a = &ins[0];
+            let r = a.rank();
+            if !matches!(a.dtype, DType::F32 | DType::F64)
+                || r < 2
+                || (*two_sided && a.dims[r - 1] != a.dims[r - 2])
+            {
+                return err(format!(
+                    "needs f32 or f64 {}matrices, got {a}",
+                    if *two_sided { "square " } else { "" }
+                ));
+            }
+            let n = a.dims[r - 1];
+            let mut v = a.dims[..r - 2].to_vec();
+            v.extend([n, n]);
+            let first = if *two_sided {
+                TensorType::new(a.dtype, &a.dims[..r - 1])
+            } else {
+                a.clone()
+            };
+            Ok(vec![first, TensorType::new(a.dtype, &v)])
+        }
         Prim::HouseholderProduct => {
             arity(ins, 2)?;
             let (a, tau) = (&ins[0], &ins[1]);

@@ -311,6 +311,20 @@ pub enum Prim {
     /// `HouseholderQr` packs them, m >= n; tau [b.., k], k <= n) -> q
     /// [b.., m, n]. Only a's strictly lower triangle is read.
     HouseholderProduct,
+    /// Jacobi's method, batched, f32 or f64, in the operand's precision.
+    /// Two-sided: a [b.., n, n] (symmetric; both triangles read) -> (w
+    /// [b.., n], v [b.., n, n]) with vᵀ a v = diag(w): eigenvalues
+    /// unsorted, eigenvector j in column j. One-sided (Hestenes): a
+    /// [b.., m, n] -> (a v [b.., m, n], whose columns are orthogonal, so
+    /// the singular values are their norms; v [b.., n, n]). Index pairs
+    /// are rotated in a round-robin tournament, n / 2 disjoint pairs a
+    /// round and every pair once a sweep (an odd n gets a bye), a pair
+    /// left alone where its off element is at most eps · sqrt(|a_pp
+    /// a_qq|) (eps the dtype's unit roundoff), until a sweep rotates no
+    /// pair or 40 sweeps have run. XLA has no such operation: the xla
+    /// platform lowers it to a while loop whose rounds are whole-matrix
+    /// operations, the same arithmetic in the same order.
+    Jacobi { two_sided: bool },
     /// Scaled dot-product attention, a composite: the op library emits it
     /// for the plain case (f32, no mask, no dropout), and a platform that
     /// has no kernel for it runs `ops::expand_composites`, which rewrites
@@ -375,6 +389,12 @@ impl Prim {
             Prim::PivotsToPermutation { .. } => "pivots_to_permutation".into(),
             Prim::HouseholderQr => "householder_qr".into(),
             Prim::HouseholderProduct => "householder_product".into(),
+            Prim::Jacobi { two_sided } => if *two_sided {
+                "jacobi_eigen"
+            } else {
+                "jacobi_svd"
+            }
+            .into(),
             Prim::Attention { .. } => "attention".into(),
             Prim::AttentionBackward { .. } => "attention_backward".into(),
         }

@@ -48,6 +48,7 @@ mod sparse;
 #[cfg(test)]
 mod sparse_tests;
 mod special;
+mod spectral;
 mod support;
 #[cfg(test)]
 pub(crate) mod tests;
@@ -126,6 +127,7 @@ fn registry() -> &'static Registry {
             (linalg::OPS, true),
             (solve::OPS, false),
             (qr::OPS, true),
+            (spectral::OPS, false),
             (nn::OPS, false),
             (random::OPS, false),
             (loss::OPS, false),

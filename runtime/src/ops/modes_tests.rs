@@ -1409,6 +1409,40 @@ fn qr_cases() -> Vec<Case> {
     ]
 }
 
+fn spectral_cases() -> Vec<Case> {
+    use DType::*;
+    let upper = |v: bool| ("upper", b(v));
+    vec![
+        c("linalg_eigh", vec![f32s(&[2, 5, 5], 3400)], &[]),
+        c(
+            "linalg_eigh",
+            vec![range(F64, &[4, 4], 3401, -2.0, 2.0)],
+            &[upper(true)],
+        ),
+        c(
+            "linalg_eigh",
+            vec![f32s(&[3, 3], 3402)],
+            &[("compute_v", b(false))],
+        ),
+        c("linalg_svd", vec![f32s(&[2, 5, 3], 3403)], &[]),
+        c(
+            "linalg_svd",
+            vec![range(F64, &[3, 6], 3404, -2.0, 2.0)],
+            &[("full_matrices", b(true))],
+        ),
+        c(
+            "linalg_svd",
+            vec![range(F64, &[2, 4, 3], 3405, -2.0, 2.0)],
+            &[("full_matrices", b(true))],
+        ),
+        c(
+            "linalg_svd",
+            vec![f32s(&[4, 4], 3406)],
+            &[("compute_uv", b(false))],
+        ),
+    ]
+}
+
 fn linalg_cases() -> Vec<Case> {
     use DType::*;
     let a = f32s(&[5, 7], 300);
@@ -3031,6 +3065,12 @@ fn zero_size_cases() -> Vec<Case> {
             &[],
         ),
         c("cholesky_inverse", vec![f32s(&[2, 0, 0], 1555)], &[]),
+        c("linalg_eigh", vec![f32s(&[0, 3, 3], 3420)], &[]),
+        c(
+            "linalg_svd",
+            vec![f32s(&[2, 0, 3], 3421)],
+            &[("full_matrices", b(true))],
+        ),
         c("geqrf", vec![f32s(&[2, 0, 3], 3320)], &[]),
         c(
             "householder_product",
@@ -3460,6 +3500,11 @@ fn solve_ops_agree_in_all_modes() {
 #[test]
 fn qr_ops_agree_in_all_modes() {
     check_all(qr_cases());
+}
+
+#[test]
+fn spectral_ops_agree_in_all_modes() {
+    check_all(spectral_cases());
 }
 
 #[test]
@@ -4025,6 +4070,7 @@ fn all_cases() -> Vec<Case> {
         linalg_cases(),
         solve_cases(),
         qr_cases(),
+        spectral_cases(),
         nn_cases(),
         random_cases(),
         loss_cases(),

@@ -14,6 +14,7 @@ use std::fmt::Write;
 
 mod factor;
 mod householder;
+mod jacobi;
 
 /// The version of what this module emits, part of the xla platform's
 /// version and so of every compile-cache key there: raise it when a module
@@ -1165,6 +1166,12 @@ fn lower_module(graph: &Graph, slots: &[OutputSlot]) -> Result<(String, Vec<Inde
                 let tt = t(n.outputs[1]);
                 householder::householder_qr(&mut w, &ins[0], &its[0], &xt.dims, xt.dtype, [&o, &tau], [&ot, &tt]);
             }
+            Prim::Jacobi { two_sided } => {
+                let xt = graph.value_type(n.inputs[0]);
+                let v = name(n.outputs[1]);
+                let vt = t(n.outputs[1]);
+                jacobi::jacobi(&mut w, &ins[0], &its[0], &xt.dims, xt.dtype, *two_sided, [&o, &v], [&ot, &vt]);
+            }
             Prim::HouseholderProduct => {
                 let xt = graph.value_type(n.inputs[0]);
                 let k = *graph.value_type(n.inputs[1]).dims.last().unwrap_or(&0);
@@ -1427,6 +1434,28 @@ mod tests {
         };
         let (small, large) = (qr(6, 3), qr(200, 100));
         assert_eq!(small.matches("stablehlo.while").count(), 2, "{small}");
+        assert_eq!(small.lines().count(), large.lines().count());
+    }
+
+    /// The SVD is three loops (Jacobi's rounds, QR, its Q) whatever the
+    /// size; eigh one.
+    #[test]
+    fn svd_and_eigh_are_loops_whatever_the_size() {
+        let graph = |op_name: &str, dims: &[u64]| {
+            let g = op(op_name, &[TensorType::new(DType::F32, dims)], Attrs::new());
+            lower(&g).unwrap()
+        };
+        let (small, large) = (
+            graph("linalg_svd", &[6, 3]),
+            graph("linalg_svd", &[200, 101]),
+        );
+        assert_eq!(small.matches("stablehlo.while").count(), 3, "{small}");
+        assert_eq!(small.lines().count(), large.lines().count());
+        let (small, large) = (
+            graph("linalg_eigh", &[5, 5]),
+            graph("linalg_eigh", &[129, 129]),
+        );
+        assert_eq!(small.matches("stablehlo.while").count(), 1, "{small}");
         assert_eq!(small.lines().count(), large.lines().count());
     }
 

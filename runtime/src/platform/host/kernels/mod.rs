@@ -9,8 +9,10 @@ mod attention;
 mod dot;
 mod elementwise;
 mod householder;
+mod jacobi;
 #[cfg(test)]
 pub(crate) use elementwise::tests::IEEE_COMPARES;
+pub(crate) use jacobi::MAX_SWEEPS as JACOBI_MAX_SWEEPS;
 mod index;
 mod linalg;
 mod reduce;
@@ -559,6 +561,7 @@ pub fn eval(prim: &Prim, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>> {
         )),
         Prim::Cholesky => one(linalg::cholesky(inputs[0])),
         Prim::LuFactor => linalg::lu_factor(inputs[0], &out_types),
+        Prim::Jacobi { two_sided } => jacobi::jacobi(inputs[0], *two_sided),
         Prim::HouseholderQr => householder::householder_qr(inputs[0]),
         Prim::HouseholderProduct => one(householder::householder_product(inputs[0], inputs[1])),
         Prim::PivotsToPermutation { .. } => {

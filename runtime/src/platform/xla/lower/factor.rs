@@ -80,8 +80,24 @@ impl Text<'_> {
         from: &str,
         to: &str,
     ) {
+        self.reduce(out, v, init, op, st, from, to, "1")
+    }
+    /// `v` (typed `from`) reduced over `dims` ("0, 2") by `op` from `init`
+    /// (a scalar of type `st`) to `to`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn reduce(
+        &mut self,
+        out: &str,
+        v: &str,
+        init: &str,
+        op: &str,
+        st: &str,
+        from: &str,
+        to: &str,
+        dims: &str,
+    ) {
         self.line(format!(
-            "{out} = \"stablehlo.reduce\"({v}, {init}) ({{\n      ^bb0(%a: {st}, %b: {st}):\n        %r = {op} %a, %b : {st}\n        stablehlo.return %r : {st}\n    }}) {{dimensions = array<i64: 1>}} : ({from}, {st}) -> {to}"
+            "{out} = \"stablehlo.reduce\"({v}, {init}) ({{\n      ^bb0(%a: {st}, %b: {st}):\n        %r = {op} %a, %b : {st}\n        stablehlo.return %r : {st}\n    }}) {{dimensions = array<i64: {dims}>}} : ({from}, {st}) -> {to}"
         ));
     }
     /// The slice of `sizes` of `v` (typed `from`) at the i64 scalar
@@ -191,6 +207,21 @@ pub(super) fn while_loop(
     types: &[String],
     body: impl FnOnce(&mut Text) -> Vec<String>,
 ) {
+    while_loop_until(t, x, steps, inits, types, None, body)
+}
+
+/// `while_loop`, stopping early too where `stop` (writing the condition
+/// region's lines from the same names, returning a `tensor<i1>` value)
+/// holds.
+pub(super) fn while_loop_until(
+    t: &mut Text,
+    x: &str,
+    steps: u64,
+    inits: &[&str],
+    types: &[String],
+    stop: Option<&dyn Fn(&mut Text) -> String>,
+    body: impl FnOnce(&mut Text) -> Vec<String>,
+) {
     let all_types = std::iter::once(I64.to_string())
         .chain(types.iter().cloned())
         .collect::<Vec<_>>()
@@ -214,10 +245,29 @@ pub(super) fn while_loop(
         format!("      ^bb0({block}):"),
         format!("        {x}_end = stablehlo.constant dense<{steps}> : {I64}"),
         format!("        {x}_go = stablehlo.compare LT, {x}_k, {x}_end, SIGNED : ({I64}, {I64}) -> tensor<i1>"),
-        format!("        stablehlo.return {x}_go : tensor<i1>"),
+    ];
+    let go = match stop {
+        None => format!("{x}_go"),
+        Some(stop) => {
+            let mut cond = Vec::new();
+            let halt = stop(&mut Text {
+                w: &mut |s: String| cond.push(format!("        {s}")),
+            });
+            lines.extend(cond);
+            lines.push(format!(
+                "        {x}_more = stablehlo.not {halt} : tensor<i1>"
+            ));
+            lines.push(format!(
+                "        {x}_go2 = stablehlo.and {x}_go, {x}_more : tensor<i1>"
+            ));
+            format!("{x}_go2")
+        }
+    };
+    lines.extend([
+        format!("        stablehlo.return {go} : tensor<i1>"),
         "    }, {".to_string(),
         format!("      ^bb0({block}):"),
-    ];
+    ]);
     let mut inner = Vec::new();
     let results = body(&mut Text {
         w: &mut |s: String| inner.push(format!("        {s}")),

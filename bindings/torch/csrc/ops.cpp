@@ -730,6 +730,24 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> k_linalg_lstsq(const Tensor& A, const
   at::_linalg_check_errors(r[2], "torch.linalg.lstsq", A.dim() == 2);
   return {r[0], r[1], empty({0}, at::kLong, dev(A)), empty({0}, A.scalar_type(), dev(A))};
 }
+// Spectral decompositions (the op library's spectral.rs, Jacobi's method):
+// eigenvalues ascending, singular values descending, vectors' signs as the
+// rotations leave them (torch's CPU and CUDA differ there too). What torch
+// builds on these (eigvalsh, svdvals, pinv, matrix_rank, cond, the 2-norm
+// and nuclear norm, lstsq's backward) follows.
+std::tuple<Tensor, Tensor> k_linalg_eigh(const Tensor& A, c10::string_view uplo, bool compute_v) {
+  TORCH_CHECK(uplo == "L" || uplo == "l" || uplo == "U" || uplo == "u",
+              "Expected UPLO argument to be 'L' or 'U', but got ", uplo);
+  auto r = call("linalg_eigh", {A}, Attrs().b("upper", uplo == "U" || uplo == "u").b("compute_v", compute_v));
+  return {r[0], r[1]};
+}
+std::tuple<Tensor, Tensor, Tensor> k_linalg_svd(const Tensor& A, bool full_matrices, bool compute_uv,
+                                                std::optional<c10::string_view> driver) {
+  TORCH_CHECK(!driver.has_value(),
+              "torch.linalg.svd: keyword argument `driver=` is only supported on CUDA inputs with cuSOLVER backend.");
+  auto r = call("linalg_svd", {A}, Attrs().b("full_matrices", full_matrices).b("compute_uv", compute_uv));
+  return {r[0], r[1], r[2]};
+}
 // The old torch.triangular_solve(B, A): op(A) X = B on the left, with
 // op(A) = Aᵀ when `transpose` (the other triangle of Aᵀ is read), and A
 // broadcast to the common batch returned beside X.
@@ -2424,6 +2442,14 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
                                 std::optional<c10::string_view> driver, Tensor& X, Tensor& res, Tensor& rank,
                                 Tensor& sv) {
     return into_all([&] { return k_linalg_lstsq(A, B, rcond, driver); }, X, res, rank, sv);
+  });
+  m.impl("_linalg_eigh", k_linalg_eigh);
+  m.impl("_linalg_eigh.eigenvalues", [](const Tensor& A, c10::string_view uplo, bool compute_v, Tensor& w,
+                                         Tensor& v) { return into2(w, v, [&] { return k_linalg_eigh(A, uplo, compute_v); }); });
+  m.impl("_linalg_svd", k_linalg_svd);
+  m.impl("_linalg_svd.U", [](const Tensor& A, bool full, bool uv, std::optional<c10::string_view> driver, Tensor& U,
+                             Tensor& S, Tensor& Vh) {
+    return into_all([&] { return k_linalg_svd(A, full, uv, driver); }, U, S, Vh);
   });
   m.impl("_cholesky_solve_helper", k_cholesky_solve_helper);
   m.impl("cholesky_inverse", k_cholesky_inverse);

@@ -1,7 +1,9 @@
-"""Linear algebra on tpu (the op library's solve.rs and qr.rs): solve, inv,
-det, slogdet, LU factors and solves with them, triangular solves, Cholesky
-factors, solves and inverses, Householder QR (geqrf, householder_product,
-ormqr, linalg.qr) and least squares (lstsq, gels); values and
+"""Linear algebra on tpu (the op library's solve.rs, qr.rs and
+spectral.rs): solve, inv, det, slogdet, LU factors and solves with them,
+triangular solves, Cholesky factors, solves and inverses, Householder QR
+(geqrf, householder_product, ormqr, linalg.qr), least squares (lstsq,
+gels), eigh and the SVD (and what torch builds on them: pinv,
+matrix_rank, cond, the 2- and nuclear norms); values and
 gradients against torch on CPU in every eager mode with the CPU fallback
 off, in f32 and f64, and torch.distributions' multivariate normal built on
 them."""
@@ -338,3 +340,90 @@ def test_qr_out_forms_zero_size_and_errors(no_fallback):
     with pytest.raises(torch.linalg.LinAlgError) as tpu:
         torch.linalg.lstsq(D.to("tpu"), torch.ones(3, 1, dtype=torch.float64, device="tpu"))
     assert str(tpu.value) == str(cpu.value)
+
+
+def aligned(got, want):
+    """`got`'s columns with the signs of `want`'s (eigenvectors and singular
+    vectors are determined up to sign, which LAPACK and Jacobi choose
+    differently)."""
+    dots = (got * want.to(got.device)).sum(-2, keepdim=True)
+    return got * torch.where(dots < 0, -1.0, 1.0).to(got.dtype)
+
+
+def symmetric(*shape, dtype=torch.float64, seed=0):
+    a = rand(*shape, dtype=torch.float64, seed=seed)
+    return (a + a.mT).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_eigh_matches_lapack(dtype, mode, no_fallback):
+    """Eigenvalues ascending as LAPACK's, eigenvectors up to sign; the
+    triangle UPLO names is the one read; eigvalsh."""
+    for shape in ((3, 6, 6), (5, 5), (1, 1)):
+        A = symmetric(*shape, dtype=dtype, seed=shape[-1])
+        for uplo in ("L", "U"):
+            junk = A.triu(1) * 7 if uplo == "L" else A.tril(-1) * 7
+            w, V = torch.linalg.eigh((A + junk).to("tpu"), UPLO=uplo)
+            wc, Vc = torch.linalg.eigh(A)
+            close_to_cpu(w, wc, TOL[dtype] * 10)
+            close_to_cpu(aligned(V, Vc), Vc, TOL[dtype] * 10)
+        close_to_cpu(torch.linalg.eigvalsh(A.to("tpu")), torch.linalg.eigvalsh(A), TOL[dtype] * 10)
+    A = symmetric(4, 4, dtype=dtype)
+    check_grads(lambda a: (lambda w, v: (w, v * v))(*torch.linalg.eigh(a)), (A,), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_svd_matches_lapack(dtype, mode, no_fallback):
+    """Singular values as LAPACK's, vectors up to sign, reduced and full,
+    tall, wide and batched; and what torch builds on the SVD."""
+    for shape in ((2, 5, 3), (3, 6), (4, 4), (2, 1, 3, 5)):
+        A = rand(*shape, dtype=dtype, seed=shape[-1])
+        for full in (False, True):
+            U, S, Vh = torch.linalg.svd(A.to("tpu"), full_matrices=full)
+            Uc, Sc, Vhc = torch.linalg.svd(A, full_matrices=full)
+            assert U.shape == Uc.shape and Vh.shape == Vhc.shape
+            close_to_cpu(S, Sc, TOL[dtype] * 10)
+            k = S.shape[-1]
+            close_to_cpu(aligned(U[..., :k], Uc[..., :k]), Uc[..., :k], TOL[dtype] * 100)
+            close_to_cpu(aligned(Vh[..., :k, :].mT, Vhc[..., :k, :].mT), Vhc[..., :k, :].mT, TOL[dtype] * 100)
+            eye = torch.eye(U.shape[-1], dtype=dtype)
+            close_to_cpu(U.mT @ U, eye.expand(U.mT.shape[:-1] + (U.shape[-1],)), TOL[dtype] * 10)
+        close_to_cpu(torch.linalg.svdvals(A.to("tpu")), torch.linalg.svdvals(A), TOL[dtype] * 10)
+        close_to_cpu(torch.linalg.pinv(A.to("tpu")), torch.linalg.pinv(A), TOL[dtype] * 100)
+        assert torch.equal(torch.linalg.matrix_rank(A.to("tpu")).cpu(), torch.linalg.matrix_rank(A))
+        for ord in (2, -2, "nuc"):
+            close_to_cpu(torch.linalg.matrix_norm(A.to("tpu"), ord=ord), torch.linalg.matrix_norm(A, ord=ord),
+                         TOL[dtype] * 10)
+    close_to_cpu(torch.linalg.cond(A.to("tpu")), torch.linalg.cond(A), TOL[dtype] * 100)
+    # Rank-deficient: the rank and the pseudo-inverse see the zero.
+    R = rand(4, 1, dtype=dtype) @ rand(1, 3, dtype=dtype, seed=2)
+    assert torch.linalg.matrix_rank(R.to("tpu")).item() == 1
+    close_to_cpu(torch.linalg.pinv(R.to("tpu")), torch.linalg.pinv(R), TOL[dtype] * 100)
+    # Gradients of what the signs do not change: S, and u_0 v_0^T.
+    check_grads(torch.linalg.svdvals, (rand(2, 5, 3, dtype=dtype),), dtype)
+    check_grads(lambda a: (lambda u, s, vh: (s, u[..., :1] * vh[..., :1, :]))(*torch.linalg.svd(a, False)),
+                (rand(4, 3, dtype=dtype, seed=3),), dtype)
+    # lstsq's backward goes through pinv.
+    check_grads(lambda a, b: torch.linalg.lstsq(a, b, driver="gels").solution,
+                (rand(6, 3, dtype=dtype, seed=4), rand(6, 2, dtype=dtype, seed=5)), dtype)
+
+
+def test_spectral_out_forms_zero_size_and_errors(no_fallback):
+    A = rand(4, 3)
+    f64 = lambda: torch.empty(0, device="tpu", dtype=torch.float64)  # noqa: E731
+    U, S, Vh = f64(), f64(), f64()
+    torch.linalg.svd(A.to("tpu"), out=(U, S, Vh))
+    assert U.shape == (4, 4) and Vh.shape == (3, 3)
+    close_to_cpu(S, torch.linalg.svdvals(A), 1e-12)
+    w, V = f64(), f64()
+    torch.linalg.eigh(symmetric(3, 3).to("tpu"), out=(w, V))
+    close_to_cpu(w, torch.linalg.eigvalsh(symmetric(3, 3)), 1e-12)
+    for shape in ((0, 3, 2), (3, 0), (2, 0, 0)):
+        got = torch.linalg.svd(torch.zeros(shape, device="tpu"))
+        want = torch.linalg.svd(torch.zeros(shape))
+        assert [t.shape for t in got] == [t.shape for t in want]
+    assert torch.linalg.eigh(torch.zeros(2, 0, 0, device="tpu")).eigenvectors.shape == (2, 0, 0)
+    with pytest.raises(RuntimeError, match="UPLO"):
+        torch.linalg.eigh(torch.eye(2, device="tpu"), UPLO="X")
+    with pytest.raises(RuntimeError, match="driver"):
+        torch.linalg.svd(torch.eye(2, device="tpu"), driver="gesvd")

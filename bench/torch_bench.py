@@ -263,16 +263,24 @@ def llama_lengths() -> None:
 
 
 def linalg() -> None:
-    """Linear systems on tpu (strict, synchronized) against torch's CPU
+    """Linear algebra on tpu (strict, synchronized) against torch's CPU
     LAPACK: one 256 x 256 f32 solve with 16 right-hand sides (LU with
-    partial pivoting, two triangular solves), and the inverses of 1024
-    batched 4 x 4 f32 matrices (what pose and camera code inverts)."""
+    partial pivoting, two triangular solves), the inverses of 1024 batched
+    4 x 4 f32 matrices (what pose and camera code inverts), a 256 x 64
+    reduced QR, the eigendecomposition of a 128 x 128 symmetric matrix and
+    the SVD of a 256 x 64 one (Jacobi's method on tpu, LAPACK's syevd and
+    gesdd on CPU)."""
     g = torch.Generator().manual_seed(0)
     cases = [
         ("torch_linalg_solve_256x256_f32", torch.linalg.solve,
          (torch.randn(256, 256, generator=g) + 16 * torch.eye(256), torch.randn(256, 16, generator=g))),
         ("torch_linalg_inv_batch_1024x4x4_f32", torch.linalg.inv,
          (torch.randn(1024, 4, 4, generator=g) + 4 * torch.eye(4),)),
+        ("torch_linalg_qr_256x64_f32", torch.linalg.qr, (torch.randn(256, 64, generator=g),)),
+        ("torch_linalg_eigh_128_f32", torch.linalg.eigh,
+         ((lambda a: a + a.mT)(torch.randn(128, 128, generator=g)),)),
+        ("torch_linalg_svd_256x64_f32", lambda a: torch.linalg.svd(a, full_matrices=False),
+         (torch.randn(256, 64, generator=g),)),
     ]
     with torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_NEVER):
         for name, f, args in cases:

@@ -12,7 +12,7 @@
 use super::attrs::Attrs;
 use super::emit::Emitter;
 use super::solve::{
-    batch_of, common_batch, diagonal, first_failure, flat_batch, matrix_dims, need_real,
+    as_matrix, batch_of, common_batch, diagonal, first_failure, flat_batch, matrix_dims, need_real,
     same_dtype, slice, triangular, unflatten,
 };
 use super::support::iota;
@@ -224,13 +224,7 @@ fn linalg_lstsq(e: &mut Emitter, x: &[ValueId], _: &Attrs) -> Result<Vec<ValueId
     }
     // One dim fewer: a vector (or a batch of vectors), a column of one.
     let vector = bd.len() + 1 == ad.len();
-    let rhs = if vector {
-        let mut d = bd.clone();
-        d.push(1);
-        e.reshape(x[1], &d)?
-    } else {
-        x[1]
-    };
+    let rhs = as_matrix(e, x[1], vector)?;
     let (rows, k) = matrix_dims(e, rhs, "other", false)?;
     if rows != m {
         return Err(Error::invalid(format!(

@@ -347,6 +347,17 @@ pub(super) fn common_batch(
     Ok((flat_batch(e, a, 2)?, flat_batch(e, rhs, 2)?, batch))
 }
 
+/// A vector right-hand side `b` [.., n] as the column [.., n, 1] (where
+/// `vector`; else `b` itself).
+pub(super) fn as_matrix(e: &mut Emitter, b: ValueId, vector: bool) -> Result<ValueId> {
+    if !vector {
+        return Ok(b);
+    }
+    let mut d = e.dims(b);
+    d.push(1);
+    e.reshape(b, &d)
+}
+
 /// Checks that `rhs` [.., p, q] fits A's n on the side solved.
 fn check_rhs(e: &Emitter, rhs: ValueId, n: u64, left: bool, what: &str) -> Result<()> {
     let (p, q) = matrix_dims(e, rhs, what, false)?;
@@ -430,13 +441,7 @@ fn linalg_solve(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId
             "vector broadcasting of the left hand side is not supported for left=False",
         ));
     }
-    let rhs = if vector {
-        let mut d = bd.clone();
-        d.push(1);
-        e.reshape(x[1], &d)?
-    } else {
-        x[1]
-    };
+    let rhs = as_matrix(e, x[1], vector)?;
     check_rhs(e, rhs, n, left, "B")?;
     let f = factor(e, x[0])?;
     let (lu, rhs, batch) = common_batch(e, f.lu, rhs)?;

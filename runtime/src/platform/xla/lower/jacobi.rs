@@ -227,6 +227,9 @@ fn round(t: &mut Text, x: &str, two_sided: bool, [b, rows, slots]: [u64; 3], e: 
             v(out)
         ));
     };
+    let sum = |t: &mut Text, out: &str, val: &str, dim: &str| {
+        t.reduce(&v(out), val, &v("z"), "stablehlo.add", &st, &at, &pt, dim);
+    };
     // Rotated this sweep so far: nothing at a sweep's start.
     t.constant(&v("nr"), &rounds.to_string(), I64);
     t.constant(&v("n0"), "0", I64);
@@ -261,54 +264,18 @@ fn round(t: &mut Text, x: &str, two_sided: bool, [b, rows, slots]: [u64; 3], e: 
         t.iota(&v("ic"), 2, &ai);
         t.compare(&v("ond"), "EQ", &v("ir"), &v("ic"), "SIGNED", &ai, &ab);
         t.select(&v("dm"), &v("ond"), &a, &v("za"), &ab, &at);
-        t.reduce(
-            &v("d"),
-            &v("dm"),
-            &v("z"),
-            "stablehlo.add",
-            &st,
-            &at,
-            &pt,
-            "2",
-        );
+        sum(t, "d", &v("dm"), "2");
         t.constant(&v("last"), &(slots - 1).to_string(), &ai);
         bin(t, "mir", "stablehlo.subtract", &v("last"), &v("ir"), &ai);
         t.compare(&v("one"), "EQ", &v("ic"), &v("mir"), "SIGNED", &ai, &ab);
         t.select(&v("em"), &v("one"), &a, &v("za"), &ab, &at);
-        t.reduce(
-            &v("e"),
-            &v("em"),
-            &v("z"),
-            "stablehlo.add",
-            &st,
-            &at,
-            &pt,
-            "2",
-        );
+        sum(t, "e", &v("em"), "2");
     } else {
         bin(t, "sq", "stablehlo.multiply", &a, &a, &at);
-        t.reduce(
-            &v("d"),
-            &v("sq"),
-            &v("z"),
-            "stablehlo.add",
-            &st,
-            &at,
-            &pt,
-            "1",
-        );
+        sum(t, "d", &v("sq"), "1");
         rev(t, "ar", &a, 2, &at);
         bin(t, "xy", "stablehlo.multiply", &a, &v("ar"), &at);
-        t.reduce(
-            &v("e"),
-            &v("xy"),
-            &v("z"),
-            "stablehlo.add",
-            &st,
-            &at,
-            &pt,
-            "1",
-        );
+        sum(t, "e", &v("xy"), "1");
     }
     // The pair's (dp, dq, e) as the first slot holds them.
     t.iota(&v("si"), 1, &pi);

@@ -1407,14 +1407,68 @@ Tensor k_roll(const Tensor& x, at::IntArrayRef shifts, at::IntArrayRef dims) {
   return r.is_same(x) ? x.clone() : r;
 }
 
+// Unique slices along `dim` (torch.unique(dim=) with `sort`, and
+// unique_consecutive(dim=)): the slices as the rows of an [n, L] matrix,
+// put in lexicographic order by L stable sorts, from the last column to
+// the first; a run starts where a row differs from the one before it in
+// any column. The inverse is each slice's run; a zero-size input is torch's
+// error where a dimension other than `dim` is empty.
+std::tuple<Tensor, Tensor, Tensor> unique_slices(const Tensor& x, int64_t dim, bool sort, bool return_counts) {
+  dim = at::maybe_wrap_dim(dim, x.dim());
+  const int64_t n = x.size(dim);
+  if (x.numel() == 0) {
+    for (int64_t d = 0; d < x.dim(); ++d) {
+      TORCH_CHECK(d == dim || x.size(d) != 0,
+                  "There are 0 sized dimensions, and they aren't selected, so unique cannot be applied");
+    }
+    return {x.clone(), empty({0}, at::kLong, dev(x)), empty({0}, at::kLong, dev(x))};
+  }
+  Tensor rows = x.movedim(dim, 0).reshape({n, -1});
+  Tensor keys = x.scalar_type() == at::kBool ? rows.to(at::kByte) : rows;
+  Tensor order = at::arange(n, x.options().dtype(at::kLong));
+  if (sort) {
+    for (int64_t c = keys.size(1) - 1; c >= 0; --c) {
+      Tensor col = keys.select(1, c).index_select(0, order);
+      order = order.index_select(0, std::get<1>(at::sort(col, /*stable=*/true, 0, false)));
+    }
+  }
+  Tensor sorted_rows = rows.index_select(0, order);
+  Tensor start = at::ones({1}, x.options().dtype(at::kBool));
+  if (n > 1) {
+    Tensor differs = (sorted_rows.narrow(0, 1, n - 1) != sorted_rows.narrow(0, 0, n - 1)).any(1);
+    start = at::cat({start, differs});
+  }
+  Tensor first = at::nonzero(start).reshape({-1});
+  std::vector<int64_t> shape{first.numel()};
+  Tensor moved = x.movedim(dim, 0);
+  shape.insert(shape.end(), moved.sizes().begin() + 1, moved.sizes().end());
+  Tensor values = sorted_rows.index_select(0, first).reshape(shape).movedim(0, dim).contiguous();
+  Tensor run = at::cumsum(start, 0, at::kLong) - 1;
+  Tensor inverse = sort ? at::zeros_like(run).scatter(0, order, run) : run;
+  Tensor counts = empty({0}, at::kLong, dev(x));
+  if (return_counts) {
+    Tensor ends = at::cat({first.narrow(0, 1, first.numel() - 1), at::full({1}, n, x.options().dtype(at::kLong))});
+    counts = ends - first;
+  }
+  return {values, inverse, counts};
+}
+std::tuple<Tensor, Tensor, Tensor> k_unique_dim(const Tensor& x, int64_t dim, bool /*sorted*/, bool return_inverse,
+                                                bool return_counts) {
+  auto [values, inverse, counts] = unique_slices(x, dim, true, return_counts);
+  return {values, return_inverse ? inverse : empty({0}, at::kLong, dev(x)), counts};
+}
+std::tuple<Tensor, Tensor, Tensor> k_unique_dim_consecutive(const Tensor& x, int64_t dim, bool return_inverse,
+                                                            bool return_counts) {
+  auto [values, inverse, counts] = unique_slices(x, dim, false, return_counts);
+  return {values, return_inverse ? inverse : empty({0}, at::kLong, dev(x)), counts};
+}
+
 // unique_consecutive over the flattened input: a run starts where an
 // element differs from the one before it; values are the run starts, counts
 // the distances between them, inverse each element's run number.
 std::tuple<Tensor, Tensor, Tensor> k_unique_consecutive(const Tensor& x, bool return_inverse, bool return_counts,
                                                         std::optional<int64_t> dim) {
-  TORCH_CHECK_NOT_IMPLEMENTED(!dim.has_value() || x.dim() <= 1,
-                              "tpu: unique_consecutive along a dimension of a multi-dimensional tensor has no tpu "
-                              "kernel (only dim=None)");
+  if (dim.has_value() && x.dim() > 1) return k_unique_dim_consecutive(x, *dim, return_inverse, return_counts);
   Tensor flat = x.reshape({-1});
   const int64_t n = flat.numel();
   auto long_opts = x.options().dtype(at::kLong);
@@ -2240,6 +2294,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
             std::optional<double> sw, Tensor& gi) -> Tensor& { return into(gi, k_upsample_bicubic2d_bw(g, o, i, ac, sh, sw)); });
   m.impl("unique_consecutive", k_unique_consecutive);
   m.impl("_unique2", k_unique2);
+  m.impl("unique_dim", k_unique_dim);
+  m.impl("unique_dim_consecutive", k_unique_dim_consecutive);
   m.impl("grid_sampler_2d", k_grid_sampler_2d);
   m.impl("grid_sampler_2d_backward", k_grid_sampler_2d_bw);
   // torch.cdist's direct form (its product form for large p = 2 inputs is

@@ -1422,6 +1422,25 @@ def test_unique_and_index_fill(mode, no_fallback):
         x.to("tpu").index_fill(1, torch.tensor([1.0]).to("tpu"), 0.0)
 
 
+def test_unique_along_a_dim(mode, no_fallback):
+    """torch.unique(dim=) and unique_consecutive(dim=): slices sorted
+    lexicographically (repeated rows, columns, a 3-D middle dim, bool),
+    inverse and counts as on CPU; torch's error for an empty unselected
+    dimension."""
+    g = torch.Generator().manual_seed(8)
+    rows = torch.randint(0, 3, (9, 2), generator=g)
+    cases = ((rows, 0), (rows.T.contiguous(), 1), (torch.randint(0, 2, (2, 7, 3), generator=g), 1),
+             (torch.randint(0, 2, (6, 3), generator=g).bool(), 0), (torch.randn(4, 3, generator=g)[[0, 2, 0, 1]], 0),
+             (torch.empty(0, 3), 0), (torch.tensor([[5, 1]]), 0))
+    for x, d in cases:
+        for f in (lambda t: torch.unique(t, dim=d, return_inverse=True, return_counts=True),
+                  lambda t: torch.unique_consecutive(t, dim=d, return_inverse=True, return_counts=True),
+                  lambda t: (torch.unique(t, dim=d),)):
+            _pair(f(x.to("tpu")), f(x))
+    with pytest.raises(RuntimeError, match="0 sized dimensions"):
+        torch.unique(torch.empty(3, 0, device="tpu"), dim=0)
+
+
 @pytest.mark.parametrize(
     "kw",
     [{"kernel_size": (2, 3)}, {"kernel_size": 3, "dilation": 2, "padding": 2, "stride": (2, 1)},

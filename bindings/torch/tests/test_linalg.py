@@ -331,8 +331,8 @@ def test_qr_out_forms_zero_size_and_errors(no_fallback):
         assert Q.shape == Qc.shape and R.shape == Rc.shape
     with pytest.raises(RuntimeError, match="unrecognized mode 'full'"):
         torch.linalg.qr(A.to("tpu"), mode="full")
-    with pytest.raises(RuntimeError, match="other than `gels` is not supported on tpu"):
-        torch.linalg.lstsq(A.to("tpu"), rand(4, 1).to("tpu"), driver="gelsd")
+    with pytest.raises(RuntimeError, match="gelsy is not supported on tpu"):
+        torch.linalg.lstsq(A.to("tpu"), rand(4, 1).to("tpu"), driver="gelsy")
     # A rank-deficient matrix: torch's gels error, word for word.
     D = torch.tensor([[1.0, 0.0], [2.0, 0.0], [3.0, 0.0]], dtype=torch.float64)
     with pytest.raises(torch.linalg.LinAlgError) as cpu:
@@ -406,6 +406,29 @@ def test_svd_matches_lapack(dtype, mode, no_fallback):
     # lstsq's backward goes through pinv.
     check_grads(lambda a, b: torch.linalg.lstsq(a, b, driver="gels").solution,
                 (rand(6, 3, dtype=dtype, seed=4), rand(6, 2, dtype=dtype, seed=5)), dtype)
+
+
+@pytest.mark.parametrize("driver", ("gelsd", "gelss"))
+def test_lstsq_svd_drivers(driver, mode, no_fallback):
+    """The SVD drivers as on CPU: solution, residuals, rank and singular
+    values; a rank-deficient A's minimum-norm solution and rank; rcond."""
+    cases = (
+        (rand(2, 6, 3), rand(1, 6, 2, seed=2)),
+        (rand(3, 5, seed=3), rand(3, seed=4)),
+        (torch.tensor([[1.0, 2.0], [2.0, 4.0], [3.0, 6.0]], dtype=torch.float64), rand(3, 1, seed=5)),
+    )
+    for A, B in cases:
+        got = torch.linalg.lstsq(A.to("tpu"), B.to("tpu"), driver=driver)
+        want = torch.linalg.lstsq(A, B, driver=driver)
+        for g, w in zip(got, want):
+            assert g.shape == w.shape and g.dtype == w.dtype
+            if g.dtype == torch.int64:
+                assert torch.equal(g.cpu(), w)
+            else:
+                close_to_cpu(g, w, 1e-9)
+    A = rand(5, 3)
+    A[:, 2] = A[:, 0] * 1e-9 + A[:, 1]
+    assert torch.linalg.lstsq(A.to("tpu"), rand(5, 1).to("tpu"), rcond=1e-6, driver=driver).rank.item() == 2
 
 
 def test_spectral_out_forms_zero_size_and_errors(no_fallback):

@@ -20,6 +20,8 @@ use crate::ir::DType;
 /// matrix seen in practice).
 pub const MAX_SWEEPS: u64 = 40;
 
+/// f32 and f64, the element types of the linear-algebra kernels (this
+/// file's and linalg.rs's).
 pub trait Float:
     Copy
     + PartialOrd
@@ -37,6 +39,7 @@ pub trait Float:
     const MIN_POSITIVE: Self;
     fn sqrt(self) -> Self;
     fn abs(self) -> Self;
+    fn is_nan(self) -> bool;
 }
 macro_rules! float {
     ($($t:ty),*) => {$(
@@ -51,6 +54,9 @@ macro_rules! float {
             }
             fn abs(self) -> Self {
                 self.abs()
+            }
+            fn is_nan(self) -> bool {
+                self.is_nan()
             }
         }
     )*};

@@ -4,39 +4,17 @@
 //! precision, as LAPACK's trsm and getf2 (and XLA) compute them. The
 //! Cholesky factor in f64 (f32 results rounded once).
 
-use std::ops::{Div, Mul, Sub};
-
+use super::jacobi::Float;
 use super::HostTensor;
 use crate::error::{Error, Result};
 use crate::ir::{DType, TensorType};
-
-/// f32 and f64, the factorization's element types.
-trait Real: Copy + PartialOrd + Sub<Output = Self> + Mul<Output = Self> + Div<Output = Self> {
-    const ZERO: Self;
-    fn magnitude(self) -> Self;
-    fn nan(self) -> bool;
-}
-macro_rules! real {
-    ($($t:ty),*) => {$(
-        impl Real for $t {
-            const ZERO: Self = 0.0;
-            fn magnitude(self) -> Self {
-                self.abs()
-            }
-            fn nan(self) -> bool {
-                self.is_nan()
-            }
-        }
-    )*};
-}
-real!(f32, f64);
 
 /// Factor each m x n matrix of `a` in place, writing its pivots (k per
 /// matrix) and permutation (m per matrix). The elimination is the
 /// right-looking one: at step k the pivot row is swapped in, the column
 /// below it divided by the pivot (unless 0) and the trailing block
 /// reduced, each element a[i][j] -= l[i] · u[j].
-fn factor_all<T: Real>(a: &mut [T], pivots: &mut [i64], perm: &mut [i64], m: usize, n: usize) {
+fn factor_all<T: Float>(a: &mut [T], pivots: &mut [i64], perm: &mut [i64], m: usize, n: usize) {
     let k_steps = m.min(n);
     for ((a, piv), perm) in a
         .chunks_exact_mut(m * n)
@@ -48,10 +26,10 @@ fn factor_all<T: Real>(a: &mut [T], pivots: &mut [i64], perm: &mut [i64], m: usi
             // The first row of the largest magnitude; NaN wins only where
             // the column holds nothing else (then row k stays).
             let mut p = k;
-            let mut best = a[k * n + k].magnitude();
+            let mut best = a[k * n + k].abs();
             for i in k + 1..m {
-                let v = a[i * n + k].magnitude();
-                if v > best || (best.nan() && !v.nan()) {
+                let v = a[i * n + k].abs();
+                if v > best || (best.is_nan() && !v.is_nan()) {
                     best = v;
                     p = i;
                 }
@@ -185,7 +163,7 @@ pub struct Triangle {
 /// overwriting `b` with x. op(a) is lower triangular when `lower` and
 /// `transpose` differ, so rows are solved first to last; else last to
 /// first. `row` is scratch of n elements.
-fn solve_left<T: Real>(a: &[T], b: &mut [T], m: usize, n: usize, t: Triangle, row: &mut [T]) {
+fn solve_left<T: Float>(a: &[T], b: &mut [T], m: usize, n: usize, t: Triangle, row: &mut [T]) {
     let at = |i: usize, j: usize| {
         if t.transpose_a {
             a[j * m + i]
@@ -215,7 +193,7 @@ fn solve_left<T: Real>(a: &[T], b: &mut [T], m: usize, n: usize, t: Triangle, ro
 
 /// Every batch element's solve, `x` holding the right-hand sides
 /// (rows x cols each) and receiving the solutions.
-fn solve_all<T: Real>(a: &[T], x: &mut [T], m: usize, rows: usize, cols: usize, t: Triangle) {
+fn solve_all<T: Float>(a: &[T], x: &mut [T], m: usize, rows: usize, cols: usize, t: Triangle) {
     // On the right, x op(a) = b is op(a)ᵀ xᵀ = bᵀ: solve the transposed
     // system on bᵀ, whose triangle is the other one.
     let n = if t.left_side { cols } else { rows };

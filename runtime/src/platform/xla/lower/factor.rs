@@ -67,6 +67,19 @@ impl Text<'_> {
     pub(super) fn reshape(&mut self, out: &str, v: &str, from: &str, to: &str) {
         self.line(format!("{out} = stablehlo.reshape {v} : ({from}) -> {to}"));
     }
+    /// `out`: identity matrices typed `t` ([B, p, q], ones where row ==
+    /// column), with `{out}_d`, the diagonal's mask (typed `bt`), and
+    /// `{out}_0`, zeros typed `t`, named for reuse; `it` is `t`'s shape in
+    /// i64.
+    pub(super) fn identity(&mut self, out: &str, t: &str, bt: &str, it: &str) {
+        let (r, c, d) = (format!("{out}_r"), format!("{out}_c"), format!("{out}_d"));
+        self.iota(&r, 1, it);
+        self.iota(&c, 2, it);
+        self.compare(&d, "EQ", &r, &c, "SIGNED", it, bt);
+        self.constant(&format!("{out}_1"), "1.0", t);
+        self.constant(&format!("{out}_0"), "0.0", t);
+        self.select(out, &d, &format!("{out}_1"), &format!("{out}_0"), bt, t);
+    }
     /// `v` (typed `from`) reduced over its dim 1 by `op` from `init`
     /// (a scalar of type `st`) to `to`.
     #[allow(clippy::too_many_arguments)]
@@ -124,6 +137,12 @@ impl Text<'_> {
         ));
         self.reshape(out, &format!("{out}_s"), &sliced, to);
     }
+}
+
+/// [b.., m, n] as (B, m, n), B the batch dims' product.
+pub(super) fn batch_matrix(dims: &[u64]) -> (u64, u64, u64) {
+    let r = dims.len();
+    (dims[..r - 2].iter().product(), dims[r - 2], dims[r - 1])
 }
 
 /// One step's swap of permutation entries k and `p` (a `tensor<Bxi64>`
@@ -299,9 +318,7 @@ pub(super) fn lu_factor(
     out_types: [&str; 3],
 ) {
     let t = &mut Text { w };
-    let r = dims.len();
-    let (m, n) = (dims[r - 2], dims[r - 1]);
-    let b: u64 = dims[..r - 2].iter().product();
+    let (b, m, n) = batch_matrix(dims);
     let k_steps = m.min(n);
     let x = format!("{}_lu", outs[0]);
     let e = elem(d);
@@ -545,9 +562,7 @@ pub(super) fn cholesky(
     ot: &str,
 ) {
     let t = &mut Text { w };
-    let r = dims.len();
-    let n = dims[r - 1];
-    let b: u64 = dims[..r - 2].iter().product();
+    let (b, _, n) = batch_matrix(dims);
     let x = format!("{out}_ch");
     let e = elem(d);
     let at = shaped(&[b, n, n], e);

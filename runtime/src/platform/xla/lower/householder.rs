@@ -9,7 +9,7 @@
 //! col[j + 1..] / (alpha - beta); a column zero below the diagonal gets
 //! tau 0. A reflector is applied as A - tau v (vᵀ A).
 
-use super::factor::{while_loop, Text, I64};
+use super::factor::{batch_matrix, while_loop, Text, I64};
 use super::{elem, shaped};
 use crate::ir::DType;
 
@@ -223,9 +223,7 @@ pub(super) fn householder_qr(
     out_types: [&str; 2],
 ) {
     let t = &mut Text { w };
-    let r = dims.len();
-    let (m, n) = (dims[r - 2], dims[r - 1]);
-    let b: u64 = dims[..r - 2].iter().product();
+    let (b, m, n) = batch_matrix(dims);
     let k = m.min(n);
     let x = format!("{}_qr", outs[0]);
     let e = elem(d);
@@ -287,9 +285,7 @@ pub(super) fn householder_product(
     ot: &str,
 ) {
     let t = &mut Text { w };
-    let r = dims.len();
-    let (m, n) = (dims[r - 2], dims[r - 1]);
-    let b: u64 = dims[..r - 2].iter().product();
+    let (b, m, n) = batch_matrix(dims);
     let x = format!("{out}_hp");
     let e = elem(d);
     let s = Shapes::new(b, m, n, e);
@@ -297,27 +293,7 @@ pub(super) fn householder_product(
     let kt = shaped(&[b, k], e);
     t.reshape(&format!("{x}_a"), input, it, &mt);
     t.reshape(&format!("{x}_tau"), tau, tt, &kt);
-    t.iota(&format!("{x}_er"), 1, &mi);
-    t.iota(&format!("{x}_ec"), 2, &mi);
-    t.compare(
-        &format!("{x}_ed"),
-        "EQ",
-        &format!("{x}_er"),
-        &format!("{x}_ec"),
-        "SIGNED",
-        &mi,
-        &mb,
-    );
-    t.constant(&format!("{x}_e1"), "1.0", &mt);
-    t.constant(&format!("{x}_e0"), "0.0", &mt);
-    t.select(
-        &format!("{x}_q0"),
-        &format!("{x}_ed"),
-        &format!("{x}_e1"),
-        &format!("{x}_e0"),
-        &mb,
-        &mt,
-    );
+    t.identity(&format!("{x}_q0"), &mt, &mb, &mi);
     let q = if k == 0 || b == 0 || n == 0 {
         format!("{x}_q0")
     } else {

@@ -13,7 +13,7 @@
 //! matrix. An odd n gets one padding index of zeros, which no rotation
 //! touches (its off elements are 0) and which is sliced off at the end.
 
-use super::factor::{while_loop_until, Text, I64};
+use super::factor::{batch_matrix, while_loop_until, Text, I64};
 use super::{elem, shaped};
 use crate::ir::DType;
 use crate::platform::host::kernels::JACOBI_MAX_SWEEPS;
@@ -32,9 +32,7 @@ pub(super) fn jacobi(
     out_types: [&str; 2],
 ) {
     let t = &mut Text { w };
-    let r = dims.len();
-    let (m, n) = (dims[r - 2], dims[r - 1]);
-    let b: u64 = dims[..r - 2].iter().product();
+    let (b, m, n) = batch_matrix(dims);
     let x = format!("{}_jc", outs[0]);
     let v = |s: &str| format!("{x}_{s}");
     let e = elem(d);
@@ -64,12 +62,7 @@ pub(super) fn jacobi(
     } else {
         t.reshape(&v("a"), &v("a0"), &at0, &at);
     }
-    t.iota(&v("vr"), 1, &vi);
-    t.iota(&v("vc"), 2, &vi);
-    t.compare(&v("vd"), "EQ", &v("vr"), &v("vc"), "SIGNED", &vi, &vb);
-    t.constant(&v("vone"), "1.0", &vt);
-    t.constant(&v("zero"), "0.0", &vt);
-    t.select(&v("v0"), &v("vd"), &v("vone"), &v("zero"), &vb, &vt);
+    t.identity(&v("v0"), &vt, &vb, &vi);
     t.iota(&v("o0"), 0, &ot);
     t.constant(&v("r0"), "false", "tensor<i1>");
     let rounds = slots.saturating_sub(1);
@@ -164,11 +157,8 @@ pub(super) fn jacobi(
     ));
     t.reshape(outs[1], &v("vs"), &vn, out_types[1]);
     if two_sided {
-        // The eigenvalues: the diagonal.
-        t.iota(&v("dr"), 1, &vi);
-        t.iota(&v("dc"), 2, &vi);
-        t.compare(&v("don"), "EQ", &v("dr"), &v("dc"), "SIGNED", &vi, &vb);
-        t.select(&v("dm"), &v("don"), &a, &v("zero"), &vb, &vt);
+        // The eigenvalues: the diagonal (the identity's mask).
+        t.select(&v("dm"), &v("v0_d"), &a, &v("v0_0"), &vb, &vt);
         t.constant(&v("dz"), "0.0", &st);
         t.reduce(
             &v("dg"),

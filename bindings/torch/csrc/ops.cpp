@@ -1460,7 +1460,8 @@ std::tuple<Tensor, Tensor, Tensor> unique_slices(const Tensor& x, int64_t dim, b
     }
     return {x.clone(), empty({0}, at::kLong, dev(x)), empty({0}, at::kLong, dev(x))};
   }
-  Tensor rows = x.movedim(dim, 0).reshape({n, -1});
+  Tensor moved = x.movedim(dim, 0);
+  Tensor rows = moved.reshape({n, -1});
   Tensor keys = x.scalar_type() == at::kBool ? rows.to(at::kByte) : rows;
   Tensor order = at::arange(n, x.options().dtype(at::kLong));
   if (sort) {
@@ -1477,7 +1478,6 @@ std::tuple<Tensor, Tensor, Tensor> unique_slices(const Tensor& x, int64_t dim, b
   }
   Tensor first = at::nonzero(start).reshape({-1});
   std::vector<int64_t> shape{first.numel()};
-  Tensor moved = x.movedim(dim, 0);
   shape.insert(shape.end(), moved.sizes().begin() + 1, moved.sizes().end());
   Tensor values = sorted_rows.index_select(0, first).reshape(shape).movedim(0, dim).contiguous();
   Tensor run = at::cumsum(start, 0, at::kLong) - 1;

@@ -23,8 +23,9 @@ mod jacobi;
 /// without excess precision (`options::DEFAULTS`); bf16 and f16
 /// transcendental functions at f32. 4: bf16 and f16 scatter sums and
 /// products at f32. 5: float max and min reductions propagate NaN. 6:
-/// elementwise float max and min propagate NaN from either operand.
-pub const LOWERING_VERSION: u32 = 6;
+/// elementwise float max and min propagate NaN from either operand. 7:
+/// Jacobi's sweeps end once only NaN rotates.
+pub const LOWERING_VERSION: u32 = 7;
 
 /// The precision a product or convolution of `d` operands is emitted at,
 /// None for none given: f32 at the product's own (HIGHEST, full f32, as

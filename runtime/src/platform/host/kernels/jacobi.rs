@@ -93,12 +93,15 @@ pub fn rotation<T: Float>(dp: T, dq: T, e: T) -> Option<(T, T)> {
 }
 
 /// One matrix: `a` (m x n row-major; square when two-sided) rotated in
-/// place, `v` (n x n) receiving the accumulated rotations.
-fn solve<T: Float>(a: &mut [T], v: &mut [T], m: usize, n: usize, two_sided: bool) {
+/// place, `v` (n x n) receiving the accumulated rotations; returns the
+/// number of sweeps run. A rotation of NaN (a NaN in the matrix) is
+/// applied, so the NaN spreads as it would through LAPACK's, but does not
+/// count as progress: a sweep that rotates only NaN is the last.
+fn solve<T: Float>(a: &mut [T], v: &mut [T], m: usize, n: usize, two_sided: bool) -> u64 {
     v.iter_mut().for_each(|x| *x = T::ZERO);
     (0..n).for_each(|i| v[i * n + i] = T::ONE);
     if n < 2 {
-        return;
+        return 0;
     }
     let slots = n + n % 2;
     let mut order: Vec<usize> = (0..slots).collect();
@@ -108,12 +111,14 @@ fn solve<T: Float>(a: &mut [T], v: &mut [T], m: usize, n: usize, two_sided: bool
     let mut partner: Vec<usize> = (0..n).collect();
     let rounds = slots as u64 - 1;
     let mut rotated = false;
+    let mut sweeps = 0;
     for round in 0..MAX_SWEEPS * rounds {
         if round % rounds == 0 {
             if round > 0 && !rotated {
                 break;
             }
             rotated = false;
+            sweeps += 1;
         }
         coef.iter_mut().for_each(|c| *c = (T::ONE, T::ZERO));
         for j in 0..slots / 2 {
@@ -134,7 +139,7 @@ fn solve<T: Float>(a: &mut [T], v: &mut [T], m: usize, n: usize, two_sided: bool
                 (dp, dq, e)
             };
             if let Some((c, s)) = rotation(dp, dq, e) {
-                rotated = true;
+                rotated |= !s.is_nan();
                 coef[p] = (c, -s);
                 coef[q] = (c, s);
                 partner[p] = q;
@@ -175,6 +180,7 @@ fn solve<T: Float>(a: &mut [T], v: &mut [T], m: usize, n: usize, two_sided: bool
         partner.iter_mut().enumerate().for_each(|(i, p)| *p = i);
         order[1..].rotate_right(1);
     }
+    sweeps
 }
 
 fn run<T: Float + Element>(
@@ -193,7 +199,7 @@ fn run<T: Float + Element>(
     {
         let (av, vv) = (work.as_slice_mut::<T>(), v.as_slice_mut::<T>());
         for b in 0..batch {
-            solve(
+            let _sweeps = solve(
                 &mut av[b * m * n..(b + 1) * m * n],
                 &mut vv[b * n * n..(b + 1) * n * n],
                 m,
@@ -255,6 +261,27 @@ mod tests {
         let v = out[1].to_f64_vec();
         for (g, want) in v.iter().zip([h, h, -h, h]) {
             assert!((g - want).abs() < 1e-15, "{v:?}");
+        }
+    }
+
+    /// A NaN spreads through the rotations (as through LAPACK's) and
+    /// stops the sweeps once only NaN rotates, where it ran all 40 before;
+    /// a finite matrix converges in a few.
+    #[test]
+    fn a_nan_ends_the_sweeps() {
+        let n = 5;
+        let sym = |i: usize, j: usize| ((i + j) % 4) as f64 - 1.5 + if i == j { 3.0 } else { 0.0 };
+        let mut a: Vec<f64> = (0..n * n).map(|k| sym(k / n, k % n)).collect();
+        let mut v = vec![0.0; n * n];
+        let finite = super::solve(&mut a.clone(), &mut v, n, n, true);
+        assert!((2..10).contains(&finite), "{finite} sweeps");
+        a[1] = f64::NAN;
+        a[n] = f64::NAN;
+        for two_sided in [true, false] {
+            let mut work = a.clone();
+            let sweeps = super::solve(&mut work, &mut v, n, n, two_sided);
+            assert!(sweeps <= 3, "{sweeps} sweeps");
+            assert!(work.iter().any(|x| x.is_nan()) && v.iter().any(|x| x.is_nan()));
         }
     }
 

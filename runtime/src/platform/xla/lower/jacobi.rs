@@ -324,8 +324,11 @@ fn round(t: &mut Text, x: &str, two_sided: bool, [b, rows, slots]: [u64; 3], e: 
     t.select(&v("s"), &v("skip"), &v("c0"), &v("sr"), &pb, &pt);
     t.apply(&v("sn"), "stablehlo.negate", &v("s"), &pt);
     t.select(&v("ss"), &v("first"), &v("sn"), &v("s"), &pb, &pt);
-    // Any pair rotated.
-    t.apply(&v("did"), "stablehlo.not", &v("skip"), &pb);
+    // Any pair rotated, by a rotation that is not NaN (a NaN's rotation
+    // spreads it, as the host kernel's does, but is no progress).
+    t.apply(&v("move"), "stablehlo.not", &v("skip"), &pb);
+    t.compare(&v("real"), "EQ", &v("sr"), &v("sr"), "FLOAT", &pt, &pb);
+    bin(t, "did", "stablehlo.and", &v("move"), &v("real"), &pb);
     t.constant(&v("bf"), "false", "tensor<i1>");
     t.reduce(
         &v("any"),

@@ -716,56 +716,24 @@ std::tuple<Tensor, Tensor> k_linalg_qr(const Tensor& A, c10::string_view mode) {
   auto r = call("linalg_qr", {A}, Attrs().str("mode", std::string(mode)));
   return {r[0], r[1]};
 }
-// lstsq with the SVD-based drivers (gelsd, gelss): the minimum-norm
-// solution V Σ⁺ Uᵀ B over the singular values above rcond times the
-// largest (rcond by default the dtype's epsilon times max(m, n)), which
-// also gives the rank and the singular values; residuals where m > n and
-// every matrix has full rank. A and B broadcast to their common batch
-// first, as torch does.
-std::tuple<Tensor, Tensor, Tensor, Tensor> lstsq_svd(const Tensor& A, const Tensor& B, std::optional<double> rcond) {
-  TORCH_CHECK(A.dim() >= 2, "torch.linalg.lstsq: input must have at least 2 dimensions.");
-  TORCH_CHECK(A.dim() >= B.dim() && A.dim() - B.dim() <= 1,
-              "torch.linalg.lstsq: input.dim() must be greater or equal to other.dim() and (input.dim() - other.dim()) <= 1");
-  TORCH_CHECK(A.scalar_type() == B.scalar_type(), "torch.linalg.lstsq: Expected input and other to have the same dtype");
-  const bool vector = B.dim() == A.dim() - 1;
-  Tensor b = vector ? B.unsqueeze(-1) : B;
-  const int64_t m = A.size(-2), n = A.size(-1);
-  TORCH_CHECK(b.size(-2) == m, "torch.linalg.lstsq: input.size(-2) should match other.size(-2)");
-  std::vector<int64_t> batch = at::infer_size(A.sizes().slice(0, A.dim() - 2), b.sizes().slice(0, b.dim() - 2));
-  std::vector<int64_t> as = batch, bs = batch;
-  as.insert(as.end(), {m, n});
-  bs.insert(bs.end(), {m, b.size(-1)});
-  Tensor a = A.expand(as);
-  b = b.expand(bs);
-  auto [U, S, Vh] = at::_linalg_svd(a, /*full_matrices=*/false, /*compute_uv=*/true);
-  const double eps = A.scalar_type() == at::kDouble ? std::numeric_limits<double>::epsilon()
-                                                     : std::numeric_limits<float>::epsilon();
-  const double rc = rcond.has_value() && *rcond > 0 ? *rcond : eps * static_cast<double>(std::max(m, n));
-  Tensor keep = S.numel() > 0 ? S > S.amax(-1, true) * rc : at::zeros_like(S, S.options().dtype(at::kBool));
-  Tensor rank = keep.sum(-1);
-  // 1/s where kept (the others divided by 1, so debug mode sees no inf).
-  Tensor inv = at::where(keep, at::where(keep, S, at::ones_like(S)).reciprocal(), at::zeros_like(S));
-  Tensor x = at::matmul(Vh.mT(), inv.unsqueeze(-1) * at::matmul(U.mT(), b));
-  Tensor residuals = empty({0}, A.scalar_type(), dev(A));
-  if (m > n && (rank == n).all().item<bool>()) residuals = (at::matmul(a, x) - b).pow(2).sum(-2);
-  return {vector ? x.squeeze(-1) : x, residuals, rank, S};
-}
-
 // torch.linalg.lstsq: torch's default driver off the CPU is gels (as on
-// CUDA); gelsd and gelss (the SVD) are the SVD-based solve above; gelsy
-// (column-pivoted QR, a basic rather than minimum-norm solution for a
-// rank-deficient A) is an error rather than a different answer. With gels
-// rank and singular_values are empty, as gels returns them; a
-// rank-deficient A raises torch's error (one read back).
+// CUDA); gelsy, gelsd and gelss are the minimum-norm solution over the
+// singular values above rcond times the largest (the op library's
+// linalg_lstsq). With gels a rank-deficient A raises torch's error (one
+// read back); with gelsd and gelss the residuals are empty unless every A
+// has full rank, as torch returns them (one read back where m > n).
 std::tuple<Tensor, Tensor, Tensor, Tensor> k_linalg_lstsq(const Tensor& A, const Tensor& B,
                                                           std::optional<double> rcond,
                                                           std::optional<c10::string_view> driver) {
-  if (driver.has_value() && (*driver == "gelsd" || *driver == "gelss")) return lstsq_svd(A, B, rcond);
-  TORCH_CHECK(!driver.has_value() || *driver == "gels",
-              "torch.linalg.lstsq: `driver` ", *driver, " is not supported on tpu (gels, gelsd and gelss are)");
-  auto r = call("linalg_lstsq", {A, B});
-  at::_linalg_check_errors(r[2], "torch.linalg.lstsq", A.dim() == 2);
-  return {r[0], r[1], empty({0}, at::kLong, dev(A)), empty({0}, A.scalar_type(), dev(A))};
+  const std::string d = driver.has_value() ? std::string(*driver) : "gels";
+  Attrs attrs = Attrs().str("driver", d);
+  if (rcond.has_value()) attrs.f("rcond", *rcond);
+  auto r = call("linalg_lstsq", {A, B}, attrs);
+  if (d == "gels") at::_linalg_check_errors(r[2], "torch.linalg.lstsq", A.dim() == 2);
+  Tensor residuals = r[1];
+  if ((d == "gelsd" || d == "gelss") && residuals.numel() > 0 && !(r[3] == A.size(-1)).all().item<bool>())
+    residuals = empty({0}, A.scalar_type(), dev(A));
+  return {r[0], residuals, r[3], r[4]};
 }
 // Spectral decompositions (the op library's spectral.rs, Jacobi's method):
 // eigenvalues ascending, singular values descending, vectors' signs as the

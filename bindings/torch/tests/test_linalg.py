@@ -331,8 +331,8 @@ def test_qr_out_forms_zero_size_and_errors(no_fallback):
         assert Q.shape == Qc.shape and R.shape == Rc.shape
     with pytest.raises(RuntimeError, match="unrecognized mode 'full'"):
         torch.linalg.qr(A.to("tpu"), mode="full")
-    with pytest.raises(RuntimeError, match="gelsy is not supported on tpu"):
-        torch.linalg.lstsq(A.to("tpu"), rand(4, 1).to("tpu"), driver="gelsy")
+    with pytest.raises(RuntimeError, match='driver must be one of gels, gelsy, gelsd or gelss, got "gelsx"'):
+        torch.linalg.lstsq(A.to("tpu"), rand(4, 1).to("tpu"), driver="gelsx")
     # A rank-deficient matrix: torch's gels error, word for word.
     D = torch.tensor([[1.0, 0.0], [2.0, 0.0], [3.0, 0.0]], dtype=torch.float64)
     with pytest.raises(torch.linalg.LinAlgError) as cpu:
@@ -408,14 +408,19 @@ def test_svd_matches_lapack(dtype, mode, no_fallback):
                 (rand(6, 3, dtype=dtype, seed=4), rand(6, 2, dtype=dtype, seed=5)), dtype)
 
 
-@pytest.mark.parametrize("driver", ("gelsd", "gelss"))
-def test_lstsq_svd_drivers(driver, mode, no_fallback):
-    """The SVD drivers as on CPU: solution, residuals, rank and singular
-    values; a rank-deficient A's minimum-norm solution and rank; rcond."""
+@pytest.mark.parametrize("driver", ("gelsy", "gelsd", "gelss"))
+def test_lstsq_rank_revealing_drivers(driver, mode, no_fallback):
+    """The drivers that find the rank, as on CPU: solution, residuals (empty
+    for gelsy, and where an A is rank-deficient), rank and singular values
+    (gelsd and gelss); a rank-deficient A's minimum-norm solution and
+    rank, alone and in a batch with a full-rank one; rcond."""
+    deficient = torch.tensor([[1.0, 2.0], [2.0, 4.0], [3.0, 6.0]], dtype=torch.float64)
     cases = (
         (rand(2, 6, 3), rand(1, 6, 2, seed=2)),
         (rand(3, 5, seed=3), rand(3, seed=4)),
-        (torch.tensor([[1.0, 2.0], [2.0, 4.0], [3.0, 6.0]], dtype=torch.float64), rand(3, 1, seed=5)),
+        (deficient, rand(3, 1, seed=5)),
+        (torch.stack((deficient, rand(3, 2, seed=6))), rand(2, 3, 2, seed=7)),
+        (deficient.T.contiguous(), rand(2, 2, seed=8)),
     )
     for A, B in cases:
         got = torch.linalg.lstsq(A.to("tpu"), B.to("tpu"), driver=driver)
@@ -446,6 +451,12 @@ def test_spectral_out_forms_zero_size_and_errors(no_fallback):
         want = torch.linalg.svd(torch.zeros(shape))
         assert [t.shape for t in got] == [t.shape for t in want]
     assert torch.linalg.eigh(torch.zeros(2, 0, 0, device="tpu")).eigenvectors.shape == (2, 0, 0)
+    # A NaN gives NaN (as LAPACK's eigh does; torch's CPU SVD raises
+    # instead), after a sweep or two rather than all 40.
+    N = symmetric(4, 4)
+    N[0, 1] = N[1, 0] = float("nan")
+    assert torch.linalg.eigvalsh(N.to("tpu")).isnan().any()
+    assert torch.linalg.svdvals(N.to("tpu")).isnan().any()
     with pytest.raises(RuntimeError, match="UPLO"):
         torch.linalg.eigh(torch.eye(2, device="tpu"), UPLO="X")
     with pytest.raises(RuntimeError, match="driver"):

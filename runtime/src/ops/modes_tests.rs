@@ -1406,6 +1406,19 @@ fn qr_cases() -> Vec<Case> {
             vec![f32s(&[2, 5, 3], 3316), f32s(&[2, 5], 3317)],
             &[],
         ),
+        c(
+            "linalg_lstsq",
+            vec![f32s(&[2, 6, 3], 3318), f32s(&[1, 6, 2], 3319)],
+            &[("driver", s("gelsd"))],
+        ),
+        c(
+            "linalg_lstsq",
+            vec![
+                range(F64, &[3, 5], 3340, -2.0, 2.0),
+                range(F64, &[3], 3341, -1.0, 1.0),
+            ],
+            &[("driver", s("gelsy")), ("rcond", f(1e-3))],
+        ),
     ]
 }
 
@@ -3096,6 +3109,16 @@ fn zero_size_cases() -> Vec<Case> {
             "linalg_lstsq",
             vec![f32s(&[4, 2], 3327), f32s(&[4, 0], 3328)],
             &[],
+        ),
+        c(
+            "linalg_lstsq",
+            vec![f32s(&[0, 4, 2], 3329), f32s(&[1, 4, 1], 3330)],
+            &[("driver", s("gelss"))],
+        ),
+        c(
+            "linalg_lstsq",
+            vec![f32s(&[3, 0], 3331), f32s(&[3, 2], 3332)],
+            &[("driver", s("gelsd"))],
         ),
         c("lu_factor", vec![f32s(&[0, 3, 3], 1540)], &[]),
         c("lu_factor", vec![f32s(&[2, 0, 3], 1541)], &[]),

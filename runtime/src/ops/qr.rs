@@ -3,7 +3,9 @@
 //! torch.linalg.householder_product), products with Q (ormqr),
 //! torch.linalg.qr in its three modes, and least squares as LAPACK's gels
 //! solves them (QR for a tall matrix, LQ, the QR of Aᵀ, for a wide one:
-//! the minimum-norm solution). Each batched over leading dims, f32 or f64.
+//! the minimum-norm solution) or, for a rank-deficient matrix, over its
+//! singular values as gelsd does. Each batched over leading dims, f32 or
+//! f64.
 //!
 //! The factorization and the product are two primitives
 //! (`Prim::HouseholderQr`, `Prim::HouseholderProduct`) that the xla
@@ -15,10 +17,11 @@ use super::solve::{
     as_matrix, batch_of, common_batch, diagonal, first_failure, flat_batch, matrix_dims, need_real,
     same_dtype, slice, triangular, unflatten,
 };
+use super::spectral::lstsq_by_svd;
 use super::support::iota;
 use super::{Arity, OpDef};
 use crate::error::{Error, Result};
-use crate::ir::{BinaryOp, CompareOp, Prim, ReduceOp, ValueId};
+use crate::ir::{BinaryOp, CompareOp, DType, Prim, ReduceOp, ValueId};
 
 /// The packed factorization of [B, m, n] matrices: (QR, tau [B, k]).
 fn factor(e: &mut Emitter, a: ValueId) -> Result<(ValueId, ValueId)> {
@@ -54,7 +57,13 @@ fn columns(e: &mut Emitter, v: ValueId, c: u64) -> Result<ValueId> {
 }
 
 /// op(a) op(b) for [B, .., ..] operands, op the transpose where asked.
-fn product(e: &mut Emitter, a: ValueId, ta: bool, b: ValueId, tb: bool) -> Result<ValueId> {
+pub(super) fn product(
+    e: &mut Emitter,
+    a: ValueId,
+    ta: bool,
+    b: ValueId,
+    tb: bool,
+) -> Result<ValueId> {
     let precision = e.product_precision(e.dtype(a));
     e.op(
         Prim::DotGeneral {
@@ -204,14 +213,38 @@ fn linalg_qr(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> 
 }
 
 /// linalg_lstsq(A [.., m, n], B [.., m, k] or a vector [.., m] (one dim
-/// fewer than A)) -> (X [.., n, k] (or [.., n]), residuals, info [..]
-/// i32): the least-squares solution
-/// of a full-rank A as LAPACK's gels computes it (torch.linalg.lstsq with
-/// driver "gels"). Where m > n the residuals are the squared norms of
-/// each column of A X - B ([.., k], k = 1 for a vector; empty otherwise); info is the 1-based
-/// position of the first zero on R's diagonal (A is rank-deficient), 0
-/// when there is none. Batch dims broadcast.
-fn linalg_lstsq(e: &mut Emitter, x: &[ValueId], _: &Attrs) -> Result<Vec<ValueId>> {
+/// fewer than A); driver = "gels", rcond) -> (X [.., n, k] (or [.., n]),
+/// residuals, info [..] i32, rank [..] i64, singular values [.., min(m,
+/// n)]): torch.linalg.lstsq's solutions, batch dims broadcast.
+///
+/// - "gels" (the default, as torch's on CUDA): A of full rank, solved as
+///   LAPACK's gels solves it, by the QR of A (tall) or of Aᵀ (wide, the
+///   minimum-norm solution). info is the 1-based position of the first
+///   zero on R's diagonal (A is rank-deficient), 0 when there is none;
+///   rank and singular values are empty.
+/// - "gelsd", "gelss" (LAPACK's SVD drivers) and "gelsy": the minimum-norm
+///   solution over the singular values above rcond times the largest,
+///   with the rank (`spectral::lstsq_by_svd`); singular values for gelsd
+///   and gelss only (empty for gelsy, as torch returns them); info 0.
+///   rcond is by default the dtype's epsilon times max(m, n); a negative
+///   rcond means the epsilon, as LAPACK reads it.
+///
+/// Where m > n the residuals are the squared norms of each column of
+/// A X - B ([.., k], k = 1 for a vector; empty otherwise, and always empty
+/// for gelsy, as torch returns them). torch also returns them empty where
+/// gelsd's or gelss's A is rank-deficient, a rule on values that a
+/// frontend applies from the rank.
+fn linalg_lstsq(e: &mut Emitter, x: &[ValueId], at: &Attrs) -> Result<Vec<ValueId>> {
+    let driver = at.str_or("driver", "gels")?;
+    let svd = match driver {
+        "gels" => false,
+        "gelsd" | "gelss" | "gelsy" => true,
+        other => {
+            return Err(Error::invalid(format!(
+                "driver must be one of gels, gelsy, gelsd or gelss, got {other:?}"
+            )))
+        }
+    };
     let dt = need_real(e, x[0], "input")?;
     same_dtype(e, x[1], dt, "other", "input")?;
     let (m, n) = matrix_dims(e, x[0], "input", false)?;
@@ -235,6 +268,59 @@ fn linalg_lstsq(e: &mut Emitter, x: &[ValueId], _: &Attrs) -> Result<Vec<ValueId
     let (a, rhs, batch) = common_batch(e, x[0], rhs)?;
     let b = e.dims(a)[0];
     let p = m.min(n);
+    let (sol, info, rank, values) = if svd {
+        let eps = if dt == DType::F64 {
+            f64::EPSILON
+        } else {
+            f32::EPSILON as f64
+        };
+        let rcond = match at.float_opt("rcond")? {
+            None => eps * m.max(n) as f64,
+            Some(r) if r < 0.0 => eps,
+            Some(r) => r,
+        };
+        let (sol, rank, values) = lstsq_by_svd(e, a, rhs, rcond)?;
+        let info = e.full(DType::I32, &[b], 0.0)?;
+        let rank = e.reshape(rank, &batch)?;
+        let values = if driver == "gelsy" {
+            e.full(dt, &[0], 0.0)?
+        } else {
+            let mut vd = batch.clone();
+            vd.push(p);
+            e.reshape(values, &vd)?
+        };
+        (sol, info, rank, values)
+    } else {
+        let (sol, info) = lstsq_by_qr(e, a, rhs)?;
+        let rank = e.full(DType::I64, &[0], 0.0)?;
+        let values = e.full(dt, &[0], 0.0)?;
+        (sol, info, rank, values)
+    };
+    let residuals = if m > n && driver != "gelsy" {
+        let fit = product(e, a, false, sol, false)?;
+        let diff = e.binary(BinaryOp::Sub, fit, rhs)?;
+        let sq = e.binary(BinaryOp::Mul, diff, diff)?;
+        let res = e.reduce(ReduceOp::Sum, sq, &[1], false)?;
+        let mut rd = batch.clone();
+        rd.push(k);
+        e.reshape(res, &rd)?
+    } else {
+        e.full(dt, &[0], 0.0)?
+    };
+    let mut sol = unflatten(e, sol, &batch)?;
+    if vector {
+        let mut d = e.dims(sol);
+        d.pop();
+        sol = e.reshape(sol, &d)?;
+    }
+    Ok(vec![sol, residuals, e.reshape(info, &batch)?, rank, values])
+}
+
+/// gels on `a` [B, m, n] and `rhs` [B, m, k] -> (X [B, n, k], info [B]).
+fn lstsq_by_qr(e: &mut Emitter, a: ValueId, rhs: ValueId) -> Result<(ValueId, ValueId)> {
+    let d = e.dims(a);
+    let (b, m, n) = (d[0], d[1], d[2]);
+    let p = m.min(n);
     // Tall: A = Q R, X = R⁻¹ Qᵀ B. Wide: Aᵀ = Q R, so A = Rᵀ Qᵀ and the
     // minimum-norm X = Q R⁻ᵀ B.
     let tall = m >= n;
@@ -252,25 +338,7 @@ fn linalg_lstsq(e: &mut Emitter, x: &[ValueId], _: &Attrs) -> Result<Vec<ValueId
     };
     let zero_pivot = diagonal(e, r)?;
     let zero_pivot = e.compare_scalar(CompareOp::Eq, zero_pivot, 0.0)?;
-    let info = first_failure(e, zero_pivot)?;
-    let residuals = if m > n {
-        let fit = product(e, a, false, sol, false)?;
-        let diff = e.binary(BinaryOp::Sub, fit, rhs)?;
-        let sq = e.binary(BinaryOp::Mul, diff, diff)?;
-        let res = e.reduce(ReduceOp::Sum, sq, &[1], false)?;
-        let mut rd = batch.clone();
-        rd.push(k);
-        e.reshape(res, &rd)?
-    } else {
-        e.full(dt, &[0], 0.0)?
-    };
-    let mut sol = unflatten(e, sol, &batch)?;
-    if vector {
-        let mut d = e.dims(sol);
-        d.pop();
-        sol = e.reshape(sol, &d)?;
-    }
-    Ok(vec![sol, residuals, e.reshape(info, &batch)?])
+    Ok((sol, first_failure(e, zero_pivot)?))
 }
 
 pub(super) const OPS: &[OpDef] = &[
@@ -475,5 +543,72 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("should match other.size(-2)"), "{e}");
+    }
+
+    fn driver(d: &str) -> Attrs {
+        Attrs::new().with("driver", Attr::Str(d.into()))
+    }
+
+    /// The SVD drivers: on a full-rank A the gels solution, rank min(m, n)
+    /// and the singular values; on a rank-one A = u vᵀ the minimum-norm
+    /// solution A⁺ B = v uᵀ B / (|u|² |v|²), rank 1; rcond drops a small
+    /// singular value; gelsy returns no singular values.
+    #[test]
+    fn lstsq_svd_drivers_give_the_minimum_norm_solution() {
+        for (m, n) in [(6usize, 3usize), (3, 5)] {
+            let a = t(F64, &[m as u64, n as u64], &matrix(m, n, 9));
+            let b = t(F64, &[m as u64, 2], &matrix(m, 2, 10));
+            let gels = run("linalg_lstsq", &[&a, &b], Attrs::new()).unwrap();
+            assert_eq!(gels[3].dims(), &[0]);
+            assert_eq!(gels[4].dims(), &[0]);
+            let no_uv = Attrs::new().with("compute_uv", Attr::Bool(false));
+            let svd = run("linalg_svd", &[&a], no_uv).unwrap().remove(1);
+            for d in ["gelsd", "gelss"] {
+                let out = run("linalg_lstsq", &[&a, &b], driver(d)).unwrap();
+                close(&out[0], &gels[0].to_f64_vec(), 1e-10);
+                close(&out[1], &gels[1].to_f64_vec(), 1e-10);
+                assert_eq!(out[3].to_f64_vec(), vec![m.min(n) as f64]);
+                close(&out[4], &svd.to_f64_vec(), 1e-12);
+            }
+        }
+        let (u, v) = ([1.0, 2.0, 3.0, -1.0], [2.0, -1.0, 1.0]);
+        let am: Vec<f64> = u
+            .iter()
+            .flat_map(|ui| v.iter().map(move |vj| ui * vj))
+            .collect();
+        let bm = matrix(4, 2, 11);
+        let scale = 15.0 * 6.0;
+        let utb = matmul(&u, &bm, 1, 4, 2);
+        let want: Vec<f64> = v
+            .iter()
+            .flat_map(|vi| utb.iter().map(move |c| vi * c / scale))
+            .collect();
+        for d in ["gelsd", "gelsy"] {
+            let out = run(
+                "linalg_lstsq",
+                &[&t(F64, &[4, 3], &am), &t(F64, &[4, 2], &bm)],
+                driver(d),
+            )
+            .unwrap();
+            close(&out[0], &want, 1e-12);
+            assert_eq!(out[3].to_f64_vec(), vec![1.0]);
+            assert_eq!(out[2].to_f64_vec(), vec![0.0]);
+            if d == "gelsy" {
+                assert_eq!(out[4].dims(), &[0]);
+            } else {
+                close(&out[4], &[(15.0f64 * 6.0).sqrt(), 0.0, 0.0], 1e-12);
+            }
+        }
+        // rcond: 1e-3 / 1 is below 1e-2, so that direction is dropped.
+        let diag = t(F32, &[2, 2], &[1.0, 0.0, 0.0, 1e-3]);
+        let rhs = t(F32, &[2], &[1.0, 1.0]);
+        let at = driver("gelsd").with("rcond", Attr::Float(1e-2));
+        let out = run("linalg_lstsq", &[&diag, &rhs], at).unwrap();
+        assert_eq!(out[0].to_f64_vec(), vec![1.0, 0.0]);
+        assert_eq!(out[3].to_f64_vec(), vec![1.0]);
+        let out = run("linalg_lstsq", &[&diag, &rhs], driver("gelss")).unwrap();
+        close(&out[0], &[1.0, 1e3], 1e-3);
+        let e = run("linalg_lstsq", &[&diag, &rhs], driver("gelsx")).unwrap_err();
+        assert!(e.to_string().contains("got \"gelsx\""), "{e}");
     }
 }

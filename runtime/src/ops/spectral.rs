@@ -12,11 +12,12 @@
 
 use super::attrs::Attrs;
 use super::emit::Emitter;
+use super::qr::product;
 use super::solve::{batch_of, diagonal, flat_batch, matrix_dims, need_real, slice, unflatten};
 use super::support::iota;
 use super::{Arity, OpDef};
 use crate::error::Result;
-use crate::ir::{BinaryOp, CompareOp, Prim, ReduceOp, UnaryOp, ValueId};
+use crate::ir::{BinaryOp, CompareOp, DType, Prim, ReduceOp, UnaryOp, ValueId};
 
 /// `values` [B, k] sorted along dim 1 (`descending` or not), with the
 /// columns of each of `mats` ([B, r, k]) put in the same order.
@@ -166,6 +167,65 @@ fn linalg_svd(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>>
         s_out,
         unflatten(e, vh, &batch)?,
     ])
+}
+
+/// The minimum-norm least-squares solution of A X = B over A's singular
+/// values above `rcond` times the largest, the others taken as 0: LAPACK's
+/// gelsd and gelss (gelsy's answer too, whose rank test reads a pivoted
+/// QR's R instead of the singular values: the same rank wherever the
+/// singular values have a gap at `rcond`). `a` [B, m, n], `rhs` [B, m, k]
+/// -> (X [B, n, k], rank [B] i64, singular values [B, min(m, n)]
+/// descending).
+///
+/// One-sided Jacobi on A (Aᵀ when wide) gives A V = W, W's columns of
+/// norms s: A⁺ = V S⁻² Wᵀ (W S⁻² Vᵀ for the transposed factorization),
+/// with 1/s applied twice so that no s² underflows.
+pub(super) fn lstsq_by_svd(
+    e: &mut Emitter,
+    a: ValueId,
+    rhs: ValueId,
+    rcond: f64,
+) -> Result<(ValueId, ValueId, ValueId)> {
+    let dt = e.dtype(a);
+    let d = e.dims(a);
+    let wide = d[1] < d[2];
+    let xm = if wide { e.transpose(a, &[0, 2, 1])? } else { a };
+    let outs = e.g.node(Prim::Jacobi { two_sided: false }, &[xm])?;
+    let (w, v) = (outs[0], outs[1]);
+    let sq = e.binary(BinaryOp::Mul, w, w)?;
+    let s = e.reduce(ReduceOp::Sum, sq, &[1], false)?;
+    let s = e.unary(UnaryOp::Sqrt, s)?;
+    let sd = e.dims(s);
+    let largest = e.reduce(ReduceOp::Max, s, &[1], true)?;
+    let cut = e.binary_scalar(BinaryOp::Mul, largest, rcond)?;
+    let cut = e.broadcast_to(cut, &sd)?;
+    let keep = e.compare(CompareOp::Gt, s, cut)?;
+    // 1/s where kept (s replaced by 1 elsewhere, so nothing divides by 0).
+    let one = e.scalar(dt, 1.0)?;
+    let zero = e.scalar(dt, 0.0)?;
+    let safe = e.select(keep, s, one)?;
+    let inv = e.binary(BinaryOp::Div, one, safe)?;
+    let inv = e.select(keep, inv, zero)?;
+    let inv = e.reshape(inv, &[sd[0], sd[1], 1])?;
+    // The factor applied to B first: Wᵀ (tall) or Vᵀ (wide); then the other.
+    let (first, second) = if wide { (v, w) } else { (w, v) };
+    let y = product(e, first, true, rhs, false)?;
+    let yd = e.dims(y);
+    let inv = e.broadcast_to(inv, &yd)?;
+    let y = e.binary(BinaryOp::Mul, y, inv)?;
+    let y = e.binary(BinaryOp::Mul, y, inv)?;
+    let x = product(e, second, false, y, false)?;
+    let rank = e.convert(keep, DType::I64)?;
+    let rank = e.reduce(ReduceOp::Sum, rank, &[1], false)?;
+    let sorted = e.g.node(
+        Prim::Sort {
+            dimension: 1,
+            descending: true,
+            stable: true,
+        },
+        &[s],
+    )?;
+    Ok((x, rank, sorted[0]))
 }
 
 pub(super) const OPS: &[OpDef] = &[

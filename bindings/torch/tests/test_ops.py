@@ -569,8 +569,10 @@ def test_randperm(mode, no_fallback):
     assert torch.equal(torch.randperm(12, generator=g, device="tpu").cpu(), out.cpu())
     # Shuffling a batch on the device: every position of 6 takes each
     # value about equally often over 1200 draws (0.055 is 5.7 standard
-    # deviations).
-    first = torch.stack([torch.randperm(6, device="tpu") for _ in range(1200)]).cpu()
+    # deviations). Read back 100 at a time: deferred, each read is one
+    # program of 100 draws, compiled once (1200 in one would compile for
+    # seconds on xla).
+    first = torch.cat([torch.stack([torch.randperm(6, device="tpu") for _ in range(100)]).cpu() for _ in range(12)])
     freq = torch.stack([torch.bincount(first[:, i], minlength=6) for i in range(6)]).double() / 1200
     assert torch.all((freq - 1 / 6).abs() < 0.055), freq
     with pytest.raises(RuntimeError, match="negative dimension -1"):

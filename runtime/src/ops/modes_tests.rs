@@ -1209,6 +1209,37 @@ fn shape_cases() -> Vec<Case> {
             vec![z.clone(), i64s(&[0, 3], &[]), f32s(&[0, 3], 226)],
             &[],
         ),
+        c(
+            "scatter_reduce",
+            vec![
+                f32s(&[3, 5], 227),
+                i64s(&[3, 2], &[4, 4, 1, 1, 0, 2]),
+                f32s(&[3, 3], 228),
+            ],
+            &[
+                ("dim", i(1)),
+                ("reduce", s("mean")),
+                ("include_self", b(false)),
+            ],
+        ),
+        c(
+            "scatter_reduce",
+            vec![
+                whole(I64, &[3, 5], 229, -9, 9),
+                i64s(&[3, 2], &[4, 4, 1, 1, 0, 2]),
+                whole(I64, &[3, 2], 230, -9, 9),
+            ],
+            &[("dim", i(1)), ("reduce", s("mean"))],
+        ),
+        c(
+            "scatter_reduce",
+            vec![
+                f32s(&[4], 231),
+                i64s(&[6], &[0, 3, 0, 1, 3, 3]),
+                f32s(&[6], 232),
+            ],
+            &[("reduce", s("amin")), ("include_self", b(false))],
+        ),
     ]
 }
 
@@ -3119,6 +3150,11 @@ fn zero_size_cases() -> Vec<Case> {
             "linalg_lstsq",
             vec![f32s(&[3, 0], 3331), f32s(&[3, 2], 3332)],
             &[("driver", s("gelsd"))],
+        ),
+        c(
+            "scatter_reduce",
+            vec![f32s(&[0, 3], 3333), i64s(&[0, 3], &[]), f32s(&[0, 3], 3334)],
+            &[("reduce", s("mean")), ("include_self", b(false))],
         ),
         c("lu_factor", vec![f32s(&[0, 3, 3], 1540)], &[]),
         c("lu_factor", vec![f32s(&[2, 0, 3], 1541)], &[]),

@@ -293,7 +293,7 @@ fn remainder_with_fix(e: &mut Emitter, x: ValueId, y: ValueId) -> Result<(ValueI
 }
 
 /// torch.div: true division, or rounding_mode "trunc" / "floor".
-fn div(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+pub(super) fn div(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     let mode = a.str_or("rounding_mode", "none")?.to_string();
     // A bf16 or f16 tensor and a number: the quotient (and its rounding
     // down) at f32, rounded to the dtype once, as torch's CPU kernel.

@@ -856,6 +856,78 @@ fn scatter_add(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>
     scatter(e, x, &a.clone().with("reduce", Attr::Str("add".into())))
 }
 
+/// scatter_reduce(x, index, src; dim, reduce = sum|prod|mean|amax|amin,
+/// include_self = true): torch.scatter_reduce. Each position of x that
+/// index names along `dim` combines the src values sent there, and x's
+/// own value with include_self; without it x's value is left out there
+/// (positions no index names keep it either way). mean divides by the
+/// number of values combined, rounding down for integers. src has x's
+/// dtype and may be larger than index (its leading part is read).
+fn scatter_reduce(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let reduce = a.str_or("reduce", "sum")?.to_string();
+    let combiner = match reduce.as_str() {
+        "sum" | "mean" => ScatterCombiner::Add,
+        "prod" => ScatterCombiner::Mul,
+        "amax" => ScatterCombiner::Max,
+        "amin" => ScatterCombiner::Min,
+        other => {
+            return Err(Error::invalid(format!(
+                "reduce argument must be either sum, prod, mean, amax or amin, got {other}"
+            )))
+        }
+    };
+    let include_self = a.bool_or("include_self", true)?;
+    let dt = e.dtype(x[0]);
+    if e.dtype(x[2]) != dt {
+        return Err(Error::invalid(format!(
+            "expected src of self's dtype {dt}, got {}",
+            e.dtype(x[2])
+        )));
+    }
+    let dim_attr = Attrs::new().with("dim", Attr::Int(a.int_or("dim", 0)?));
+    let with = |r: &str| dim_attr.clone().with("reduce", Attr::Str(r.into()));
+    // How many src values each position receives.
+    let none = e.full(DType::I32, &e.dims(x[0]), 0.0)?;
+    let ones = e.full(DType::I32, &e.dims(x[1]), 1.0)?;
+    let count = scatter(e, &[none, x[1], ones], &with("add"))?[0];
+    let hit = e.compare_scalar(CompareOp::Gt, count, 0.0)?;
+    let base = if include_self {
+        x[0]
+    } else {
+        // Where hit, a value that leaves the combination to src alone: 0
+        // for a sum, 1 for a product, any src value sent there for max and
+        // min.
+        let start = match combiner {
+            ScatterCombiner::Add => e.full_like(x[0], 0.0)?,
+            ScatterCombiner::Mul => e.full_like(x[0], 1.0)?,
+            _ => scatter(e, &[x[0], x[1], x[2]], &with("none"))?[0],
+        };
+        e.select(hit, start, x[0])?
+    };
+    let r = scatter(
+        e,
+        &[base, x[1], x[2]],
+        &with(&reduce.replace("mean", "add")),
+    )?[0];
+    if reduce != "mean" {
+        return Ok(vec![r]);
+    }
+    let count = e.convert(count, dt)?;
+    let count = if include_self {
+        e.binary_scalar(BinaryOp::Add, count, 1.0)?
+    } else {
+        let one = e.full_like(count, 1.0)?;
+        e.select(hit, count, one)?
+    };
+    let mode = if dt.is_float() { "none" } else { "floor" };
+    let q = super::pointwise::div(
+        e,
+        &[r, count],
+        &Attrs::new().with("rounding_mode", Attr::Str(mode.into())),
+    )?;
+    Ok(vec![e.convert(q[0], dt)?])
+}
+
 pub(super) const OPS: &[OpDef] = &[
     def!("reshape", Arity::Exactly(1), reshape),
     def!("flatten", Arity::Exactly(1), flatten),
@@ -887,4 +959,5 @@ pub(super) const OPS: &[OpDef] = &[
     def!("gather", Arity::Exactly(2), gather),
     def!("scatter", Arity::Exactly(3), scatter),
     def!("scatter_add", Arity::Exactly(3), scatter_add),
+    def!("scatter_reduce", Arity::Exactly(3), scatter_reduce),
 ];

@@ -823,6 +823,56 @@ fn indexing_ops() {
     assert!(err.contains('7'), "{err}");
 }
 
+/// scatter_reduce by hand: x = [10, 20, 30, 40], values 1..5 sent to
+/// positions 0, 2, 0, 2, 2 (position 1 and 3 receive none and keep x's).
+#[test]
+fn scatter_reduce_with_and_without_self() {
+    let x = f32s(&[4], &[10., 20., 30., 40.]);
+    let idx = t(DType::I64, &[5], &[0., 2., 0., 2., 2.]);
+    let src = f32s(&[5], &[1., 2., 3., 4., 5.]);
+    let go = |reduce: &str, include_self: bool, x: &HostTensor, src: &HostTensor| {
+        let a = Attrs::new()
+            .with("reduce", Attr::Str(reduce.into()))
+            .with("include_self", Attr::Bool(include_self));
+        run1("scatter_reduce", &[x, &idx, src], a).to_f64_vec()
+    };
+    for (reduce, with_self, without) in [
+        ("sum", [14., 20., 41., 40.], [4., 20., 11., 40.]),
+        ("prod", [30., 20., 1200., 40.], [3., 20., 40., 40.]),
+        (
+            "mean",
+            [14. / 3., 20., 41. / 4., 40.],
+            [2., 20., 11. / 3., 40.],
+        ),
+        ("amax", [10., 20., 30., 40.], [3., 20., 5., 40.]),
+        ("amin", [1., 20., 2., 40.], [1., 20., 2., 40.]),
+    ] {
+        let got = go(reduce, true, &x, &src);
+        assert!(
+            got.iter().zip(with_self).all(|(g, w)| (g - w).abs() < 1e-5),
+            "{reduce}: {got:?}"
+        );
+        let got = go(reduce, false, &x, &src);
+        assert!(
+            got.iter().zip(without).all(|(g, w)| (g - w).abs() < 1e-5),
+            "{reduce}: {got:?}"
+        );
+    }
+    // An integer mean rounds down: (-3 + 0 - 1) / 3 to -2, 3 / 4 to 0.
+    let xi = t(DType::I64, &[4], &[-3., 5., 0., 0.]);
+    let si = t(DType::I64, &[5], &[0., 1., -1., 1., 1.]);
+    assert_eq!(go("mean", true, &xi, &si), [-2., 5., 0., 0.]);
+    let err = run("scatter_reduce", &[&x, &idx, &si], Attrs::new()).unwrap_err();
+    assert!(err.to_string().contains("src of self's dtype f32"), "{err}");
+    let a = Attrs::new().with("reduce", Attr::Str("max".into()));
+    let err = run("scatter_reduce", &[&x, &idx, &src], a).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("sum, prod, mean, amax or amin, got max"),
+        "{err}"
+    );
+}
+
 /// Every op, given 0-d (and empty 1-d) inputs of a few dtypes and a few
 /// attribute sets, builds a graph or returns an error: never a panic. (The
 /// fuzzer found `split` of a 0-d tensor indexing past its dims.)

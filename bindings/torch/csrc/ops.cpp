@@ -324,6 +324,19 @@ Tensor k_vector_norm(const Tensor& x, const Scalar& ord, at::OptionalIntArrayRef
   a.f("p", ord.toDouble());
   return call1("norm", {in}, a);
 }
+// The legacy torch.norm over dims (what pairwise_distance and
+// triplet_margin_loss call): a vector norm, p 2 by default.
+Tensor k_norm_dims(const Tensor& x, const std::optional<Scalar>& p, at::IntArrayRef dim, bool keepdim,
+                   std::optional<at::ScalarType> dt) {
+  return k_vector_norm(x, p.value_or(2), dim, keepdim, dt);
+}
+Tensor k_norm_all(const Tensor& x, const std::optional<Scalar>& p, std::optional<at::ScalarType> dt) {
+  return k_vector_norm(x, p.value_or(2), std::nullopt, false, dt);
+}
+// count_nonzero: the sum of x != 0 over `dim` (every dim when empty), int64.
+Tensor k_count_nonzero(const Tensor& x, at::IntArrayRef dim) {
+  return at::ne(x, 0).sum(dim, false, at::kLong);
+}
 
 // --- linear algebra ------------------------------------------------------------
 
@@ -550,6 +563,13 @@ Tensor k_nll_loss_bw(const Tensor& g, const Tensor& x, const Tensor& t, const Op
   ins.push_back(total);
   return call1("nll_loss_backward", ins, Attrs().i("reduction", red).i("ignore_index", ignore));
 }
+// nll_loss2d's own checks, in torch's words: a 4-d input, a 3-d target.
+void check_nll2d(const Tensor& x, const Tensor& t) {
+  TORCH_CHECK(t.dim() == 3, "only batches of spatial targets supported (3D tensors) but got targets of dimension: ",
+              t.dim());
+  TORCH_CHECK(x.dim() == 4, "only batches of spatial inputs supported (4D tensors), but got input of dimension: ",
+              x.dim());
+}
 Tensor k_mse_loss(const Tensor& x, const Tensor& t, int64_t red) {
   return call1("mse_loss", {x, t}, Attrs().i("reduction", red));
 }
@@ -591,6 +611,32 @@ Tensor& k_normal_(Tensor& self, double mean, double std, std::optional<at::Gener
                    Attrs().ints("size", self.sizes()).dtype("dtype", self.scalar_type()).f("mean", mean).f("std", std));
   copy_into(self, r, false);
   return self;
+}
+// normal with a tensor mean or std: standard normal draws of the
+// broadcast shape, times std, plus mean (as torch's CPU and CUDA draw
+// them). A negative std is torch's error (one read back, as there).
+void check_std(const Tensor& std) {
+  TORCH_CHECK(!std.is_complex(), "normal expects standard deviation to be non-complex");
+  TORCH_CHECK(std.numel() == 0 || at::ge(std.min(), 0).item<bool>(), "normal expects all elements of std >= 0.0");
+}
+Tensor k_normal_tt(const Tensor& mean, const Tensor& std, std::optional<at::Generator> gen) {
+  check_std(std);
+  auto shape = at::infer_size(mean.sizes(), std.sizes());
+  Tensor out = empty(shape, at::result_type(mean, std), dev(mean));
+  k_normal_(out, 0.0, 1.0, gen);
+  return out.mul_(std).add_(mean);
+}
+Tensor k_normal_tf(const Tensor& mean, double std, std::optional<at::Generator> gen) {
+  TORCH_CHECK(std >= 0.0, "normal expects std >= 0.0, but found std ", std);
+  Tensor out = empty(mean.sizes(), mean.scalar_type(), dev(mean));
+  k_normal_(out, 0.0, std, gen);
+  return out.add_(mean);
+}
+Tensor k_normal_ft(double mean, const Tensor& std, std::optional<at::Generator> gen) {
+  check_std(std);
+  Tensor out = empty(std.sizes(), std.scalar_type(), dev(std));
+  k_normal_(out, 0.0, 1.0, gen);
+  return out.mul_(std).add_(mean);
 }
 Tensor& k_bernoulli_f(Tensor& self, double p, std::optional<at::Generator> gen) {
   TORCH_CHECK(0 <= p && p <= 1, "bernoulli_ expects p to be in [0, 1], but got p=", p);
@@ -933,6 +979,24 @@ Tensor k_scatter_add(const Tensor& x, int64_t dim, const Tensor& idx, const Tens
 Tensor k_tril(const Tensor& x, int64_t diagonal) { return call1("tril", {x}, Attrs().i("diagonal", diagonal)); }
 Tensor k_triu(const Tensor& x, int64_t diagonal) { return call1("triu", {x}, Attrs().i("diagonal", diagonal)); }
 Tensor k_flip(const Tensor& x, at::IntArrayRef dims) { return call1("flip", {x}, Attrs().ints("dims", dims)); }
+// channel_shuffle (ShuffleNet): channels [g, C/g] read as [C/g, g], one
+// copy through the op library's transpose.
+Tensor k_channel_shuffle(const Tensor& x, int64_t groups) {
+  TORCH_CHECK(x.dim() > 2, "channel_shuffle expects input with > 2 dims, but got input with sizes ", x.sizes());
+  TORCH_CHECK(groups > 0, "Number of groups to divide channels in must be positive. Value of groups:", groups);
+  const int64_t c = x.size(1);
+  TORCH_CHECK(c % groups == 0, "Number of channels must be divisible by groups. Got ", c, " channels and ", groups,
+              " groups.");
+  std::vector<int64_t> split{x.size(0), groups, c / groups};
+  for (int64_t d = 2; d < x.dim(); ++d) split.push_back(x.size(d));
+  return x.reshape(split).transpose(1, 2).contiguous().view(x.sizes());
+}
+// angle of a real tensor: pi where negative, NaN where NaN, 0 elsewhere
+// (-0 and inf included), in the default float dtype for integers.
+Tensor k_angle(const Tensor& x) {
+  Tensor f = at::isFloatingType(x.scalar_type()) ? x : x.to(at::typeMetaToScalarType(at::get_default_dtype()));
+  return at::where(at::lt(f, 0), Scalar(M_PI), at::where(at::isnan(f), f, at::zeros_like(f)));
+}
 Tensor k_repeat(const Tensor& x, at::IntArrayRef r) { return call1("repeat", {x}, Attrs().ints("repeats", r)); }
 Tensor k_constant_pad_nd(const Tensor& x, at::IntArrayRef pad, const Scalar& v) {
   return call1("pad", {x}, Attrs().ints("pad", pad).str("mode", "constant").f("value", v.toDouble()));
@@ -1255,6 +1319,39 @@ Tensor k_index_add(const Tensor& self, int64_t dim, const Tensor& index, const T
   Tensor idx = index.reshape(shape).expand(src.sizes()).to(at::kLong);
   Tensor add = alpha.equal(1) ? src : src * alpha;
   Tensor r = k_scatter_add(self1, dim, idx, add.to(self.scalar_type()));
+  return self.dim() == 0 ? r.reshape({}) : r;
+}
+
+// scatter_reduce: the op library's, which also checks src's dtype and
+// the reduction's name.
+Tensor k_scatter_reduce(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src,
+                        c10::string_view reduce, bool include_self) {
+  TORCH_CHECK(index.scalar_type() == at::kLong, "scatter_reduce(): Expected dtype int64 for index");
+  return call1("scatter_reduce", {self, index, src},
+               Attrs().i("dim", dim).str("reduce", std::string(reduce)).b("include_self", include_self));
+}
+// index_reduce: a scatter_reduce along `dim` with the index broadcast over
+// the source's other dimensions (as index_add); torch offers no sum here.
+Tensor k_index_reduce(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& source,
+                      c10::string_view reduce, bool include_self) {
+  TORCH_CHECK(reduce == "prod" || reduce == "mean" || reduce == "amax" || reduce == "amin",
+              "index_reduce(): Expected reduce to be one of prod, mean, amax or amin but got ", reduce, ".");
+  TORCH_CHECK(index.dim() <= 1, "index_reduce_(): Index is supposed to be a vector");
+  TORCH_CHECK(index.scalar_type() == at::kLong || index.scalar_type() == at::kInt,
+              "index_reduce_(): Expected dtype int32/int64 for index");
+  TORCH_CHECK(self.scalar_type() == source.scalar_type(), "index_reduce_(): self (", self.scalar_type(),
+              ") and source (", source.scalar_type(), ") must have the same scalar type");
+  Tensor self1 = self.dim() == 0 ? self.reshape({1}) : self;
+  Tensor src = source.dim() == 0 ? source.reshape({1}) : source;
+  dim = at::maybe_wrap_dim(dim, self1.dim());
+  TORCH_CHECK(src.dim() == self1.dim(), "index_reduce_(): self (", self.dim(), "-d) and source (", source.dim(),
+              "-d) must have the same number of dimensions");
+  TORCH_CHECK(index.numel() == src.size(dim), "index_reduce_(): Number of indices (", index.numel(),
+              ") should be equal to source.size(dim) (", src.size(dim), ")");
+  std::vector<int64_t> shape(src.dim(), 1);
+  shape[dim] = -1;
+  Tensor idx = index.reshape(shape).expand(src.sizes()).to(at::kLong);
+  Tensor r = k_scatter_reduce(self1, dim, idx, src, reduce, include_self);
   return self.dim() == 0 ? r.reshape({}) : r;
 }
 
@@ -2208,6 +2305,33 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   });
   m.impl("cumprod", k_cumprod);
   m.impl("linalg_vector_norm", k_vector_norm);
+  m.impl("norm.ScalarOpt_dim", [](const Tensor& x, const std::optional<Scalar>& p, at::IntArrayRef d, bool k) {
+    return k_norm_dims(x, p, d, k, std::nullopt);
+  });
+  m.impl("norm.ScalarOpt_dim_dtype", [](const Tensor& x, const std::optional<Scalar>& p, at::IntArrayRef d, bool k,
+                                        at::ScalarType dt) { return k_norm_dims(x, p, d, k, dt); });
+  m.impl("norm.out", [](const Tensor& x, const std::optional<Scalar>& p, at::IntArrayRef d, bool k,
+                        Tensor& out) -> Tensor& { return into(out, k_norm_dims(x, p, d, k, std::nullopt)); });
+  m.impl("norm.dtype_out", [](const Tensor& x, const std::optional<Scalar>& p, at::IntArrayRef d, bool k,
+                              at::ScalarType dt, Tensor& out) -> Tensor& {
+    return into(out, k_norm_dims(x, p, d, k, dt));
+  });
+  m.impl("norm.Scalar", [](const Tensor& x, const Scalar& p) { return k_norm_all(x, p, std::nullopt); });
+  m.impl("norm.Scalar_out", [](const Tensor& x, const Scalar& p, Tensor& out) -> Tensor& {
+    return into(out, k_norm_all(x, p, std::nullopt));
+  });
+  m.impl("norm.ScalarOpt_dtype", [](const Tensor& x, const std::optional<Scalar>& p, at::ScalarType dt) {
+    return k_norm_all(x, p, dt);
+  });
+  m.impl("norm.ScalarOpt_dtype_out", [](const Tensor& x, const std::optional<Scalar>& p, at::ScalarType dt,
+                                        Tensor& out) -> Tensor& { return into(out, k_norm_all(x, p, dt)); });
+  m.impl("count_nonzero.dim_IntList", k_count_nonzero);
+  m.impl("count_nonzero.dim_IntList_out", [](const Tensor& x, at::IntArrayRef d, Tensor& out) -> Tensor& {
+    return into(out, k_count_nonzero(x, d));
+  });
+  m.impl("count_nonzero", [](const Tensor& x, std::optional<int64_t> d) {
+    return d.has_value() ? k_count_nonzero(x, {*d}) : k_count_nonzero(x, {});
+  });
 
   // Linear algebra.
   m.impl("mm", k_mm);
@@ -2257,12 +2381,42 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_embedding_bag_per_sample_weights_backward", k_embedding_bag_psw_bw);
   m.impl("nll_loss_forward", k_nll_loss_fwd);
   m.impl("nll_loss_backward", k_nll_loss_bw);
+  // The spatial forms (cross_entropy on [N, C, H, W]): the op reads any
+  // trailing dims, so the same kernels, with torch's 2-d checks first.
+  m.impl("nll_loss2d_forward", [](const Tensor& x, const Tensor& t, const OptTensor& w, int64_t red, int64_t ig) {
+    check_nll2d(x, t);
+    return k_nll_loss_fwd(x, t, w, red, ig);
+  });
+  m.impl("nll_loss2d_forward.output", [](const Tensor& x, const Tensor& t, const OptTensor& w, int64_t red,
+                                         int64_t ig, Tensor& out, Tensor& total) {
+    check_nll2d(x, t);
+    return into_all([&] { return k_nll_loss_fwd(x, t, w, red, ig); }, out, total);
+  });
+  m.impl("nll_loss2d_backward", [](const Tensor& g, const Tensor& x, const Tensor& t, const OptTensor& w,
+                                   int64_t red, int64_t ig, const Tensor& total) {
+    check_nll2d(x, t);
+    return k_nll_loss_bw(g, x, t, w, red, ig, total);
+  });
+  m.impl("nll_loss2d_backward.grad_input", [](const Tensor& g, const Tensor& x, const Tensor& t, const OptTensor& w,
+                                              int64_t red, int64_t ig, const Tensor& total, Tensor& out) -> Tensor& {
+    check_nll2d(x, t);
+    return into(out, k_nll_loss_bw(g, x, t, w, red, ig, total));
+  });
   m.impl("mse_loss", k_mse_loss);
   m.impl("mse_loss_backward", k_mse_loss_bw);
 
   // Random.
   m.impl("uniform_", k_uniform_);
   m.impl("normal_", k_normal_);
+  m.impl("normal.Tensor_Tensor", k_normal_tt);
+  m.impl("normal.Tensor_float", k_normal_tf);
+  m.impl("normal.float_Tensor", k_normal_ft);
+  m.impl("normal.Tensor_Tensor_out", [](const Tensor& m, const Tensor& s, std::optional<at::Generator> g,
+                                        Tensor& out) -> Tensor& { return into(out, k_normal_tt(m, s, g)); });
+  m.impl("normal.Tensor_float_out", [](const Tensor& m, double s, std::optional<at::Generator> g,
+                                       Tensor& out) -> Tensor& { return into(out, k_normal_tf(m, s, g)); });
+  m.impl("normal.float_Tensor_out", [](double m, const Tensor& s, std::optional<at::Generator> g,
+                                       Tensor& out) -> Tensor& { return into(out, k_normal_ft(m, s, g)); });
   m.impl("bernoulli_.float", k_bernoulli_f);
   m.impl("bernoulli", k_bernoulli_t);
   m.impl("randperm.generator_out", [](int64_t n, std::optional<at::Generator> gen, Tensor& out) -> Tensor& {
@@ -2534,6 +2688,18 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
     return inplace(x, k_scatter_value(x, d, i, v));
   });
   m.impl("scatter_add", k_scatter_add);
+  m.impl("scatter_reduce.two", k_scatter_reduce);
+  m.impl("scatter_reduce_.two", [](Tensor& x, int64_t d, const Tensor& i, const Tensor& s, c10::string_view r,
+                                   bool self) -> Tensor& { return inplace(x, k_scatter_reduce(x, d, i, s, r, self)); });
+  m.impl("scatter_reduce.two_out", [](const Tensor& x, int64_t d, const Tensor& i, const Tensor& s,
+                                      c10::string_view r, bool self, Tensor& out) -> Tensor& {
+    return into(out, k_scatter_reduce(x, d, i, s, r, self));
+  });
+  m.impl("index_reduce", k_index_reduce);
+  m.impl("index_reduce_", [](Tensor& x, int64_t d, const Tensor& i, const Tensor& s, c10::string_view r,
+                             bool self) -> Tensor& { return inplace(x, k_index_reduce(x, d, i, s, r, self)); });
+  m.impl("index_reduce.out", [](const Tensor& x, int64_t d, const Tensor& i, const Tensor& s, c10::string_view r,
+                                bool self, Tensor& out) -> Tensor& { return into(out, k_index_reduce(x, d, i, s, r, self)); });
   m.impl("scatter_add_", [](Tensor& x, int64_t d, const Tensor& i, const Tensor& s) -> Tensor& {
     return inplace(x, k_scatter_add(x, d, i, s));
   });
@@ -2542,6 +2708,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("triu", k_triu);
   m.impl("triu_", [](Tensor& x, int64_t d) -> Tensor& { return inplace(x, k_triu(x, d)); });
   m.impl("flip", k_flip);
+  m.impl("channel_shuffle", k_channel_shuffle);
+  m.impl("native_channel_shuffle", k_channel_shuffle);
+  m.impl("channel_shuffle.out", [](const Tensor& x, int64_t g, Tensor& out) -> Tensor& {
+    return into(out, k_channel_shuffle(x, g));
+  });
   m.impl("repeat", k_repeat);
   m.impl("constant_pad_nd", k_constant_pad_nd);
   m.impl("sort", k_sort);
@@ -2956,6 +3127,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
     return into(out, call1("polygamma", {x}, Attrs().i("n", n)));
   });
   m.impl("signbit", [](const Tensor& x) { return call1("signbit", {x}); });
+  m.impl("angle", k_angle);
+  m.impl("angle.out", [](const Tensor& x, Tensor& out) -> Tensor& { return into(out, k_angle(x)); });
   m.impl("signbit.out", [](const Tensor& x, Tensor& out) -> Tensor& { return into(out, call1("signbit", {x})); });
   m.impl("copysign.Tensor", [](const Tensor& a, const Tensor& b) { return call1("copysign", {a, b}); });
   m.impl("copysign_.Tensor",

@@ -1699,3 +1699,104 @@ def test_repeat_interleave_with_tensor_repeats(mode, no_fallback):
             torch.repeat_interleave(bad.to("tpu"))
     with pytest.raises(RuntimeError, match="Long or Int"):
         torch.repeat_interleave(torch.ones(2, device="tpu"))
+
+
+@pytest.mark.parametrize("reduce", ("sum", "prod", "mean", "amax", "amin"))
+def test_scatter_reduce_and_index_reduce(reduce, mode, no_fallback):
+    """torch.scatter_reduce with and without self (positions no index
+    names keep self's value), float and integer (an integer mean rounds
+    down), in place and out=; index_reduce along a dim; the errors."""
+    torch.manual_seed(5)
+    x = torch.randn(3, 6)
+    idx = torch.tensor([[0, 5, 0, 2], [1, 1, 1, 1], [4, 3, 4, 3]])
+    src = torch.randn(3, 4)
+    xi, srci = torch.randint(-9, 9, (3, 6)), torch.randint(-9, 9, (3, 4))
+    for include_self in (True, False):
+        for a, s in ((x, src), (xi, srci)):
+            want = a.scatter_reduce(1, idx, s, reduce, include_self=include_self)
+            close(a.to("tpu").scatter_reduce(1, idx.to("tpu"), s.to("tpu"), reduce, include_self=include_self), want)
+        t = x.to("tpu")
+        t.scatter_reduce_(0, idx[:, :3].remainder(3).to("tpu"), src.to("tpu"), reduce, include_self=include_self)
+        close(t, x.clone().scatter_reduce_(0, idx[:, :3].remainder(3), src, reduce, include_self=include_self))
+        if reduce != "sum":
+            i = torch.tensor([2, 0, 2, 5])
+            close(x.to("tpu").index_reduce(1, i.to("tpu"), src.to("tpu"), reduce, include_self=include_self),
+                  x.index_reduce(1, i, src, reduce, include_self=include_self))
+    out = torch.empty(0, device="tpu")
+    torch.scatter_reduce(x.to("tpu"), 1, idx.to("tpu"), src.to("tpu"), reduce, out=out)
+    close(out, x.scatter_reduce(1, idx, src, reduce))
+    with pytest.raises(RuntimeError, match="dtype"):
+        x.to("tpu").scatter_reduce(1, idx.to("tpu"), srci.to("tpu"), reduce)
+    with pytest.raises(RuntimeError, match="must be either sum, prod, mean, amax or amin, got median"):
+        x.to("tpu").scatter_reduce(1, idx.to("tpu"), src.to("tpu"), "median")
+    with pytest.raises(RuntimeError, match="Expected reduce to be one of prod, mean, amax or amin but got sum"):
+        x.to("tpu").index_reduce(1, torch.tensor([0, 1, 2, 3], device="tpu"), src.to("tpu"), "sum")
+
+
+def test_spatial_nll_norm_count_nonzero_angle_channel_shuffle(mode, no_fallback):
+    """What segmentation and metric-learning code reaches: cross_entropy on
+    [N, C, H, W] (nll_loss2d) with weights and an ignored class, forward
+    and backward; the legacy torch.norm (pairwise_distance, triplet
+    loss); count_nonzero; angle of a real tensor; channel_shuffle."""
+    torch.manual_seed(6)
+    logits = torch.randn(2, 4, 3, 5, requires_grad=True)
+    target = torch.randint(0, 4, (2, 3, 5))
+    target[0, 0, 0] = -100
+    w = torch.rand(4) + 0.5
+    lt = logits.detach().to("tpu").requires_grad_()
+    for reduction in ("mean", "sum", "none"):
+        got = F.cross_entropy(lt, target.to("tpu"), weight=w.to("tpu"), reduction=reduction)
+        want = F.cross_entropy(logits, target, weight=w, reduction=reduction)
+        close(got, want)
+        got.sum().backward()
+        want.sum().backward()
+        close(lt.grad, logits.grad)
+        lt.grad, logits.grad = None, None
+    with pytest.raises(RuntimeError, match="only batches of spatial targets supported"):
+        torch.ops.aten.nll_loss2d_forward(lt.detach(), target[0].to("tpu"), None, 1, -100)
+    a, p, n = torch.randn(4, 6), torch.randn(4, 6), torch.randn(4, 6)
+    close(F.triplet_margin_loss(a.to("tpu"), p.to("tpu"), n.to("tpu")), F.triplet_margin_loss(a, p, n))
+    close(F.pairwise_distance(a.to("tpu"), p.to("tpu"), p=1.5), F.pairwise_distance(a, p, p=1.5))
+    close(torch.norm(a.to("tpu"), dim=1), torch.norm(a, dim=1))
+    close(torch.norm(a.to("tpu"), 3, dim=(0, 1), keepdim=True), torch.norm(a, 3, dim=(0, 1), keepdim=True))
+    close(torch.norm(a.to("tpu"), float("inf")), torch.norm(a, float("inf")))
+    close(torch.norm(a.to("tpu"), 2, dim=0, dtype=torch.float64), torch.norm(a, 2, dim=0, dtype=torch.float64))
+    c = torch.tensor([[0.0, 1.5, 0.0], [2.0, 0.0, -1.0]])
+    close(torch.count_nonzero(c.to("tpu")), torch.count_nonzero(c))
+    close(torch.count_nonzero(c.to("tpu"), dim=1), torch.count_nonzero(c, dim=1))
+    close(torch.count_nonzero(c.to("tpu"), dim=(0, 1)), torch.count_nonzero(c, dim=(0, 1)))
+    r = torch.tensor([1.0, -2.0, 0.0, -0.0, float("inf"), -float("inf"), float("nan")])
+    torch.testing.assert_close(torch.angle(r.to("tpu")).cpu(), torch.angle(r), equal_nan=True)
+    close(torch.angle(torch.tensor([3, -1, 0], device="tpu")), torch.angle(torch.tensor([3, -1, 0])))
+    x = torch.arange(2 * 6 * 2 * 2, dtype=torch.float32).reshape(2, 6, 2, 2)
+    close(F.channel_shuffle(x.to("tpu"), 3), F.channel_shuffle(x, 3))
+    close(torch.nn.ChannelShuffle(2)(x.to("tpu")), torch.nn.ChannelShuffle(2)(x))
+    with pytest.raises(RuntimeError, match="Number of channels must be divisible by groups. Got 6 channels and 4"):
+        F.channel_shuffle(x.to("tpu"), 4)
+
+
+def test_normal_with_tensor_mean_or_std(mode, no_fallback):
+    """torch.normal with a tensor mean, std or both: the broadcast shape,
+    the moments, a generator's repeatability, and a negative std's error."""
+    n = 20000
+    mean = torch.linspace(-2, 2, 5).repeat(n // 5).to("tpu")
+    std = torch.tensor([0.5, 1.0, 2.0, 0.1, 3.0]).repeat(n // 5).to("tpu")
+    for draw, sd, mu in (
+        (lambda: torch.normal(mean, 2.0), torch.full((5,), 2.0), torch.linspace(-2, 2, 5)),
+        (lambda: torch.normal(1.5, std), torch.tensor([0.5, 1.0, 2.0, 0.1, 3.0]), torch.full((5,), 1.5)),
+        (lambda: torch.normal(mean, std), torch.tensor([0.5, 1.0, 2.0, 0.1, 3.0]), torch.linspace(-2, 2, 5)),
+    ):
+        z = draw()
+        assert z.device.type == "tpu" and z.shape == (n,)
+        z = z.cpu().reshape(-1, 5)
+        assert torch.allclose(z.mean(0), mu, atol=0.15), z.mean(0)
+        assert torch.allclose(z.std(0), sd, rtol=0.1), z.std(0)
+    assert torch.normal(torch.zeros(3, 1, device="tpu"), torch.ones(4, device="tpu")).shape == (3, 4)
+    g = torch.Generator(device="tpu").manual_seed(8)
+    a = torch.normal(mean[:10], std[:10], generator=g).cpu()
+    g.manual_seed(8)
+    out = torch.empty(0, device="tpu")
+    torch.normal(mean[:10], std[:10], generator=g, out=out)
+    assert torch.equal(out.cpu(), a)
+    with pytest.raises(RuntimeError, match="normal expects all elements of std >= 0.0"):
+        torch.normal(mean[:3], torch.tensor([1.0, -1.0, 1.0], device="tpu"))

@@ -3275,6 +3275,293 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
          });
 }
 
+
+// --- composed from other tpu kernels ---------------------------------------
+// Layers, losses and helpers that the op library has no op of its own for,
+// built here from aten ops that each run on a tpu kernel (so they run
+// natively, with the CPU fallback off, on both platforms). A C frontend
+// does not get these through the C ABI; each is a candidate for an op of
+// its own in the library.
+
+namespace {
+
+// nonzero_static: nonzero's coordinates for the first `size` true
+// elements, fill_value past the count; its shape is static, so unlike
+// nonzero nothing is read back.
+Tensor k_nonzero_static(const Tensor& x, int64_t size, int64_t fill) {
+  TORCH_CHECK(size >= 0, "nonzero_static: 'size' must be an non-negative integer");
+  const int64_t n = x.numel(), r = x.dim();
+  auto lo = x.options().dtype(at::kLong);
+  if (size == 0 || r == 0) {
+    if (r > 0) return empty({size, r}, at::kLong, dev(x));
+    // A 0-d tensor: one row of no coordinates where it is nonzero.
+    return empty({size, 0}, at::kLong, dev(x));
+  }
+  Tensor flat = x.reshape({-1}) != 0;
+  Tensor pos = at::cumsum(flat, 0, at::kLong) - 1;
+  // The first `size` true elements to their slots, the rest to a spare.
+  Tensor slot = at::where(at::logical_and(flat, pos < size), pos, at::full_like(pos, size));
+  Tensor lin = at::zeros({size + 1}, lo).scatter_add(0, slot, at::arange(n, lo)).narrow(0, 0, size);
+  Tensor filled = at::arange(size, lo) < flat.sum();
+  std::vector<Tensor> cols;
+  int64_t stride = n;
+  for (int64_t d = 0; d < r; ++d) {
+    stride /= x.size(d);
+    cols.push_back(at::remainder(at::div(lin, stride, "floor"), x.size(d)));
+  }
+  Tensor coords = at::stack(cols, 1);
+  return at::where(filled.unsqueeze(1), coords, at::full_like(coords, fill));
+}
+
+// embedding_renorm_ (nn.Embedding's max_norm): the rows `indices` names
+// whose norm exceeds max_norm scaled to max_norm / (norm + 1e-7), in
+// place; the rows read, rescaled and written back (a row named twice is
+// written twice with the same values).
+Tensor& k_embedding_renorm_(Tensor& self, const Tensor& indices, double max_norm, double norm_type) {
+  TORCH_CHECK(self.dim() == 2, "embedding_renorm_(): expected a 2-D weight, got ", self.dim(), "-D");
+  TORCH_CHECK(indices.scalar_type() == at::kLong || indices.scalar_type() == at::kInt,
+              "embedding_renorm_(): Expected indices to have type int or long");
+  Tensor idx = indices.reshape({-1}).to(at::kLong);
+  if (idx.numel() == 0) return self;
+  Tensor rows = self.index_select(0, idx);
+  Tensor norms = at::linalg_vector_norm(rows, norm_type, at::IntArrayRef{1}, true, std::nullopt);
+  Tensor scale = at::where(norms > max_norm, at::reciprocal(norms + 1e-7) * max_norm, at::ones_like(norms));
+  self.index_put_({idx}, rows * scale);
+  return self;
+}
+
+// renorm: each slice along `dim` whose p-norm exceeds maxnorm scaled to
+// maxnorm / (norm + 1e-7), as torch's kernel does.
+Tensor k_renorm(const Tensor& x, const Scalar& p, int64_t dim, const Scalar& maxnorm) {
+  TORCH_CHECK(p.toDouble() > 0, "renorm: non-positive-norm not supported");
+  TORCH_CHECK(maxnorm.toDouble() >= 0, "renorm: expected maxnorm to be >= 0 but got ", maxnorm.toDouble());
+  TORCH_CHECK(x.dim() > 1, "renorm: input needs at least 2 dimensions, got ", x.dim(), " dimensions");
+  dim = at::maybe_wrap_dim(dim, x.dim());
+  std::vector<int64_t> others;
+  for (int64_t d = 0; d < x.dim(); ++d)
+    if (d != dim) others.push_back(d);
+  Tensor norm = at::linalg_vector_norm(x, p, others, true, std::nullopt);
+  const double m = maxnorm.toDouble();
+  Tensor factor = at::where(norm > m, at::reciprocal(norm + 1e-7) * m, at::ones_like(norm));
+  return x * factor;
+}
+
+// pdist: the upper triangle (row-major, diagonal excluded) of cdist(x, x),
+// computed directly (no matrix product) as torch's pdist is.
+Tensor pdist_positions(int64_t n, const Tensor& like) {
+  Tensor iu = at::triu_indices(n, n, 1, like.options().dtype(at::kLong));
+  return iu.select(0, 0) * n + iu.select(0, 1);
+}
+Tensor k_pdist(const Tensor& x, double p) {
+  TORCH_CHECK(x.dim() == 2, "pdist only supports 2D tensors, got: ", x.dim(), "D");
+  TORCH_CHECK(p >= 0, "pdist only supports non-negative p values");
+  const int64_t n = x.size(0);
+  if (n <= 1) return empty({0}, x.scalar_type(), dev(x));
+  Tensor d = call1("cdist", {x, x}, Attrs().f("p", p));
+  return d.reshape({-1}).index_select(0, pdist_positions(n, x));
+}
+// Its gradient: the upper triangle's gradient G placed in an n x n matrix;
+// x is both of cdist's operands, so its gradient is cdist's first
+// operand's for G + Gᵀ.
+Tensor k_pdist_bw(const Tensor& g, const Tensor& x, double p, const Tensor& pdist) {
+  const int64_t n = x.size(0);
+  if (n <= 1 || g.numel() == 0) return at::zeros_like(x);
+  Tensor lin = pdist_positions(n, x);
+  Tensor G = at::zeros({n * n}, g.options()).index_put_({lin}, g).view({n, n});
+  Tensor D = at::zeros({n * n}, pdist.options()).index_put_({lin}, pdist).view({n, n});
+  return call1("cdist_backward", {G + G.t(), x, x, D + D.t()}, Attrs().f("p", p));
+}
+
+// max_unpool: each value written at its flat position within its plane
+// (N, C) of the output, zeros elsewhere; an index outside the plane is the
+// scatter's error.
+Tensor max_unpool(const Tensor& x, const Tensor& indices, at::IntArrayRef size, int64_t spatial) {
+  TORCH_CHECK(indices.scalar_type() == at::kLong, "elements in indices should be type int64 but got: ",
+              indices.scalar_type());
+  TORCH_CHECK(static_cast<int64_t>(size.size()) == spatial, "There should be exactly ", spatial,
+              " elements (height, width) in output_size, but got ", size.size(), " elements.");
+  TORCH_CHECK(x.dim() == spatial + 1 || x.dim() == spatial + 2, "Input to max_unpooling", spatial, "d should be a ",
+              spatial + 1, "d or ", spatial + 2, "d Tensor, but got a tensor with ", x.dim(), " dimensions.");
+  TORCH_CHECK(x.sizes().equals(indices.sizes()),
+              "Expected shape of indices to be same as that of the input tensor (", x.sizes(),
+              ") but got indices tensor with shape: ", indices.sizes());
+  std::vector<int64_t> out(x.sizes().begin(), x.sizes().end() - spatial);
+  int64_t plane = 1;
+  for (int64_t s : size) {
+    out.push_back(s);
+    plane *= s;
+  }
+  const int64_t lead = x.dim() - spatial;
+  std::vector<int64_t> flat(x.sizes().begin(), x.sizes().begin() + lead);
+  std::vector<int64_t> flat_out = flat;
+  flat.push_back(-1);
+  flat_out.push_back(plane);
+  Tensor z = at::zeros(flat_out, x.options());
+  return z.scatter(lead, indices.reshape(flat), x.reshape(flat)).view(out);
+}
+
+// rrelu (training): each negative element times a draw from U(lower,
+// upper), that draw kept in `noise` (1 for the others) for the backward;
+// in eval, leaky_relu with the mean slope.
+Tensor k_rrelu_with_noise(const Tensor& x, Tensor& noise, const Scalar& lower, const Scalar& upper, bool training,
+                          std::optional<at::Generator> gen) {
+  const double lo = lower.toDouble(), hi = upper.toDouble();
+  if (!training) return call1("leaky_relu", {x}, Attrs().f("negative_slope", (lo + hi) / 2));
+  TORCH_CHECK(lo <= hi, "Lower bound should be less than or equal to the upper bound");
+  Tensor r = at::empty_like(x);
+  k_uniform_(r, lo, hi, gen);
+  Tensor neg = x <= 0;
+  Tensor a = at::where(neg, r, at::ones_like(r));
+  noise.resize_(x.sizes());
+  copy_into(noise, a, false);
+  return x * a;
+}
+Tensor k_rrelu_with_noise_bw(const Tensor& g, const Tensor& x, const Tensor& noise, const Scalar& lower,
+                             const Scalar& upper, bool training, bool is_result) {
+  const double lo = lower.toDouble(), hi = upper.toDouble();
+  if (training && hi - lo > 1e-6) return g * noise;
+  return call1("leaky_relu_backward", {g, x}, Attrs().f("negative_slope", (lo + hi) / 2));
+}
+
+// multi_margin_loss: per sample, the sum over the other classes j of
+// w[y] max(0, margin - x[y] + x[j])^p over C.
+struct MultiMargin {
+  Tensor x, target, is_y, z;  // [N, C], [N], [N, C] bool, x[j] - x[y]
+  int64_t c;
+};
+MultiMargin multi_margin(const Tensor& self, const Tensor& target, const Scalar& p, const OptTensor& weight) {
+  TORCH_CHECK(p.toDouble() == 1 || p.toDouble() == 2, "only p == 1 and p == 2 supported");
+  TORCH_CHECK(self.dim() <= 2 && self.numel() > 0, "Expected non-empty vector or matrix with optional 0-dim batch size, but got: ",
+              self.sizes());
+  Tensor x = self.dim() <= 1 ? self.reshape({1, -1}) : self;
+  const int64_t n = x.size(0), c = x.size(1);
+  TORCH_CHECK(target.numel() == n && target.dim() <= 1, "inconsistent target size, expected ", n, " but got ",
+              target.sizes());
+  TORCH_CHECK(!weight.has_value() || !weight->defined() || (weight->dim() <= 1 && weight->numel() == c),
+              "inconsistent weight size, expected ", c, " but got ", weight->sizes());
+  Tensor t = target.reshape({n}).to(at::kLong);
+  Tensor xy = x.gather(1, t.unsqueeze(1));
+  Tensor is_y = at::arange(c, t.options()).unsqueeze(0) == t.unsqueeze(1);
+  return {x, t, is_y, x - xy, c};
+}
+Tensor class_weight_of(const MultiMargin& mm, const OptTensor& weight) {
+  return weight.has_value() && weight->defined() ? weight->reshape({-1}).index_select(0, mm.target).unsqueeze(1)
+                                                 : Tensor();
+}
+Tensor k_multi_margin_loss(const Tensor& self, const Tensor& target, const Scalar& p, const Scalar& margin,
+                           const OptTensor& weight, int64_t reduction) {
+  MultiMargin mm = multi_margin(self, target, p, weight);
+  Tensor z = (mm.z + margin.toDouble()).clamp_min(0);
+  if (p.toDouble() == 2) z = z * z;
+  Tensor w = class_weight_of(mm, weight);
+  if (w.defined()) z = z * w;
+  Tensor loss = z.masked_fill(mm.is_y, 0).sum(1) / static_cast<double>(mm.c);
+  if (reduction == at::Reduction::Mean) return loss.mean();
+  if (reduction == at::Reduction::Sum) return loss.sum();
+  return loss.view(target.sizes());
+}
+Tensor k_multi_margin_loss_bw(const Tensor& grad, const Tensor& self, const Tensor& target, const Scalar& p,
+                              const Scalar& margin, const OptTensor& weight, int64_t reduction) {
+  MultiMargin mm = multi_margin(self, target, p, weight);
+  Tensor z = mm.z + margin.toDouble();
+  Tensor active = at::logical_and(z > 0, at::logical_not(mm.is_y));
+  Tensor dz = p.toDouble() == 2 ? at::where(active, z * 2, at::zeros_like(z)) : active.to(z.scalar_type());
+  Tensor w = class_weight_of(mm, weight);
+  if (w.defined()) dz = dz * w;
+  const int64_t n = mm.x.size(0);
+  Tensor g = reduction == at::Reduction::None ? grad.reshape({n, 1})
+             : reduction == at::Reduction::Mean ? grad / static_cast<double>(n)
+                                                : grad;
+  dz = dz * g / static_cast<double>(mm.c);
+  Tensor dx = dz - mm.is_y.to(dz.scalar_type()) * dz.sum(1, true);
+  return dx.view(self.sizes());
+}
+
+// multilabel_margin_loss: target rows list classes up to the first -1;
+// per sample, the sum over listed classes j and unlisted classes k of
+// max(0, 1 - (x[j] - x[k])) over C. is_target marks the listed classes.
+struct MultiLabel {
+  Tensor x, listed, idx, is_target, z;  // z [N, C(j), C(k)]: 1 - x[t_j] + x[k]
+  int64_t c;
+};
+MultiLabel multilabel(const Tensor& self, const Tensor& target) {
+  TORCH_CHECK(self.dim() <= 2 && self.numel() > 0, "Expected non-empty vector or matrix with optional 0-dim batch size, but got: ",
+              self.sizes());
+  TORCH_CHECK(target.sizes().equals(self.sizes()), "inconsistent target size: ", target.sizes(), " for input of size: ",
+              self.sizes());
+  Tensor x = self.dim() <= 1 ? self.reshape({1, -1}) : self;
+  Tensor t = target.reshape(x.sizes()).to(at::kLong);
+  const int64_t c = x.size(1);
+  // Listed: before the row's first -1.
+  Tensor listed = at::cumsum(t == -1, 1, at::kLong) == 0;
+  Tensor idx = at::where(listed, t, at::zeros_like(t));
+  Tensor is_target = at::zeros_like(x).scatter_reduce(1, idx, listed.to(x.scalar_type()), "amax", true);
+  Tensor xt = x.gather(1, idx);
+  Tensor z = x.unsqueeze(1) - xt.unsqueeze(2) + 1.0;
+  return {x, listed, idx, is_target, z, c};
+}
+Tensor multilabel_pairs(const MultiLabel& ml) {
+  return at::logical_and(ml.listed.unsqueeze(2), (ml.is_target == 0).unsqueeze(1));
+}
+std::tuple<Tensor, Tensor> k_multilabel_margin_loss(const Tensor& self, const Tensor& target, int64_t reduction) {
+  MultiLabel ml = multilabel(self, target);
+  Tensor z = at::where(multilabel_pairs(ml), ml.z.clamp_min(0), at::zeros_like(ml.z));
+  Tensor loss = z.sum({1, 2}) / static_cast<double>(ml.c);
+  Tensor is_target = ml.is_target.view(self.sizes());
+  if (reduction == at::Reduction::Mean) return {loss.mean(), is_target};
+  if (reduction == at::Reduction::Sum) return {loss.sum(), is_target};
+  return {self.dim() <= 1 ? loss.squeeze(0) : loss, is_target};
+}
+Tensor k_multilabel_margin_loss_bw(const Tensor& grad, const Tensor& self, const Tensor& target, int64_t reduction,
+                                   const Tensor& is_target) {
+  MultiLabel ml = multilabel(self, target);
+  Tensor active = at::logical_and(multilabel_pairs(ml), ml.z > 0).to(ml.x.scalar_type());
+  // +1 at each unlisted k per active pair, -1 at the listed class t_j.
+  Tensor dk = active.sum(1);
+  Tensor dj = at::zeros_like(ml.x).scatter_add(1, ml.idx, -active.sum(2) * ml.listed.to(ml.x.scalar_type()));
+  const int64_t n = ml.x.size(0);
+  Tensor g = reduction == at::Reduction::None ? grad.reshape({n, 1})
+             : reduction == at::Reduction::Mean ? grad / static_cast<double>(n)
+                                                : grad;
+  return ((dk + dj) * g / static_cast<double>(ml.c)).view(self.sizes());
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("nonzero_static", k_nonzero_static);
+  m.impl("nonzero_static.out", [](const Tensor& x, int64_t size, int64_t fill, Tensor& out) -> Tensor& {
+    return into(out, k_nonzero_static(x, size, fill));
+  });
+  m.impl("embedding_renorm_", k_embedding_renorm_);
+  m.impl("renorm", k_renorm);
+  m.impl("renorm_", [](Tensor& x, const Scalar& p, int64_t d, const Scalar& mx) -> Tensor& {
+    return inplace(x, k_renorm(x, p, d, mx));
+  });
+  m.impl("renorm.out", [](const Tensor& x, const Scalar& p, int64_t d, const Scalar& mx, Tensor& out) -> Tensor& {
+    return into(out, k_renorm(x, p, d, mx));
+  });
+  m.impl("_pdist_forward", k_pdist);
+  m.impl("_pdist_backward", k_pdist_bw);
+  m.impl("max_unpool2d", [](const Tensor& x, const Tensor& i, at::IntArrayRef size) { return max_unpool(x, i, size, 2); });
+  m.impl("max_unpool2d.out", [](const Tensor& x, const Tensor& i, at::IntArrayRef size, Tensor& out) -> Tensor& {
+    return into(out, max_unpool(x, i, size, 2));
+  });
+  m.impl("max_unpool3d", [](const Tensor& x, const Tensor& i, at::IntArrayRef size, at::IntArrayRef, at::IntArrayRef) {
+    return max_unpool(x, i, size, 3);
+  });
+  m.impl("rrelu_with_noise", k_rrelu_with_noise);
+  m.impl("rrelu_with_noise_", [](Tensor& x, Tensor& noise, const Scalar& lo, const Scalar& hi, bool training,
+                                 std::optional<at::Generator> g) -> Tensor& {
+    return inplace(x, k_rrelu_with_noise(x, noise, lo, hi, training, g));
+  });
+  m.impl("rrelu_with_noise_backward", k_rrelu_with_noise_bw);
+  m.impl("multi_margin_loss", k_multi_margin_loss);
+  m.impl("multi_margin_loss_backward", k_multi_margin_loss_bw);
+  m.impl("multilabel_margin_loss_forward", k_multilabel_margin_loss);
+  m.impl("multilabel_margin_loss_backward", k_multilabel_margin_loss_bw);
+}
+
 }  // namespace tpurt_torch
 
 // scaled_dot_product_attention asks this dispatch stub (not the aten op)

@@ -1800,3 +1800,102 @@ def test_normal_with_tensor_mean_or_std(mode, no_fallback):
     assert torch.equal(out.cpu(), a)
     with pytest.raises(RuntimeError, match="normal expects all elements of std >= 0.0"):
         torch.normal(mean[:3], torch.tensor([1.0, -1.0, 1.0], device="tpu"))
+
+
+def fwd_bwd(f, *args, tol=1e-5):
+    """f on tpu against f on the CPU: the value and the first argument's
+    gradient (for a backward through the sum of squares of the result)."""
+    outs = []
+    for device in ("cpu", "tpu"):
+        a = [x.detach().to(device).requires_grad_(i == 0 and x.is_floating_point()) if isinstance(x, torch.Tensor)
+             else x for i, x in enumerate(args)]
+        y = f(*a)
+        (y.square().sum()).backward()
+        outs.append((y.detach().cpu(), a[0].grad.cpu()))
+    (y_cpu, g_cpu), (y_tpu, g_tpu) = outs
+    torch.testing.assert_close(y_tpu, y_cpu, atol=tol, rtol=tol)
+    torch.testing.assert_close(g_tpu, g_cpu, atol=tol, rtol=tol)
+
+
+def test_nonzero_static_embedding_max_norm_and_renorm(mode, no_fallback):
+    """nonzero_static (no read back: its shape is static) cut short, padded
+    and on a 0-d tensor; nn.Embedding's max_norm renormalizing the rows
+    it reads, in place; renorm with its gradient."""
+    x = torch.tensor([[0, 3, 0], [1, 0, 2]])
+    for size, fill in ((2, -1), (3, -1), (6, -9), (0, 5)):
+        close(torch.nonzero_static(x.to("tpu"), size=size, fill_value=fill),
+              torch.nonzero_static(x, size=size, fill_value=fill))
+    close(torch.nonzero_static(torch.tensor(2.0, device="tpu"), size=3), torch.nonzero_static(torch.tensor(2.0), size=3))
+    with pytest.raises(RuntimeError, match="'size' must be an non-negative integer"):
+        torch.nonzero_static(x.to("tpu"), size=-1)
+    torch.manual_seed(7)
+    w = torch.randn(6, 4) * 2
+    idx = torch.tensor([[0, 2, 2], [5, 0, 1]])
+    wt = w.to("tpu")
+    for norm_type in (2.0, 1.0):
+        got = F.embedding(idx.to("tpu"), wt, max_norm=1.5, norm_type=norm_type)
+        want = F.embedding(idx, w, max_norm=1.5, norm_type=norm_type)
+        close(got, want)
+        close(wt, w)
+    a = torch.randn(3, 4, 2) * 3
+    for p, dim, maxnorm in ((2, 0, 2.0), (1, 1, 1.0), (3, -1, 0.5)):
+        fwd_bwd(lambda t: torch.renorm(t, p, dim, maxnorm), a)
+    with pytest.raises(RuntimeError, match="renorm: non-positive-norm not supported"):
+        torch.renorm(a.to("tpu"), 0, 0, 1.0)
+
+
+def test_pdist_and_max_unpool(mode, no_fallback):
+    """pdist for several p with its gradient (two equal rows: a zero
+    distance); max_unpool2d and 3d after max_pool with return_indices, and
+    their gradients."""
+    torch.manual_seed(8)
+    x = torch.randn(5, 3)
+    x[3] = x[1]
+    for p in (2.0, 1.0, 3.0, float("inf")):
+        close(F.pdist(x.to("tpu"), p), F.pdist(x, p))
+    y = torch.randn(5, 3)
+    for p in (2.0, 1.0, 3.0):
+        fwd_bwd(lambda t: F.pdist(t, p), y)
+    assert F.pdist(torch.randn(1, 3, device="tpu")).shape == (0,)
+    img = torch.randn(2, 3, 6, 6)
+    pooled, ind = F.max_pool2d(img, 2, return_indices=True)
+    close(F.max_unpool2d(pooled.to("tpu"), ind.to("tpu"), 2), F.max_unpool2d(pooled, ind, 2))
+    close(F.max_unpool2d(pooled[0].to("tpu"), ind[0].to("tpu"), 2, output_size=(7, 7)),
+          F.max_unpool2d(pooled[0], ind[0], 2, output_size=(7, 7)))
+    fwd_bwd(lambda t, i: F.max_unpool2d(t, i, 2), pooled, ind)
+    vol = torch.randn(1, 2, 4, 4, 4)
+    pooled3, ind3 = F.max_pool3d(vol, 2, return_indices=True)
+    close(F.max_unpool3d(pooled3.to("tpu"), ind3.to("tpu"), 2), F.max_unpool3d(pooled3, ind3, 2))
+    with pytest.raises(RuntimeError, match="indices should be type int64"):
+        F.max_unpool2d(pooled.to("tpu"), ind.int().to("tpu"), 2)
+
+
+def test_rrelu_and_margin_losses(mode, no_fallback):
+    """rrelu in training (each negative element's slope drawn in [lower,
+    upper], the gradient that slope) and in eval; multi_margin_loss (p 1
+    and 2, margin, class weights, a single sample) and
+    multilabel_margin_loss (targets ending at -1), every reduction, with
+    gradients."""
+    torch.manual_seed(9)
+    x = torch.randn(200, device="tpu", requires_grad=True)
+    y = F.rrelu(x, 0.1, 0.3, training=True)
+    slope = (y / x).detach().cpu()
+    neg = x.detach().cpu() < 0
+    assert torch.all(slope[~neg] == 1) and torch.all((slope[neg] >= 0.1) & (slope[neg] <= 0.3))
+    assert slope[neg].std() > 0.02
+    y.sum().backward()
+    torch.testing.assert_close(x.grad.cpu(), slope)
+    close(F.rrelu(x.detach(), 0.1, 0.3, training=False), F.rrelu(x.detach().cpu(), 0.1, 0.3, training=False))
+    logits = torch.randn(4, 5)
+    target = torch.tensor([0, 4, 2, 2])
+    w = torch.rand(5) + 0.5
+    for reduction in ("mean", "sum", "none"):
+        for p in (1, 2):
+            fwd_bwd(lambda t, y: F.multi_margin_loss(t, y, p=p, margin=0.7, reduction=reduction), logits, target)
+            fwd_bwd(lambda t, y, w: F.multi_margin_loss(t, y, p=p, weight=w, reduction=reduction), logits, target, w)
+        fwd_bwd(lambda t, y: F.multi_margin_loss(t, y, reduction=reduction), logits[1], target[1])
+        labels = torch.tensor([[3, 0, -1, 1, 2], [1, 2, 3, 4, 0], [-1, 0, 0, 0, 0], [4, -1, 2, 2, 2]])
+        fwd_bwd(lambda t, y: F.multilabel_margin_loss(t, y, reduction=reduction), logits, labels)
+        fwd_bwd(lambda t, y: F.multilabel_margin_loss(t, y, reduction=reduction), logits[0], labels[0])
+    with pytest.raises(RuntimeError, match="only p == 1 and p == 2 supported"):
+        torch.ops.aten.multi_margin_loss(logits.to("tpu"), target.to("tpu"), 3, 1.0, None, 1)

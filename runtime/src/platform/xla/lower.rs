@@ -24,8 +24,9 @@ mod jacobi;
 /// transcendental functions at f32. 4: bf16 and f16 scatter sums and
 /// products at f32. 5: float max and min reductions propagate NaN. 6:
 /// elementwise float max and min propagate NaN from either operand. 7:
-/// Jacobi's sweeps end once only NaN rotates.
-pub const LOWERING_VERSION: u32 = 7;
+/// Jacobi's sweeps end once only NaN rotates. 8: f32 uniforms' Philox
+/// counters carry 1 in their top word (apart from the normals' blocks).
+pub const LOWERING_VERSION: u32 = 8;
 
 /// The precision a product or convolution of `d` operands is emitted at,
 /// None for none given: f32 at the product's own (HIGHEST, full f32, as
@@ -489,7 +490,8 @@ fn philox(
     ));
     // f32-based uniforms read one word per element: block
     // 16 floor(c / 64) + (c mod 16), word floor(c / 16) mod 4, with c's
-    // carry as bit 64 (`rng.rs`); the others take counter c itself.
+    // carry as bit 64 and 1 as the top counter word (`rng.rs`); the others
+    // take counter c itself.
     let per_word = distribution == RngDistribution::Uniform && out.dtype != DType::F64;
     let counter = if per_word {
         let c = |v: u64| format!("stablehlo.constant dense<{v}> : {u64t}");
@@ -539,7 +541,10 @@ fn philox(
             "{o}_x2_0 = stablehlo.convert {o}_wrapped : ({bt}) -> {u64t}"
         ));
     }
-    w(format!("{o}_x3_0 = stablehlo.constant dense<0> : {u64t}"));
+    let top = u64::from(per_word);
+    w(format!(
+        "{o}_x3_0 = stablehlo.constant dense<{top}> : {u64t}"
+    ));
     w(format!(
         "{o}_m0 = stablehlo.constant dense<3528531795> : {u64t}"
     ));

@@ -21,7 +21,13 @@
 //!   four elements. Position c = offset + i (the 128-bit sum above) lies
 //!   in group g = floor(c / 64) at r = c mod 64, and reads word
 //!   j = floor(r / 16) of the Philox of block b = 16 g + (r mod 16), whose
-//!   counter is (lo32(b), hi32(b), 0, 0) (b < 2^63). So a group's 64
+//!   counter is (lo32(b), hi32(b), 0, 1) (b < 2^63). The 1 in the top
+//!   word keeps these blocks apart from the per-element counters below
+//!   (top word 0): without it an f32 uniform draw and a normal draw at
+//!   other offsets read the same Philox outputs (the uniforms of counters
+//!   [n, 2n) read blocks [n/4, n/2), which a normal draw at [0, n) had
+//!   used), so a dropout mask drawn after an initialization could echo
+//!   it. So a group's 64
 //!   elements are the four words of its 16 blocks, word by word: sixteen
 //!   blocks run in vector lanes and each word lands as one run, with no
 //!   shuffling. The value is (wj >> 8) · 2^-24, in [0, 1). (One call per
@@ -99,7 +105,7 @@ fn group(key: [u32; 2], g: u64, out: &mut [f32]) {
     let (lo, hi) = (b as u32, (b >> 32) as u32);
     let mut words = [[0f32; LANES]; 4];
     for k in 0..LANES {
-        let w = philox4x32_10([lo | k as u32, hi, 0, 0], key);
+        let w = philox4x32_10([lo | k as u32, hi, 0, 1], key);
         for (run, &w) in words.iter_mut().zip(&w) {
             run[k] = uniform_f32(w);
         }
@@ -296,12 +302,40 @@ mod tests {
     /// Values from an independent implementation of the definition in the
     /// module comment (a short Python script), so the comment and the code
     /// agree; a change here changes every user's random numbers.
+    /// An f32 uniform draw reads Philox outputs that no per-element draw
+    /// (normal, f64 uniform) reads: the uniforms of counters [n, 2n), laid
+    /// four to a block over blocks [n/4, n/2), match none of the words of
+    /// blocks [0, n), which a normal draw at offset 0 used (every one of
+    /// them matched before the top-word tag).
+    #[test]
+    fn f32_uniforms_share_no_philox_words_with_per_element_draws() {
+        let (seed, n) = (42i64, 1024usize);
+        let key = [seed as u32, (seed >> 32) as u32];
+        let used: std::collections::HashSet<u32> = (0..n)
+            .flat_map(|b| words(key, 0, b))
+            .map(|w| uniform_f32(w).to_bits())
+            .collect();
+        let u = draw(
+            RngDistribution::Uniform,
+            DType::F32,
+            n as u64,
+            seed,
+            n as i64,
+        );
+        let shared = u
+            .iter()
+            .filter(|&&x| used.contains(&(x as f32).to_bits()))
+            .count();
+        // 1024 values against 4096 of 2^24: a chance match or two at most.
+        assert!(shared < 8, "{shared} of {n} shared");
+    }
+
     #[test]
     fn draws_follow_the_documented_definition() {
         let u32s = draw(RngDistribution::Uniform, DType::F32, 3, 42, 7);
         assert_eq!(
             u32s,
-            [0.3583604693412781, 0.5480090379714966, 0.2663445472717285]
+            [0.8506280779838562, 0.8510293960571289, 0.43557101488113403]
         );
         let u64s = draw(RngDistribution::Uniform, DType::F64, 3, 42, 7);
         assert_eq!(
@@ -326,27 +360,27 @@ mod tests {
         // 16 (c / 64) + c mod 16; positions 16, 17 and 48, 49 read words 1
         // and 3 of blocks 0 and 1.
         let u = draw(RngDistribution::Uniform, DType::F32, 2, 42, 16);
-        assert_eq!(u, [0.4685865044593811, 0.32706332206726074]);
+        assert_eq!(u, [0.5938701629638672, 0.35381215810775757]);
         let u = draw(RngDistribution::Uniform, DType::F32, 64, 42, 0);
-        assert_eq!(u[48..50], [0.3408614993095398, 0.45431554317474365]);
+        assert_eq!(u[48..50], [0.7850700616836548, 0.5736904144287109]);
         let u = draw(RngDistribution::Uniform, DType::F32, 3, -1, -2);
         assert_eq!(
             u,
-            [0.38131988048553467, 0.22297704219818115, 0.2448505163192749]
+            [0.7177761197090149, 0.6827231645584106, 0.6693233251571655]
         );
         // Positions 2^64 - 3 .. 2^64 + 4: the carry makes the group 2^58.
         let u = draw(RngDistribution::Uniform, DType::F32, 8, 5, -3);
         assert_eq!(
             u,
             [
-                0.04933977127075195,
-                0.49457645416259766,
-                0.20741385221481323,
-                0.34274178743362427,
-                0.26363247632980347,
-                0.4880269765853882,
-                0.10394072532653809,
-                0.7899156808853149
+                0.5474029779434204,
+                0.05205869674682617,
+                0.3025364279747009,
+                0.052629292011260986,
+                0.7157074809074402,
+                0.597711443901062,
+                0.7703291177749634,
+                0.07315653562545776
             ]
         );
     }

@@ -638,6 +638,32 @@ Tensor k_normal_ft(double mean, const Tensor& std, std::optional<at::Generator> 
   k_normal_(out, 0.0, 1.0, gen);
   return out.mul_(std).add_(mean);
 }
+// torch._standard_gamma (what torch.distributions' Gamma, Chi2, StudentT,
+// Beta and Dirichlet sample through) and torch.poisson: the op library's
+// samplers, whose elements each use a fixed number of counters (the op
+// library's GAMMA_COUNTERS and POISSON_COUNTERS; a runtime test pins them).
+constexpr uint64_t kGammaCounters = 33;
+constexpr uint64_t kPoissonCounters = 96;
+Tensor k_standard_gamma(const Tensor& alpha, std::optional<at::Generator> gen) {
+  if (alpha.numel() == 0) return empty(alpha.sizes(), alpha.scalar_type(), dev(alpha));
+  auto keys = rng_inputs(gen, dev(alpha), alpha.numel() * kGammaCounters);
+  return call1("standard_gamma", {alpha, keys[0], keys[1]});
+}
+// Dirichlet: gamma draws normalized along the last dim; a share below the
+// dtype's smallest normal number is that number, as torch's CPU returns.
+Tensor k_sample_dirichlet(const Tensor& alpha, std::optional<at::Generator> gen) {
+  Tensor g = k_standard_gamma(alpha, gen);
+  if (g.numel() == 0) return g;
+  const double tiny = alpha.scalar_type() == at::kDouble ? std::numeric_limits<double>::min()
+                                                          : std::numeric_limits<float>::min();
+  return (g / g.sum(-1, true)).clamp_min(tiny);
+}
+Tensor k_poisson(const Tensor& rate, std::optional<at::Generator> gen) {
+  if (rate.numel() == 0) return empty(rate.sizes(), rate.scalar_type(), dev(rate));
+  TORCH_CHECK(at::ge(rate, 0).all().item<bool>(), "invalid Poisson rate, expected rate to be non-negative");
+  auto keys = rng_inputs(gen, dev(rate), rate.numel() * kPoissonCounters);
+  return call1("poisson", {rate, keys[0], keys[1]});
+}
 Tensor& k_bernoulli_f(Tensor& self, double p, std::optional<at::Generator> gen) {
   TORCH_CHECK(0 <= p && p <= 1, "bernoulli_ expects p to be in [0, 1], but got p=", p);
   if (self.numel() == 0) return self;
@@ -2409,6 +2435,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("uniform_", k_uniform_);
   m.impl("normal_", k_normal_);
   m.impl("normal.Tensor_Tensor", k_normal_tt);
+  m.impl("_standard_gamma", k_standard_gamma);
+  m.impl("_sample_dirichlet", k_sample_dirichlet);
+  m.impl("poisson", k_poisson);
   m.impl("normal.Tensor_float", k_normal_tf);
   m.impl("normal.float_Tensor", k_normal_ft);
   m.impl("normal.Tensor_Tensor_out", [](const Tensor& m, const Tensor& s, std::optional<at::Generator> g,

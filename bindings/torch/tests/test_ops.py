@@ -1899,3 +1899,41 @@ def test_rrelu_and_margin_losses(mode, no_fallback):
         fwd_bwd(lambda t, y: F.multilabel_margin_loss(t, y, reduction=reduction), logits[0], labels[0])
     with pytest.raises(RuntimeError, match="only p == 1 and p == 2 supported"):
         torch.ops.aten.multi_margin_loss(logits.to("tpu"), target.to("tpu"), 3, 1.0, None, 1)
+
+
+def test_gamma_family_and_poisson_samplers(mode, no_fallback):
+    """torch.distributions' Gamma, Beta, Dirichlet, Chi2 and StudentT
+    sample on tpu (through _standard_gamma and _sample_dirichlet), and
+    torch.poisson: their means and variances over 20000 draws, a
+    generator's repeatability, and the errors torch's CPU gives."""
+    D = torch.distributions
+    n = 20000
+    torch.manual_seed(12)
+    conc = torch.tensor([0.4, 1.0, 3.0, 25.0], device="tpu")
+    rate = torch.tensor([1.0, 2.0, 0.5, 5.0], device="tpu")
+    g = D.Gamma(conc, rate).sample((n,))
+    assert g.device.type == "tpu" and g.shape == (n, 4) and bool((g > 0).all())
+    mean, var = conc.cpu() / rate.cpu(), conc.cpu() / rate.cpu() ** 2
+    assert torch.allclose(g.mean(0).cpu(), mean, rtol=0.05), g.mean(0)
+    assert torch.allclose(g.var(0).cpu(), var, rtol=0.1), g.var(0)
+    b = D.Beta(torch.tensor([2.0, 0.5], device="tpu"), torch.tensor([3.0, 0.5], device="tpu")).sample((n,)).cpu()
+    assert torch.allclose(b.mean(0), torch.tensor([0.4, 0.5]), atol=0.01), b.mean(0)
+    d = D.Dirichlet(torch.tensor([1.0, 2.0, 7.0], device="tpu")).sample((n,)).cpu()
+    assert torch.allclose(d.sum(1), torch.ones(n)) and torch.allclose(d.mean(0), torch.tensor([0.1, 0.2, 0.7]), atol=0.01)
+    c = D.Chi2(torch.tensor(4.0, device="tpu")).sample((n,)).cpu()
+    assert abs(c.mean().item() - 4.0) < 0.15 and abs(c.var().item() - 8.0) < 0.6
+    assert D.StudentT(torch.tensor(5.0, device="tpu")).sample((10,)).device.type == "tpu"
+    lam = torch.tensor([0.0, 0.7, 6.0, 10.0, 80.0], device="tpu")
+    p = torch.poisson(lam.expand(n, 5)).cpu()
+    assert torch.equal(p, p.floor()) and torch.equal(p[:, 0], torch.zeros(n))
+    assert torch.allclose(p.mean(0), lam.cpu(), rtol=0.05, atol=0.02), p.mean(0)
+    assert torch.allclose(p.var(0), lam.cpu(), rtol=0.1, atol=0.02), p.var(0)
+    gen = torch.Generator(device="tpu").manual_seed(4)
+    first = torch.poisson(lam, gen).cpu(), torch._standard_gamma(conc, gen).cpu()
+    gen.manual_seed(4)
+    assert torch.equal(torch.poisson(lam, gen).cpu(), first[0])
+    assert torch.equal(torch._standard_gamma(conc, gen).cpu(), first[1])
+    # Two draws in a row differ: the generator moved past every counter.
+    assert not torch.equal(torch._standard_gamma(conc, gen).cpu(), first[1])
+    with pytest.raises(RuntimeError, match="invalid Poisson rate, expected rate to be non-negative"):
+        torch.poisson(torch.tensor([1.0, -1.0], device="tpu"))

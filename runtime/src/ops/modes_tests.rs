@@ -2111,6 +2111,36 @@ fn random_cases() -> Vec<Case> {
             vec![x.clone()],
             &[("p", f(0.3)), ("seed", i(2))],
         ),
+        // Shapes below and above 1 (0 and a negative one floor at the
+        // smallest normal number); rates on both sides of 10.
+        c(
+            "standard_gamma",
+            vec![h(F32, &[6], &[0.3, 1.0, 2.5, 40.0, 0.0, -1.0])],
+            &[("seed", i(12)), ("offset", i(3))],
+        ),
+        c(
+            "standard_gamma",
+            vec![
+                range(F64, &[3, 4], 506, 0.05, 6.0),
+                scalar(I64, 2.0),
+                scalar(I64, 9.0),
+            ],
+            &[],
+        ),
+        c(
+            "poisson",
+            vec![h(F32, &[7], &[0.0, 0.5, 3.0, 9.9, 10.0, 55.5, 1e4])],
+            &[("seed", i(13))],
+        ),
+        c(
+            "poisson",
+            vec![
+                range(F64, &[2, 5], 507, 0.0, 30.0),
+                scalar(I64, 3.0),
+                scalar(I64, 1.0),
+            ],
+            &[],
+        ),
         c(
             "bernoulli",
             vec![
@@ -3236,6 +3266,8 @@ fn zero_size_cases() -> Vec<Case> {
         c("full", vec![], &[("size", is(&[0, 3])), ("value", f(1.0))]),
         c("normal", vec![], &[("size", is(&[0])), ("seed", i(4))]),
         c("bernoulli", vec![z.clone()], &[("seed", i(4))]),
+        c("standard_gamma", vec![z.clone()], &[("seed", i(4))]),
+        c("poisson", vec![z.clone()], &[("seed", i(4))]),
         c(
             "addmm",
             vec![f32s(&[4], 1507), f32s(&[0, 5], 1508), f32s(&[5, 4], 1509)],

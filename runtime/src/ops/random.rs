@@ -1,4 +1,5 @@
-//! Random ops: uniform, normal, bernoulli, dropout, randperm. Every draw comes from
+//! Random ops: uniform, normal, bernoulli, dropout, randperm, and the
+//! samplers standard_gamma and poisson. Every draw comes from
 //! the counter-based `Rng` primitive at a (seed, offset) the frontend
 //! supplies, so a seed gives the same numbers in every mode and on every
 //! platform; element i of a draw uses counter offset + i, so the frontend
@@ -12,10 +13,12 @@
 
 use super::attrs::Attrs;
 use super::emit::Emitter;
-use super::support::{compute_dtype, need_float, rng_draw, rng_keys, sizes_attr};
+use super::solve::slice;
+use super::special::lgamma_half_up;
+use super::support::{compute_dtype, i64_constant, need_float, rng_draw, rng_keys, sizes_attr};
 use super::{Arity, OpDef};
 use crate::error::{Error, Result};
-use crate::ir::{BinaryOp, CompareOp, DType, Prim, RngDistribution, ValueId};
+use crate::ir::{BinaryOp, CompareOp, DType, Prim, RngDistribution, UnaryOp, ValueId};
 
 fn float_dtype_attr(a: &Attrs) -> Result<DType> {
     let dt = a.dtype_opt("dtype")?.unwrap_or(DType::F32);
@@ -232,10 +235,261 @@ pub(super) fn keep_mask(
     e.compare(CompareOp::Lt, u, keep_p)
 }
 
+/// Rounds of Marsaglia and Tsang's rejection per gamma draw: each round
+/// accepts with probability above 0.95, so all of them fail with
+/// probability below 1e-20 (the candidate d, near the mode, is then
+/// returned).
+const GAMMA_ROUNDS: u64 = 16;
+/// Counters one standard_gamma element uses: a normal and a uniform per
+/// round, and one uniform for shapes below 1.
+pub(super) const GAMMA_COUNTERS: u64 = 2 * GAMMA_ROUNDS + 1;
+/// Uniforms in Knuth's product for rates below 10: the count exceeds 47
+/// with probability below 1e-17.
+const POISSON_PRODUCTS: u64 = 48;
+/// Rounds of Hörmann's PTRS for rates from 10: each accepts with
+/// probability above 0.89, so all fail with probability below 1e-22.
+const POISSON_ROUNDS: u64 = 24;
+/// Counters one poisson element uses (every element draws for both
+/// methods, so the count does not depend on the rates).
+pub(super) const POISSON_COUNTERS: u64 = POISSON_PRODUCTS + 2 * POISSON_ROUNDS;
+
+/// `rows` draws per element of `dims`, [rows, ..dims], at the keys' offset
+/// advanced by `skip` counters.
+fn draw_rows(
+    e: &mut Emitter,
+    keys: (ValueId, ValueId),
+    skip: u64,
+    distribution: RngDistribution,
+    cd: DType,
+    rows: u64,
+    dims: &[u64],
+) -> Result<ValueId> {
+    let offset = if skip == 0 {
+        keys.1
+    } else {
+        let s = i64_constant(e, skip as i64)?;
+        e.binary(BinaryOp::Add, keys.1, s)?
+    };
+    let mut d = vec![rows];
+    d.extend_from_slice(dims);
+    rng_draw(e, (keys.0, offset), distribution, cd, &d)
+}
+
+/// Row `k` of a [rows, ..dims] draw, shaped `dims`.
+fn draw_row(e: &mut Emitter, v: ValueId, k: u64) -> Result<ValueId> {
+    let d = e.dims(v);
+    let mut start = vec![0; d.len()];
+    start[0] = k;
+    let mut limit = d.clone();
+    limit[0] = k + 1;
+    let r = slice(e, v, &start, &limit)?;
+    e.reshape(r, &d[1..])
+}
+
+/// The per-element parameter input of a sampler and its keys: the
+/// parameter in the compute dtype, its dtype, dims and element count.
+fn sampler_input(
+    e: &mut Emitter,
+    x: &[ValueId],
+    a: &Attrs,
+    name: &str,
+) -> Result<(ValueId, DType, Vec<u64>, u64, (ValueId, ValueId))> {
+    let dt = need_float(e, x[0], name)?;
+    if x.len() == 2 {
+        return Err(Error::invalid(format!(
+            "takes {name}, or {name} with seed and offset as two scalar inputs"
+        )));
+    }
+    let keys = rng_keys(e, a, &x[1..])?;
+    let dims = e.dims(x[0]);
+    let n = dims.iter().product();
+    let v = e.convert(x[0], compute_dtype(dt)?)?;
+    Ok((v, dt, dims, n, keys))
+}
+
+/// The smallest positive normal number of `dt`.
+fn tiny(dt: DType) -> f64 {
+    match dt {
+        DType::F16 => 6.103_515_625e-5,
+        DType::F64 => f64::MIN_POSITIVE,
+        _ => f64::from(f32::MIN_POSITIVE),
+    }
+}
+
+/// standard_gamma(alpha, seed, offset): Gamma(alpha, 1) draws
+/// (torch._standard_gamma, under torch.distributions' Gamma, Chi2,
+/// StudentT, Beta and Dirichlet), by Marsaglia and Tsang's method ("A
+/// simple method for generating gamma variables", 2000): with d = α - 1/3
+/// and c = 1 / sqrt(9d), a normal x and v = (1 + c x)³ give d v where
+/// v > 0 and ln u < x²/2 + d - d v + d ln v; below 1, Gamma(α + 1) times
+/// u^(1/α). The first accepted of GAMMA_ROUNDS candidates is taken, so a
+/// draw has a fixed cost; each element uses GAMMA_COUNTERS counters (the
+/// frontend advances the offset by that times the element count).
+/// Results below the dtype's smallest normal number, and those of a
+/// shape that is not positive, are that number, as torch's CPU kernel
+/// returns them.
+fn standard_gamma(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let (alpha, dt, dims, n, keys) = sampler_input(e, x, a, "alpha")?;
+    let cd = e.dtype(alpha);
+    let z = draw_rows(e, keys, 0, RngDistribution::Normal, cd, GAMMA_ROUNDS, &dims)?;
+    let u = draw_rows(
+        e,
+        keys,
+        GAMMA_ROUNDS * n,
+        RngDistribution::Uniform,
+        cd,
+        GAMMA_COUNTERS - GAMMA_ROUNDS,
+        &dims,
+    )?;
+    let boost = e.compare_scalar(CompareOp::Lt, alpha, 1.0)?;
+    let raised = e.binary_scalar(BinaryOp::Add, alpha, 1.0)?;
+    let a1 = e.select(boost, raised, alpha)?;
+    let d = e.binary_scalar(BinaryOp::Sub, a1, 1.0 / 3.0)?;
+    let d9 = e.binary_scalar(BinaryOp::Mul, d, 9.0)?;
+    let c = e.unary(UnaryOp::Rsqrt, d9)?;
+    let one = e.full_like(alpha, 1.0)?;
+    // The first accepted candidate: rounds applied last to first.
+    let mut out = d;
+    for k in (0..GAMMA_ROUNDS).rev() {
+        let zk = draw_row(e, z, k)?;
+        let uk = draw_row(e, u, k)?;
+        let t = e.mul(c, zk)?;
+        let t = e.binary_scalar(BinaryOp::Add, t, 1.0)?;
+        let v = e.mul(t, t)?;
+        let v = e.mul(v, t)?;
+        let positive = e.compare_scalar(CompareOp::Gt, v, 0.0)?;
+        let safe = e.select(positive, v, one)?;
+        let lv = e.unary(UnaryOp::Log, safe)?;
+        let zz = e.mul(zk, zk)?;
+        let half = e.binary_scalar(BinaryOp::Mul, zz, 0.5)?;
+        let dv = e.mul(d, v)?;
+        let dlv = e.mul(d, lv)?;
+        let rhs = e.add(half, d)?;
+        let rhs = e.sub(rhs, dv)?;
+        let rhs = e.add(rhs, dlv)?;
+        let lu = e.unary(UnaryOp::Log, uk)?;
+        let below = e.compare(CompareOp::Lt, lu, rhs)?;
+        let accept = e.binary(BinaryOp::And, positive, below)?;
+        out = e.select(accept, dv, out)?;
+    }
+    // Below 1: times (1 - u)^(1/α), u in [0, 1).
+    let ub = draw_row(e, u, GAMMA_ROUNDS)?;
+    let w = e.sub(one, ub)?;
+    let lw = e.unary(UnaryOp::Log, w)?;
+    let p = e.div(lw, alpha)?;
+    let p = e.unary(UnaryOp::Exp, p)?;
+    let boosted = e.mul(out, p)?;
+    let out = e.select(boost, boosted, out)?;
+    let out = e.convert(out, dt)?;
+    // Not at least the smallest normal (NaN included): that number.
+    let floor = e.full_like(out, tiny(dt))?;
+    let enough = e.compare(CompareOp::Ge, out, floor)?;
+    Ok(vec![e.select(enough, out, floor)?])
+}
+
+/// poisson(rate, seed, offset): Poisson(rate) counts in rate's dtype
+/// (torch.poisson). Below 10, Knuth's count of the uniforms' prefix
+/// products above e^-rate (POISSON_PRODUCTS of them); from 10, Hörmann's
+/// transformed rejection with squeeze, PTRS ("The transformed rejection
+/// method for generating Poisson random variables", 1993), the first
+/// accepted of POISSON_ROUNDS candidates. Each element uses
+/// POISSON_COUNTERS counters. A negative rate is the frontend's check.
+fn poisson(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let (lam, dt, dims, _, keys) = sampler_input(e, x, a, "rate")?;
+    let u = draw_rows(
+        e,
+        keys,
+        0,
+        RngDistribution::Uniform,
+        e.dtype(lam),
+        POISSON_COUNTERS,
+        &dims,
+    )?;
+    let neg = e.unary(UnaryOp::Neg, lam)?;
+    let mut sum = e.full_like(lam, 0.0)?;
+    let mut count = e.full_like(lam, 0.0)?;
+    for i in 0..POISSON_PRODUCTS {
+        let ui = draw_row(e, u, i)?;
+        let l = e.unary(UnaryOp::Log, ui)?;
+        sum = e.add(sum, l)?;
+        let above = e.compare(CompareOp::Gt, sum, neg)?;
+        let above = e.convert(above, e.dtype(lam))?;
+        count = e.add(count, above)?;
+    }
+    // PTRS's constants, from the rate.
+    let slam = e.unary(UnaryOp::Sqrt, lam)?;
+    let loglam = e.unary(UnaryOp::Log, lam)?;
+    let b = e.binary_scalar(BinaryOp::Mul, slam, 2.53)?;
+    let b = e.binary_scalar(BinaryOp::Add, b, 0.931)?;
+    let aa = e.binary_scalar(BinaryOp::Mul, b, 0.02483)?;
+    let aa = e.binary_scalar(BinaryOp::Sub, aa, 0.059)?;
+    let b34 = e.binary_scalar(BinaryOp::Sub, b, 3.4)?;
+    let inv_alpha = e.full_like(lam, 1.1328)?;
+    let inv_alpha = e.div(inv_alpha, b34)?;
+    let inv_alpha = e.binary_scalar(BinaryOp::Add, inv_alpha, 1.1239)?;
+    let log_inv_alpha = e.unary(UnaryOp::Log, inv_alpha)?;
+    let b2 = e.binary_scalar(BinaryOp::Sub, b, 2.0)?;
+    let vr = e.full_like(lam, 3.6224)?;
+    let vr = e.div(vr, b2)?;
+    let vr = e.binary_scalar(BinaryOp::Sub, vr, 0.9277)?;
+    let vr = e.unary(UnaryOp::Neg, vr)?;
+    let two_a = e.binary_scalar(BinaryOp::Mul, aa, 2.0)?;
+    let zero = e.full_like(lam, 0.0)?;
+    let lam43 = e.binary_scalar(BinaryOp::Add, lam, 0.43)?;
+    let rounded = e.binary_scalar(BinaryOp::Add, lam, 0.5)?;
+    let mut out = e.unary(UnaryOp::Floor, rounded)?;
+    for r in (0..POISSON_ROUNDS).rev() {
+        let ur = draw_row(e, u, POISSON_PRODUCTS + 2 * r)?;
+        let v = draw_row(e, u, POISSON_PRODUCTS + 2 * r + 1)?;
+        let uu = e.binary_scalar(BinaryOp::Sub, ur, 0.5)?;
+        let au = e.unary(UnaryOp::Abs, uu)?;
+        let us = e.full_like(lam, 0.5)?;
+        let us = e.sub(us, au)?;
+        // k = floor((2a / us + b) U + λ + 0.43)
+        let q = e.div(two_a, us)?;
+        let q = e.add(q, b)?;
+        let q = e.mul(q, uu)?;
+        let q = e.add(q, lam43)?;
+        let k = e.unary(UnaryOp::Floor, q)?;
+        let wide = e.compare_scalar(CompareOp::Ge, us, 0.07)?;
+        let low_v = e.compare(CompareOp::Le, v, vr)?;
+        let quick = e.binary(BinaryOp::And, wide, low_v)?;
+        let negative = e.compare_scalar(CompareOp::Lt, k, 0.0)?;
+        let narrow = e.compare_scalar(CompareOp::Lt, us, 0.013)?;
+        let high_v = e.compare(CompareOp::Gt, v, us)?;
+        let squeeze = e.binary(BinaryOp::And, narrow, high_v)?;
+        let reject = e.binary(BinaryOp::Or, negative, squeeze)?;
+        // ln V + ln(1/α) - ln(a / us² + b) <= -λ + k ln λ - ln Γ(k + 1)
+        let lv = e.unary(UnaryOp::Log, v)?;
+        let us2 = e.mul(us, us)?;
+        let t = e.div(aa, us2)?;
+        let t = e.add(t, b)?;
+        let lt = e.unary(UnaryOp::Log, t)?;
+        let lhs = e.add(lv, log_inv_alpha)?;
+        let lhs = e.sub(lhs, lt)?;
+        let k0 = e.max(k, zero)?;
+        let k1 = e.binary_scalar(BinaryOp::Add, k0, 1.0)?;
+        let lg = lgamma_half_up(e, k1, e.dtype(lam))?;
+        let kl = e.mul(k, loglam)?;
+        let rhs = e.add(neg, kl)?;
+        let rhs = e.sub(rhs, lg)?;
+        let full = e.compare(CompareOp::Le, lhs, rhs)?;
+        let keep = e.unary(UnaryOp::Not, reject)?;
+        let full = e.binary(BinaryOp::And, keep, full)?;
+        let accept = e.binary(BinaryOp::Or, quick, full)?;
+        out = e.select(accept, k, out)?;
+    }
+    let small = e.compare_scalar(CompareOp::Lt, lam, 10.0)?;
+    let out = e.select(small, count, out)?;
+    Ok(vec![e.convert(out, dt)?])
+}
+
 pub(super) const OPS: &[OpDef] = &[
     def!("uniform", Arity::Between(0, 2), uniform),
     def!("normal", Arity::Between(0, 2), normal),
     def!("bernoulli", Arity::Between(1, 3), bernoulli),
     def!("dropout", Arity::Between(1, 3), dropout),
     def!("randperm", Arity::Between(0, 2), randperm),
+    def!("standard_gamma", Arity::Between(1, 3), standard_gamma),
+    def!("poisson", Arity::Between(1, 3), poisson),
 ];

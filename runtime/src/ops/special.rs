@@ -120,7 +120,7 @@ fn sin_cos_pi(e: &mut Emitter, r: ValueId) -> Result<(ValueId, ValueId)> {
 
 /// ln Γ(w) for w ≥ 1/2: Stirling's series at z = w, or at z = w + 8 less
 /// ln(w (w + 1) ... (w + 7)) below 8.
-fn lgamma_half_up(e: &mut Emitter, w: ValueId, ct: DType) -> Result<ValueId> {
+pub(super) fn lgamma_half_up(e: &mut Emitter, w: ValueId, ct: DType) -> Result<ValueId> {
     let low = e.compare_scalar(CompareOp::Lt, w, STIRLING_FROM)?;
     let shifted = e.binary_scalar(BinaryOp::Add, w, STIRLING_FROM)?;
     let z = e.select(low, shifted, w)?;

@@ -1816,3 +1816,62 @@ fn nansum_counts_nan_as_zero() {
     assert_eq!(s.ty.dtype, DType::I64);
     close(&s, &[6.0], 0.0);
 }
+
+/// The samplers' moments over 40000 draws each: Gamma(α) has mean and
+/// variance α; Poisson(λ) has mean and variance λ, on both sides of the
+/// method switch at 10 (each within 5 standard errors; the variance's
+/// standard error from the fourth moment). Counts are whole numbers.
+#[test]
+fn gamma_and_poisson_draws_have_their_moments() {
+    let n = 40_000usize;
+    let moments = |v: &[f64]| {
+        let m = v.iter().sum::<f64>() / v.len() as f64;
+        let var = v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len() - 1) as f64;
+        (m, var)
+    };
+    // (shape, fourth central moment of Gamma(α): 3α² + 6α)
+    for (k, alpha) in [0.3f64, 1.0, 2.5, 20.0].into_iter().enumerate() {
+        let a = t(DType::F64, &[n as u64], &vec![alpha; n]);
+        let seed = Attrs::new().with("seed", int(100 + k as i64));
+        let v = run1("standard_gamma", &[&a], seed).to_f64_vec();
+        assert!(v.iter().all(|&x| x > 0.0));
+        let (m, var) = moments(&v);
+        let se_m = (alpha / n as f64).sqrt();
+        let se_v = ((3.0 * alpha * alpha + 6.0 * alpha - alpha * alpha) / n as f64).sqrt();
+        assert!((m - alpha).abs() < 5.0 * se_m, "Gamma({alpha}): mean {m}");
+        assert!(
+            (var - alpha).abs() < 5.0 * se_v,
+            "Gamma({alpha}): variance {var}"
+        );
+    }
+    // Fourth central moment of Poisson(λ): λ + 3λ².
+    for (k, lam) in [0.5f64, 4.0, 9.5, 12.0, 300.0].into_iter().enumerate() {
+        let r = t(DType::F32, &[n as u64], &vec![lam; n]);
+        let seed = Attrs::new().with("seed", int(200 + k as i64));
+        let v = run1("poisson", &[&r], seed).to_f64_vec();
+        assert!(v.iter().all(|&x| x >= 0.0 && x == x.floor()));
+        let (m, var) = moments(&v);
+        let se_m = (lam / n as f64).sqrt();
+        let se_v = ((lam + 3.0 * lam * lam - lam * lam) / n as f64).sqrt();
+        assert!((m - lam).abs() < 5.0 * se_m, "Poisson({lam}): mean {m}");
+        assert!(
+            (var - lam).abs() < 5.0 * se_v,
+            "Poisson({lam}): variance {var}"
+        );
+    }
+    let zero = run1(
+        "poisson",
+        &[&t(DType::F32, &[3], &[0.0; 3])],
+        Attrs::new().with("seed", int(1)),
+    );
+    assert_eq!(zero.to_f64_vec(), [0.0; 3]);
+}
+
+/// The counters a sampler's element uses are the frontend's to skip: the
+/// torch binding advances its generator by these (kGammaCounters and
+/// kPoissonCounters in bindings/torch/csrc/ops.cpp). Change both together.
+#[test]
+fn sampler_counter_counts_are_the_bindings() {
+    assert_eq!(super::random::GAMMA_COUNTERS, 33);
+    assert_eq!(super::random::POISSON_COUNTERS, 96);
+}

@@ -286,14 +286,18 @@ fn draw_row(e: &mut Emitter, v: ValueId, k: u64) -> Result<ValueId> {
     e.reshape(r, &d[1..])
 }
 
-/// The per-element parameter input of a sampler and its keys: the
-/// parameter in the compute dtype, its dtype, dims and element count.
-fn sampler_input(
-    e: &mut Emitter,
-    x: &[ValueId],
-    a: &Attrs,
-    name: &str,
-) -> Result<(ValueId, DType, Vec<u64>, u64, (ValueId, ValueId))> {
+/// A sampler's per-element parameter and keys.
+struct Sampler {
+    /// The parameter in the compute dtype.
+    param: ValueId,
+    /// The parameter's (and the result's) dtype.
+    dtype: DType,
+    dims: Vec<u64>,
+    count: u64,
+    keys: (ValueId, ValueId),
+}
+
+fn sampler_input(e: &mut Emitter, x: &[ValueId], a: &Attrs, name: &str) -> Result<Sampler> {
     let dt = need_float(e, x[0], name)?;
     if x.len() == 2 {
         return Err(Error::invalid(format!(
@@ -303,8 +307,14 @@ fn sampler_input(
     let keys = rng_keys(e, a, &x[1..])?;
     let dims = e.dims(x[0]);
     let n = dims.iter().product();
-    let v = e.convert(x[0], compute_dtype(dt)?)?;
-    Ok((v, dt, dims, n, keys))
+    let param = e.convert(x[0], compute_dtype(dt)?)?;
+    Ok(Sampler {
+        param,
+        dtype: dt,
+        dims,
+        count: n,
+        keys,
+    })
 }
 
 /// The smallest positive normal number of `dt`.
@@ -329,7 +339,13 @@ fn tiny(dt: DType) -> f64 {
 /// shape that is not positive, are that number, as torch's CPU kernel
 /// returns them.
 fn standard_gamma(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
-    let (alpha, dt, dims, n, keys) = sampler_input(e, x, a, "alpha")?;
+    let Sampler {
+        param: alpha,
+        dtype: dt,
+        dims,
+        count: n,
+        keys,
+    } = sampler_input(e, x, a, "alpha")?;
     let cd = e.dtype(alpha);
     let z = draw_rows(e, keys, 0, RngDistribution::Normal, cd, GAMMA_ROUNDS, &dims)?;
     let u = draw_rows(
@@ -395,7 +411,13 @@ fn standard_gamma(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<Value
 /// accepted of POISSON_ROUNDS candidates. Each element uses
 /// POISSON_COUNTERS counters. A negative rate is the frontend's check.
 fn poisson(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
-    let (lam, dt, dims, _, keys) = sampler_input(e, x, a, "rate")?;
+    let Sampler {
+        param: lam,
+        dtype: dt,
+        dims,
+        keys,
+        ..
+    } = sampler_input(e, x, a, "rate")?;
     let u = draw_rows(
         e,
         keys,

@@ -24,6 +24,7 @@
 #include <ATen/ops/_foreach_zero_native.h>
 #include <ATen/ops/_foreach_pow_native.h>
 #include <ATen/native/DispatchStub.h>
+#include <ATen/native/UnaryOps.h>
 #include <ATen/native/transformers/attention.h>
 #include <torch/library.h>
 
@@ -3148,6 +3149,13 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   TPU_UNARY(m, "lgamma", "lgamma");
   TPU_UNARY(m, "digamma", "digamma");
   TPU_UNARY(m, "erfc", "erfc");
+  TPU_UNARY(m, "i0", "i0");
+  m.impl("special_i0e", [](const Tensor& x) { return call1("i0e", {x}); });
+  m.impl("special_i0e.out", [](const Tensor& x, Tensor& out) -> Tensor& { return into(out, call1("i0e", {x})); });
+  m.impl("special_i1", [](const Tensor& x) { return call1("i1", {x}); });
+  m.impl("special_i1.out", [](const Tensor& x, Tensor& out) -> Tensor& { return into(out, call1("i1", {x})); });
+  m.impl("special_i1e", [](const Tensor& x) { return call1("i1e", {x}); });
+  m.impl("special_i1e.out", [](const Tensor& x, Tensor& out) -> Tensor& { return into(out, call1("i1e", {x})); });
   m.impl("polygamma", [](int64_t n, const Tensor& x) { return call1("polygamma", {x}, Attrs().i("n", n)); });
   m.impl("polygamma_", [](Tensor& x, int64_t n) -> Tensor& {
     return inplace(x, call1("polygamma", {x}, Attrs().i("n", n)));
@@ -3429,6 +3437,18 @@ Tensor max_unpool(const Tensor& x, const Tensor& indices, at::IntArrayRef size, 
   return z.scatter(lead, indices.reshape(flat), x.reshape(flat)).view(out);
 }
 
+// kaiser_window: torch's factory fills an arange through this dispatch
+// stub, which here writes I0(beta sqrt(1 - ((n - a) / a)^2)) / I0(beta),
+// a = (N - 1) / 2, on the op library's i0.
+void kaiser_window_kernel(at::TensorIteratorBase& iter, const int64_t length, const double beta) {
+  Tensor out = iter.tensor(0);
+  Tensor n = iter.tensor(1).to(at::kDouble == out.scalar_type() ? at::kDouble : at::kFloat);
+  const double a = static_cast<double>(length - 1) / 2.0;
+  Tensor r = (n - a) / a;
+  Tensor w = at::i0((1 - r * r).clamp_min(0).sqrt() * beta) / at::i0(at::full({}, beta, n.options()));
+  copy_into(out, w.to(out.scalar_type()), false);
+}
+
 // rrelu (training): each negative element times a draw from U(lower,
 // upper), that draw kept in `noise` (1 for the others) for the backward;
 // in eval, leaky_relu with the mean slope.
@@ -3598,4 +3618,6 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 // ops are registered above.
 namespace at::native {
 REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &tpurt_torch::sdp_choice_stub);
+// torch.kaiser_window's factory fills its window through this stub.
+REGISTER_PRIVATEUSE1_DISPATCH(kaiser_window_stub, &tpurt_torch::kaiser_window_kernel);
 }  // namespace at::native

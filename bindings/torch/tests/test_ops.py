@@ -1937,3 +1937,21 @@ def test_gamma_family_and_poisson_samplers(mode, no_fallback):
     assert not torch.equal(torch._standard_gamma(conc, gen).cpu(), first[1])
     with pytest.raises(RuntimeError, match="invalid Poisson rate, expected rate to be non-negative"):
         torch.poisson(torch.tensor([1.0, -1.0], device="tpu"))
+
+
+def test_bessel_i_and_kaiser_window(mode, no_fallback):
+    """i0, i0e, i1 and i1e against torch's CPU on both sides of the
+    asymptotic switch, f32 and f64, with gradients (each one's is built
+    from the others); kaiser_window (torch's stub, filled on tpu)."""
+    for dtype, tol in ((torch.float32, 2e-6), (torch.float64, 1e-13)):
+        x = torch.linspace(-45, 45, 91, dtype=dtype)
+        for f in (torch.i0, torch.special.i0e, torch.special.i1, torch.special.i1e):
+            got, want = f(x.to("tpu")).cpu(), f(x)
+            torch.testing.assert_close(got, want, rtol=tol, atol=0)
+    xs = torch.tensor([-25.0, -3.0, 0.5, 4.0, 30.0], dtype=torch.float64)
+    for f in (torch.i0, torch.special.i0e, torch.special.i1, torch.special.i1e):
+        fwd_bwd(f, xs, tol=1e-10)
+    for args in ((5,), (8, False), (9, True, 5.0), (1,), (0,)):
+        torch.testing.assert_close(torch.kaiser_window(*args, device="tpu").cpu(), torch.kaiser_window(*args))
+    torch.testing.assert_close(torch.kaiser_window(12, dtype=torch.float64, device="tpu").cpu(),
+                               torch.kaiser_window(12, dtype=torch.float64), rtol=1e-13, atol=1e-15)

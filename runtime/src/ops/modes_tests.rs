@@ -3973,6 +3973,12 @@ fn math_and_activation_cases() -> Vec<Case> {
         ),
         c("nan_to_num", vec![x.clone()], &[("nan", f(1.0))]),
         c("nan_to_num", vec![whole(I64, &[6], 3045, -3, 3)], &[]),
+        // Both sides of the asymptotic switch (12 at f32, 20 at f64).
+        c("i0", vec![range(F32, &[5, 7], 3046, -30.0, 30.0)], &[]),
+        c("i0e", vec![range(F64, &[5, 7], 3047, -40.0, 40.0)], &[]),
+        c("i1", vec![range(F64, &[5, 7], 3048, -40.0, 40.0)], &[]),
+        c("i1e", vec![range(BF16, &[5, 7], 3049, -30.0, 30.0)], &[]),
+        c("i1", vec![whole(I64, &[6], 3050, -20, 20)], &[]),
     ];
     let z = f32s(&[0, 3], 3040);
     cases.push(c("polygamma", vec![z.clone()], &[("n", i(2))]));
@@ -3997,6 +4003,10 @@ fn math_and_activation_cases() -> Vec<Case> {
         "lgamma",
         "digamma",
         "erfc",
+        "i0",
+        "i0e",
+        "i1",
+        "i1e",
         "nan_to_num",
         "elu",
         "leaky_relu",

@@ -3437,6 +3437,36 @@ Tensor max_unpool(const Tensor& x, const Tensor& indices, at::IntArrayRef size, 
   return z.scatter(lead, indices.reshape(flat), x.reshape(flat)).view(out);
 }
 
+// Weight normalization's fused pair (what torch._weight_norm calls for
+// dim 0 or the last dim: nn.utils.weight_norm and its parametrization):
+// w = v g / ||v||, the norm over every dim but `dim` (kept as size 1, so
+// it has g's shape; f32 for half inputs, as torch's CPU kernel keeps it),
+// and its backward with s = sum(grad_w v) per slice:
+// grad_g = s / n, grad_v = g / n (grad_w - v s / n^2).
+std::vector<int64_t> dims_except(const Tensor& v, int64_t dim) {
+  TORCH_CHECK(dim >= 0 && dim < v.dim(), "_weight_norm_interface: dim ", dim, " out of range for a ", v.dim(),
+              "-d tensor");
+  std::vector<int64_t> others;
+  for (int64_t d = 0; d < v.dim(); ++d)
+    if (d != dim) others.push_back(d);
+  return others;
+}
+std::tuple<Tensor, Tensor> k_weight_norm(const Tensor& v, const Tensor& g, int64_t dim) {
+  auto others = dims_except(v, dim);
+  const bool half = v.scalar_type() == at::kHalf || v.scalar_type() == at::kBFloat16;
+  Tensor norms = at::linalg_vector_norm(v, 2, others, true, half ? std::optional(at::kFloat) : std::nullopt);
+  Tensor w = v * (g / norms).to(v.scalar_type());
+  return {w, norms};
+}
+std::tuple<Tensor, Tensor> k_weight_norm_bw(const Tensor& grad_w, const Tensor& v, const Tensor& g,
+                                            const Tensor& norms, int64_t dim) {
+  auto others = dims_except(v, dim);
+  Tensor s = (grad_w * v).sum(others, true, norms.scalar_type());
+  Tensor grad_g = (s / norms).to(g.scalar_type());
+  Tensor grad_v = ((g / norms) * (grad_w - v * (s / (norms * norms)))).to(v.scalar_type());
+  return {grad_v, grad_g};
+}
+
 // kaiser_window: torch's factory fills an arange through this dispatch
 // stub, which here writes I0(beta sqrt(1 - ((n - a) / a)^2)) / I0(beta),
 // a = (N - 1) / 2, on the op library's i0.
@@ -3583,6 +3613,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
     return into(out, k_nonzero_static(x, size, fill));
   });
   m.impl("embedding_renorm_", k_embedding_renorm_);
+  m.impl("_weight_norm_interface", k_weight_norm);
+  m.impl("_weight_norm_interface_backward", k_weight_norm_bw);
   m.impl("renorm", k_renorm);
   m.impl("renorm_", [](Tensor& x, const Scalar& p, int64_t d, const Scalar& mx) -> Tensor& {
     return inplace(x, k_renorm(x, p, d, mx));

@@ -1955,3 +1955,30 @@ def test_bessel_i_and_kaiser_window(mode, no_fallback):
         torch.testing.assert_close(torch.kaiser_window(*args, device="tpu").cpu(), torch.kaiser_window(*args))
     torch.testing.assert_close(torch.kaiser_window(12, dtype=torch.float64, device="tpu").cpu(),
                                torch.kaiser_window(12, dtype=torch.float64), rtol=1e-13, atol=1e-15)
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=str)
+def test_weight_norm(dtype, mode, no_fallback):
+    """torch._weight_norm's fused pair (dim 0 and the last dim), through
+    nn.utils.weight_norm and the parametrization: the weight, the norms
+    and the gradients of g and v, against torch's CPU; dim None (the whole
+    tensor) takes torch's composite path."""
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.manual_seed(13)
+    for dim in (0, 2, None):
+        conv = torch.nn.Conv1d(3, 4, 5).to(dtype)
+        ref = torch.nn.utils.parametrizations.weight_norm(conv, dim=dim)
+        dev = torch.nn.utils.parametrizations.weight_norm(torch.nn.Conv1d(3, 4, 5).to(dtype), dim=dim).to("tpu")
+        dev.load_state_dict(ref.state_dict())
+        x = torch.randn(2, 3, 9, dtype=dtype)
+        y_ref, y = ref(x), dev(x.to("tpu"))
+        torch.testing.assert_close(y.cpu(), y_ref, rtol=tol, atol=tol)
+        y_ref.square().sum().backward()
+        y.square().sum().backward()
+        for p_ref, p in zip(ref.parameters(), dev.parameters()):
+            torch.testing.assert_close(p.grad.cpu(), p_ref.grad, rtol=tol * 10, atol=tol * 10)
+    v, g = torch.randn(4, 3, dtype=dtype), torch.rand(4, 1, dtype=dtype) + 0.5
+    w, n = torch._weight_norm_interface(v.to("tpu"), g.to("tpu"), 0)
+    w_ref, n_ref = torch._weight_norm_interface(v, g, 0)
+    assert n.dtype == n_ref.dtype and n.shape == n_ref.shape
+    torch.testing.assert_close(w.cpu(), w_ref, rtol=tol, atol=tol)

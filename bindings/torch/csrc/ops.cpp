@@ -3154,6 +3154,17 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("special_i0e.out", [](const Tensor& x, Tensor& out) -> Tensor& { return into(out, call1("i0e", {x})); });
   m.impl("special_i1", [](const Tensor& x) { return call1("i1", {x}); });
   m.impl("special_i1.out", [](const Tensor& x, Tensor& out) -> Tensor& { return into(out, call1("i1", {x})); });
+  m.impl("special_erfcx", [](const Tensor& x) { return call1("erfcx", {x}); });
+  m.impl("special_erfcx.out", [](const Tensor& x, Tensor& out) -> Tensor& { return into(out, call1("erfcx", {x})); });
+  m.impl("special_log_ndtr", [](const Tensor& x) { return call1("log_ndtr", {x}); });
+  m.impl("special_log_ndtr.out",
+         [](const Tensor& x, Tensor& out) -> Tensor& { return into(out, call1("log_ndtr", {x})); });
+  m.impl("special_entr", [](const Tensor& x) { return call1("entr", {x}); });
+  m.impl("special_entr.out", [](const Tensor& x, Tensor& out) -> Tensor& { return into(out, call1("entr", {x})); });
+  m.impl("special_xlog1py", [](const Tensor& a, const Tensor& b) { return call1("xlog1py", {a, b}); });
+  m.impl("special_xlog1py.out", [](const Tensor& a, const Tensor& b, Tensor& out) -> Tensor& {
+    return into(out, call1("xlog1py", {a, b}));
+  });
   m.impl("special_i1e", [](const Tensor& x) { return call1("i1e", {x}); });
   m.impl("special_i1e.out", [](const Tensor& x, Tensor& out) -> Tensor& { return into(out, call1("i1e", {x})); });
   m.impl("polygamma", [](int64_t n, const Tensor& x) { return call1("polygamma", {x}, Attrs().i("n", n)); });

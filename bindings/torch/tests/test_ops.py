@@ -1982,3 +1982,23 @@ def test_weight_norm(dtype, mode, no_fallback):
     w_ref, n_ref = torch._weight_norm_interface(v, g, 0)
     assert n.dtype == n_ref.dtype and n.shape == n_ref.shape
     torch.testing.assert_close(w.cpu(), w_ref, rtol=tol, atol=tol)
+
+
+def test_erfcx_log_ndtr_entr_and_xlog1py(no_fallback):
+    """torch.special's erfcx and log_ndtr through both tails (where the
+    unscaled products over- and underflow), entr (0 at 0, -inf below),
+    and xlog1py (0 where x is 0), f32 and f64, against torch's CPU; with
+    gradients (torch builds them from these and exp/log)."""
+    for dtype, tol in ((torch.float32, 4e-6), (torch.float64, 1e-12)):
+        x = torch.cat([torch.linspace(-8, 8, 33, dtype=dtype), torch.tensor([-26.0, 30.0, 1e3], dtype=dtype)])
+        for f in (torch.special.erfcx, torch.special.log_ndtr):
+            torch.testing.assert_close(f(x.to("tpu")).cpu(), f(x), rtol=tol, atol=0)
+        p = torch.tensor([0.0, 1e-30, 0.25, 1.0, 3.0, -1.0], dtype=dtype)
+        torch.testing.assert_close(torch.special.entr(p.to("tpu")).cpu(), torch.special.entr(p), rtol=tol, atol=0)
+        a = torch.tensor([0.0, 0.0, 2.0, -1.5, 3.0], dtype=dtype)
+        b = torch.tensor([-1.0, float("nan"), 1e-9, 2.0, -0.5], dtype=dtype)
+        torch.testing.assert_close(torch.special.xlog1py(a.to("tpu"), b.to("tpu")).cpu(), torch.special.xlog1py(a, b),
+                                   rtol=tol, atol=0, equal_nan=True)
+    xs = torch.tensor([-4.0, -0.2, 0.7, 5.0], dtype=torch.float64)
+    for f in (torch.special.erfcx, torch.special.log_ndtr, lambda t: torch.special.entr(t.abs())):
+        fwd_bwd(f, xs, tol=1e-10)

@@ -368,8 +368,18 @@ fn sinc(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
 
 /// xlogy(x, y) = x · log(y), 0 where x is 0, NaN where y is NaN.
 fn xlogy(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    xlog_in(e, x, a, UnaryOp::Log)
+}
+
+/// xlog1py(x, y) = x · log1p(y) (torch.special.xlog1py), 0 where x is 0,
+/// NaN where y is NaN.
+fn xlog1py(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    xlog_in(e, x, a, UnaryOp::Log1p)
+}
+
+fn xlog_in(e: &mut Emitter, x: &[ValueId], a: &Attrs, log: UnaryOp) -> Result<Vec<ValueId>> {
     binary_in(e, x, a, |e, p, q, _| {
-        let l = e.unary(UnaryOp::Log, q)?;
+        let l = e.unary(log, q)?;
         let r = e.mul(p, l)?;
         let zero = e.full_like(r, 0.0)?;
         let pz = e.compare_scalar(CompareOp::Eq, p, 0.0)?;
@@ -377,6 +387,25 @@ fn xlogy(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
         let nan = e.compare(CompareOp::Ne, q, q)?;
         let nans = e.full_like(r, f64::NAN)?;
         e.select(nan, nans, r)
+    })
+}
+
+/// entr(x) = -x · ln x (torch.special.entr): 0 at 0, -inf below 0, NaN
+/// for NaN.
+fn entr(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    unary_in(e, x[0], a, |e, v, _| {
+        let positive = e.compare_scalar(CompareOp::Gt, v, 0.0)?;
+        let one = e.full_like(v, 1.0)?;
+        let safe = e.select(positive, v, one)?;
+        let l = e.unary(UnaryOp::Log, safe)?;
+        let r = e.mul(v, l)?;
+        let r = e.unary(UnaryOp::Neg, r)?;
+        let zero = e.compare_scalar(CompareOp::Eq, v, 0.0)?;
+        let zeros = e.full_like(v, 0.0)?;
+        let r = e.select(zero, zeros, r)?;
+        let negative = e.compare_scalar(CompareOp::Lt, v, 0.0)?;
+        let ninf = e.full_like(v, f64::NEG_INFINITY)?;
+        e.select(negative, ninf, r)
     })
 }
 
@@ -566,6 +595,8 @@ pub(super) const OPS: &[OpDef] = &[
     def!("logit_backward", Arity::Exactly(2), logit_backward),
     def!("sinc", Arity::Exactly(1), sinc),
     def!("xlogy", Arity::Exactly(2), xlogy),
+    def!("xlog1py", Arity::Exactly(2), xlog1py),
+    def!("entr", Arity::Exactly(1), entr),
     def!("logaddexp", Arity::Exactly(2), logaddexp),
     def!("logaddexp2", Arity::Exactly(2), logaddexp2),
     def!("hypot", Arity::Exactly(2), hypot),

@@ -3979,6 +3979,25 @@ fn math_and_activation_cases() -> Vec<Case> {
         c("i1", vec![range(F64, &[5, 7], 3048, -40.0, 40.0)], &[]),
         c("i1e", vec![range(BF16, &[5, 7], 3049, -30.0, 30.0)], &[]),
         c("i1", vec![whole(I64, &[6], 3050, -20, 20)], &[]),
+        c("erfcx", vec![range(F32, &[5, 7], 3051, -6.0, 40.0)], &[]),
+        c("erfcx", vec![range(F64, &[5, 7], 3052, -20.0, 60.0)], &[]),
+        c("log_ndtr", vec![range(F32, &[5, 7], 3053, -30.0, 8.0)], &[]),
+        c("log_ndtr", vec![range(F64, &[5, 7], 3054, -30.0, 8.0)], &[]),
+        c("entr", vec![range(F32, &[5, 7], 3055, 0.0, 5.0)], &[]),
+        c("entr", vec![whole(I64, &[6], 3056, 0, 9)], &[]),
+        c(
+            "xlog1py",
+            vec![
+                h(F32, &[6], &[0.0, 0.0, 1.5, -2.0, 3.0, 0.5]),
+                h(F32, &[6], &[-1.0, 2.0, 0.25, 1e-8, 9.0, -0.5]),
+            ],
+            &[],
+        ),
+        c(
+            "xlog1py",
+            vec![range(F64, &[5, 7], 3057, -3.0, 3.0), scalar(F64, 0.5)],
+            &[],
+        ),
     ];
     let z = f32s(&[0, 3], 3040);
     cases.push(c("polygamma", vec![z.clone()], &[("n", i(2))]));
@@ -4007,6 +4026,9 @@ fn math_and_activation_cases() -> Vec<Case> {
         "i0e",
         "i1",
         "i1e",
+        "erfcx",
+        "log_ndtr",
+        "entr",
         "nan_to_num",
         "elu",
         "leaky_relu",
@@ -4028,6 +4050,7 @@ fn math_and_activation_cases() -> Vec<Case> {
     for op in [
         "logit_backward",
         "xlogy",
+        "xlog1py",
         "logaddexp",
         "logaddexp2",
         "hypot",

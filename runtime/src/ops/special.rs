@@ -409,11 +409,7 @@ fn erfc_of(e: &mut Emitter, v: ValueId, ct: DType) -> Result<ValueId> {
         let small = e.compare_scalar(CompareOp::Lt, av, 0.5)?;
         let y = e.select(small, direct, big)?;
         // ±inf: 0 and 2 (the split above is inf - inf there).
-        let pinf = e.compare_scalar(CompareOp::Eq, v, f64::INFINITY)?;
-        let zero = e.full_like(v, 0.0)?;
-        let y = e.select(pinf, zero, y)?;
-        let ninf = e.compare_scalar(CompareOp::Eq, v, f64::NEG_INFINITY)?;
-        e.select(ninf, two, y)
+        at_infinities(e, v, y, 2.0)
     }
 }
 
@@ -454,12 +450,18 @@ fn erfcx_of(e: &mut Emitter, v: ValueId, ct: DType) -> Result<ValueId> {
     let small = e.compare_scalar(CompareOp::Lt, av, 0.5)?;
     let y = e.select(small, direct, big)?;
     // ±inf: 0 and inf (e^(-x²)'s split is inf - inf there).
+    at_infinities(e, v, y, f64::INFINITY)
+}
+
+/// `y`, with 0 where v is +inf and `at_minus` where it is -inf: erfc's and
+/// erfcx's limits, which their splits compute as inf - inf.
+fn at_infinities(e: &mut Emitter, v: ValueId, y: ValueId, at_minus: f64) -> Result<ValueId> {
     let pinf = e.compare_scalar(CompareOp::Eq, v, f64::INFINITY)?;
     let zero = e.full_like(v, 0.0)?;
     let y = e.select(pinf, zero, y)?;
     let ninf = e.compare_scalar(CompareOp::Eq, v, f64::NEG_INFINITY)?;
-    let inf = e.full_like(v, f64::INFINITY)?;
-    e.select(ninf, inf, y)
+    let lim = e.full_like(v, at_minus)?;
+    e.select(ninf, lim, y)
 }
 
 fn erfcx(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {

@@ -82,6 +82,21 @@ fn linalg_eigh(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>
     Ok(vec![w, v])
 }
 
+/// One-sided Jacobi on [B, m, n] matrices, on their transposes where wide
+/// (m < n): (wide, W = X V, V, the norms of W's columns [B, min(m, n)]),
+/// X the matrix or its transpose; the norms are the singular values,
+/// unsorted.
+fn one_sided(e: &mut Emitter, a: ValueId) -> Result<(bool, ValueId, ValueId, ValueId)> {
+    let d = e.dims(a);
+    let wide = d[1] < d[2];
+    let x = if wide { e.transpose(a, &[0, 2, 1])? } else { a };
+    let outs = e.g.node(Prim::Jacobi { two_sided: false }, &[x])?;
+    let sq = e.binary(BinaryOp::Mul, outs[0], outs[0])?;
+    let norms = e.reduce(ReduceOp::Sum, sq, &[1], false)?;
+    let norms = e.unary(UnaryOp::Sqrt, norms)?;
+    Ok((wide, outs[0], outs[1], norms))
+}
+
 /// svd(A [.., m, n]; full_matrices = false, compute_uv = true) -> (U
 /// [.., m, k] ([.., m, m] full), S [.., k] descending, Vh [.., k, n]
 /// ([.., n, n] full)), k = min(m, n): torch's _linalg_svd. U and Vh are
@@ -95,18 +110,9 @@ fn linalg_svd(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>>
     let flat = flat_batch(e, x[0], 2)?;
     let b = e.dims(flat)[0];
     // X (p x q, p >= q) = A, or Aᵀ when A is wide.
-    let wide = m < n;
-    let xm = if wide {
-        e.transpose(flat, &[0, 2, 1])?
-    } else {
-        flat
-    };
+    let (wide, w, v, norms) = one_sided(e, flat)?;
     let (p, q) = if wide { (n, m) } else { (m, n) };
-    let outs = e.g.node(Prim::Jacobi { two_sided: false }, &[xm])?;
-    let sq = e.binary(BinaryOp::Mul, outs[0], outs[0])?;
-    let norms = e.reduce(ReduceOp::Sum, sq, &[1], false)?;
-    let norms = e.unary(UnaryOp::Sqrt, norms)?;
-    let (s, cols) = sort_columns(e, norms, &[outs[0], outs[1]], true)?;
+    let (s, cols) = sort_columns(e, norms, &[w, v], true)?;
     let mut sd = batch.clone();
     sd.push(q);
     let s_out = e.reshape(s, &sd)?;
@@ -187,14 +193,7 @@ pub(super) fn lstsq_by_svd(
     rcond: f64,
 ) -> Result<(ValueId, ValueId, ValueId)> {
     let dt = e.dtype(a);
-    let d = e.dims(a);
-    let wide = d[1] < d[2];
-    let xm = if wide { e.transpose(a, &[0, 2, 1])? } else { a };
-    let outs = e.g.node(Prim::Jacobi { two_sided: false }, &[xm])?;
-    let (w, v) = (outs[0], outs[1]);
-    let sq = e.binary(BinaryOp::Mul, w, w)?;
-    let s = e.reduce(ReduceOp::Sum, sq, &[1], false)?;
-    let s = e.unary(UnaryOp::Sqrt, s)?;
+    let (wide, w, v, s) = one_sided(e, a)?;
     let sd = e.dims(s);
     let largest = e.reduce(ReduceOp::Max, s, &[1], true)?;
     let cut = e.binary_scalar(BinaryOp::Mul, largest, rcond)?;

@@ -1328,24 +1328,32 @@ Tensor& k_index_copy_(Tensor& self, int64_t dim, const Tensor& index, const Tens
   return k_index_put_(self, idx, source, false, false);
 }
 
-// index_add: a scatter_add along `dim` with the index broadcast over the
-// source's other dimensions.
-Tensor k_index_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& source, const Scalar& alpha) {
-  TORCH_CHECK(index.dim() <= 1, "index_add_(): Index is supposed to be a vector");
-  TORCH_CHECK(index.scalar_type() == at::kLong || index.scalar_type() == at::kInt,
-              "index_add_(): Expected dtype int32/int64 for index");
+// index_add and index_reduce: `index` (a vector) broadcast over the
+// source's other dims, so that a scatter along `dim` reads it, after
+// torch's checks in the op's name; 0-d self and source as one element.
+struct AlongDim {
+  Tensor self, source, index;
+  int64_t dim;
+};
+AlongDim along_dim(const char* op, const Tensor& self, int64_t dim, const Tensor& index, const Tensor& source) {
+  TORCH_CHECK(index.dim() <= 1, op, "(): Index is supposed to be a vector");
+  TORCH_CHECK(index.scalar_type() == at::kLong || index.scalar_type() == at::kInt, op,
+              "(): Expected dtype int32/int64 for index");
   Tensor self1 = self.dim() == 0 ? self.reshape({1}) : self;
   Tensor src = source.dim() == 0 ? source.reshape({1}) : source;
   dim = at::maybe_wrap_dim(dim, self1.dim());
-  TORCH_CHECK(src.dim() == self1.dim(), "index_add_(): self (", self.dim(), "-d) and source (", source.dim(),
+  TORCH_CHECK(src.dim() == self1.dim(), op, "(): self (", self.dim(), "-d) and source (", source.dim(),
               "-d) must have the same number of dimensions");
-  TORCH_CHECK(index.numel() == src.size(dim), "index_add_(): Number of indices (", index.numel(),
+  TORCH_CHECK(index.numel() == src.size(dim), op, "(): Number of indices (", index.numel(),
               ") should be equal to source.size(dim) (", src.size(dim), ")");
   std::vector<int64_t> shape(src.dim(), 1);
   shape[dim] = -1;
-  Tensor idx = index.reshape(shape).expand(src.sizes()).to(at::kLong);
-  Tensor add = alpha.equal(1) ? src : src * alpha;
-  Tensor r = k_scatter_add(self1, dim, idx, add.to(self.scalar_type()));
+  return {self1, src, index.reshape(shape).expand(src.sizes()).to(at::kLong), dim};
+}
+Tensor k_index_add(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& source, const Scalar& alpha) {
+  AlongDim a = along_dim("index_add_", self, dim, index, source);
+  Tensor add = alpha.equal(1) ? a.source : a.source * alpha;
+  Tensor r = k_scatter_add(a.self, a.dim, a.index, add.to(self.scalar_type()));
   return self.dim() == 0 ? r.reshape({}) : r;
 }
 
@@ -1357,28 +1365,15 @@ Tensor k_scatter_reduce(const Tensor& self, int64_t dim, const Tensor& index, co
   return call1("scatter_reduce", {self, index, src},
                Attrs().i("dim", dim).str("reduce", std::string(reduce)).b("include_self", include_self));
 }
-// index_reduce: a scatter_reduce along `dim` with the index broadcast over
-// the source's other dimensions (as index_add); torch offers no sum here.
+// index_reduce: a scatter_reduce along `dim` (torch offers no sum here).
 Tensor k_index_reduce(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& source,
                       c10::string_view reduce, bool include_self) {
   TORCH_CHECK(reduce == "prod" || reduce == "mean" || reduce == "amax" || reduce == "amin",
               "index_reduce(): Expected reduce to be one of prod, mean, amax or amin but got ", reduce, ".");
-  TORCH_CHECK(index.dim() <= 1, "index_reduce_(): Index is supposed to be a vector");
-  TORCH_CHECK(index.scalar_type() == at::kLong || index.scalar_type() == at::kInt,
-              "index_reduce_(): Expected dtype int32/int64 for index");
   TORCH_CHECK(self.scalar_type() == source.scalar_type(), "index_reduce_(): self (", self.scalar_type(),
               ") and source (", source.scalar_type(), ") must have the same scalar type");
-  Tensor self1 = self.dim() == 0 ? self.reshape({1}) : self;
-  Tensor src = source.dim() == 0 ? source.reshape({1}) : source;
-  dim = at::maybe_wrap_dim(dim, self1.dim());
-  TORCH_CHECK(src.dim() == self1.dim(), "index_reduce_(): self (", self.dim(), "-d) and source (", source.dim(),
-              "-d) must have the same number of dimensions");
-  TORCH_CHECK(index.numel() == src.size(dim), "index_reduce_(): Number of indices (", index.numel(),
-              ") should be equal to source.size(dim) (", src.size(dim), ")");
-  std::vector<int64_t> shape(src.dim(), 1);
-  shape[dim] = -1;
-  Tensor idx = index.reshape(shape).expand(src.sizes()).to(at::kLong);
-  Tensor r = k_scatter_reduce(self1, dim, idx, src, reduce, include_self);
+  AlongDim a = along_dim("index_reduce_", self, dim, index, source);
+  Tensor r = k_scatter_reduce(a.self, a.dim, a.index, a.source, reduce, include_self);
   return self.dim() == 0 ? r.reshape({}) : r;
 }
 

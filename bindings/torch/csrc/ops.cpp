@@ -3335,11 +3335,8 @@ Tensor k_nonzero_static(const Tensor& x, int64_t size, int64_t fill) {
   TORCH_CHECK(size >= 0, "nonzero_static: 'size' must be an non-negative integer");
   const int64_t n = x.numel(), r = x.dim();
   auto lo = x.options().dtype(at::kLong);
-  if (size == 0 || r == 0) {
-    if (r > 0) return empty({size, r}, at::kLong, dev(x));
-    // A 0-d tensor: one row of no coordinates where it is nonzero.
-    return empty({size, 0}, at::kLong, dev(x));
-  }
+  // No rows, or a 0-d tensor's rows of no coordinates: nothing to compute.
+  if (size == 0 || r == 0) return empty({size, r}, at::kLong, dev(x));
   Tensor flat = x.reshape({-1}) != 0;
   Tensor pos = at::cumsum(flat, 0, at::kLong) - 1;
   // The first `size` true elements to their slots, the rest to a spare.

@@ -1791,94 +1791,32 @@ Tensor k_masked_scatter(const Tensor& self, const Tensor& mask, const Tensor& so
   return call1("masked_scatter", {self, mask, source});
 }
 
-// upsample_bicubic2d, separable: along H then W, each output index reads
-// four neighbours (clamped at the border) with Keys' cubic weights (A =
-// -0.75, as torch). Indices and weights depend on the sizes only, so they
-// are computed on the host; the data never leaves the device. The backward
-// scatters the gradient back through the same taps (index_add).
-struct CubicTaps {
-  std::vector<Tensor> idx;  // 4 x [out] i64
-  std::vector<Tensor> w;    // 4 x [out] weights
-};
-
-CubicTaps cubic_taps(int64_t in, int64_t out, bool align_corners, std::optional<double> scale, int device,
-                     at::ScalarType dt) {
-  double s;
-  if (align_corners) {
-    s = out > 1 ? static_cast<double>(in - 1) / static_cast<double>(out - 1) : 0.0;
-  } else {
-    s = scale.has_value() && *scale > 0 ? 1.0 / *scale : static_cast<double>(in) / static_cast<double>(out);
-  }
-  const double A = -0.75;
-  auto c1 = [A](double x) { return ((A + 2) * x - (A + 3)) * x * x + 1; };
-  auto c2 = [A](double x) { return ((A * x - 5 * A) * x + 8 * A) * x - 4 * A; };
-  std::vector<at::Tensor> idx(4), w(4);
-  for (int k = 0; k < 4; ++k) {
-    idx[k] = at::empty({out}, at::kLong);
-    w[k] = at::empty({out}, at::kDouble);
-  }
-  for (int64_t o = 0; o < out; ++o) {
-    double src = align_corners ? s * o : s * (o + 0.5) - 0.5;
-    double fl = std::floor(src);
-    double t = src - fl;
-    double ws[4] = {c2(t + 1), c1(t), c1(1 - t), c2(2 - t)};
-    for (int k = 0; k < 4; ++k) {
-      int64_t i = static_cast<int64_t>(fl) - 1 + k;
-      idx[k][o] = std::min<int64_t>(std::max<int64_t>(i, 0), in - 1);
-      w[k][o] = ws[k];
-    }
-  }
-  CubicTaps taps;
-  for (int k = 0; k < 4; ++k) {
-    taps.idx.push_back(idx[k].to(c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device))));
-    taps.w.push_back(w[k].to(dt).to(c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device))));
-  }
-  return taps;
+// upsample_bicubic2d and the antialiased _upsample_{bilinear,bicubic}2d_aa,
+// and their backward: the runtime's upsample_cubic and upsample_antialias.
+Tensor k_upsample_bicubic2d(const Tensor& x, at::IntArrayRef o, bool a, OptD sh, OptD sw) {
+  return call1("upsample_cubic", {x},
+               Attrs().ints("output_size", o).b("align_corners", a).floats("scales", upsample_scales({sh, sw})));
 }
-
-// The taps applied along `dim` (one of the last two): [.., in, ..] -> [.., out, ..].
-Tensor cubic_apply(const Tensor& x, int64_t dim, const CubicTaps& t) {
-  const int64_t out = t.idx[0].numel();
-  std::vector<int64_t> shape(x.dim(), 1);
-  shape[dim] = out;
-  Tensor r;
-  for (int k = 0; k < 4; ++k) {
-    Tensor term = x.index_select(dim, t.idx[k]) * t.w[k].view(shape);
-    r = k == 0 ? term : r + term;
-  }
-  return r;
+Tensor k_upsample_bicubic2d_bw(const Tensor& g, at::IntArrayRef o, at::IntArrayRef i, bool a, OptD sh, OptD sw) {
+  return call1("upsample_cubic_backward", {g},
+               Attrs().ints("output_size", o).ints("input_size", i).b("align_corners", a).floats(
+                   "scales", upsample_scales({sh, sw})));
 }
-
-// The transpose of cubic_apply: [.., out, ..] -> [.., in, ..].
-Tensor cubic_apply_t(const Tensor& g, int64_t dim, const CubicTaps& t, int64_t in) {
-  const int64_t out = t.idx[0].numel();
-  std::vector<int64_t> shape(g.dim(), 1);
-  shape[dim] = out;
-  std::vector<int64_t> zshape(g.sizes().begin(), g.sizes().end());
-  zshape[dim] = in;
-  Tensor r = at::zeros(zshape, g.options());
-  for (int k = 0; k < 4; ++k) r = r.index_add(dim, t.idx[k], g * t.w[k].view(shape));
-  return r;
+template <bool Cubic>
+Tensor k_upsample_aa2d(const Tensor& x, at::IntArrayRef o, bool a, OptD sh, OptD sw) {
+  return call1("upsample_antialias", {x},
+               Attrs().ints("output_size", o).str("mode", Cubic ? "cubic" : "linear").b("align_corners", a).floats(
+                   "scales", upsample_scales({sh, sw})));
 }
-
-Tensor k_upsample_bicubic2d(const Tensor& x, at::IntArrayRef out_size, bool align_corners, std::optional<double> sh,
-                            std::optional<double> sw) {
-  TORCH_CHECK(x.dim() == 4, "upsample_bicubic2d: expected a 4-D input (N, C, H, W), got ", x.dim(), "-D");
-  TORCH_CHECK(out_size.size() == 2 && out_size[0] > 0 && out_size[1] > 0,
-              "upsample_bicubic2d: output size should be two positive numbers, got ", out_size);
-  TORCH_CHECK(at::isFloatingType(x.scalar_type()), "upsample_bicubic2d: expected a floating-point input, got ",
-              x.scalar_type());
-  auto th = cubic_taps(x.size(2), out_size[0], align_corners, sh, dev(x), x.scalar_type());
-  auto tw = cubic_taps(x.size(3), out_size[1], align_corners, sw, dev(x), x.scalar_type());
-  return cubic_apply(cubic_apply(x, 2, th), 3, tw);
-}
-
-Tensor k_upsample_bicubic2d_bw(const Tensor& g, at::IntArrayRef out_size, at::IntArrayRef in_size,
-                               bool align_corners, std::optional<double> sh, std::optional<double> sw) {
-  TORCH_CHECK(in_size.size() == 4, "upsample_bicubic2d_backward: input_size must have 4 elements");
-  auto th = cubic_taps(in_size[2], out_size[0], align_corners, sh, dev(g), g.scalar_type());
-  auto tw = cubic_taps(in_size[3], out_size[1], align_corners, sw, dev(g), g.scalar_type());
-  return cubic_apply_t(cubic_apply_t(g, 3, tw, in_size[3]), 2, th, in_size[2]);
+template <bool Cubic>
+Tensor k_upsample_aa2d_bw(const Tensor& g, at::IntArrayRef o, at::IntArrayRef i, bool a, OptD sh, OptD sw) {
+  return call1("upsample_antialias_backward", {g},
+               Attrs()
+                   .ints("output_size", o)
+                   .ints("input_size", i)
+                   .str("mode", Cubic ? "cubic" : "linear")
+                   .b("align_corners", a)
+                   .floats("scales", upsample_scales({sh, sw})));
 }
 
 // isin: each element compared with every test element (the test sets in
@@ -2468,14 +2406,29 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("nonzero", k_nonzero);
   m.impl("roll", k_roll);
   m.impl("upsample_bicubic2d", k_upsample_bicubic2d);
-  m.impl("upsample_bicubic2d.out", [](const Tensor& x, at::IntArrayRef o, bool ac, std::optional<double> sh,
-                                      std::optional<double> sw, Tensor& out) -> Tensor& {
-    return into(out, k_upsample_bicubic2d(x, o, ac, sh, sw));
-  });
+  m.impl("upsample_bicubic2d.out", [](const Tensor& x, at::IntArrayRef o, bool ac, OptD sh, OptD sw,
+                                      Tensor& out) -> Tensor& { return into(out, k_upsample_bicubic2d(x, o, ac, sh, sw)); });
   m.impl("upsample_bicubic2d_backward", k_upsample_bicubic2d_bw);
   m.impl("upsample_bicubic2d_backward.grad_input",
-         [](const Tensor& g, at::IntArrayRef o, at::IntArrayRef i, bool ac, std::optional<double> sh,
-            std::optional<double> sw, Tensor& gi) -> Tensor& { return into(gi, k_upsample_bicubic2d_bw(g, o, i, ac, sh, sw)); });
+         [](const Tensor& g, at::IntArrayRef o, at::IntArrayRef i, bool ac, OptD sh, OptD sw, Tensor& gi) -> Tensor& {
+           return into(gi, k_upsample_bicubic2d_bw(g, o, i, ac, sh, sw));
+         });
+  m.impl("_upsample_bilinear2d_aa", k_upsample_aa2d<false>);
+  m.impl("_upsample_bicubic2d_aa", k_upsample_aa2d<true>);
+  m.impl("_upsample_bilinear2d_aa.out", [](const Tensor& x, at::IntArrayRef o, bool ac, OptD sh, OptD sw,
+                                           Tensor& out) -> Tensor& { return into(out, k_upsample_aa2d<false>(x, o, ac, sh, sw)); });
+  m.impl("_upsample_bicubic2d_aa.out", [](const Tensor& x, at::IntArrayRef o, bool ac, OptD sh, OptD sw,
+                                          Tensor& out) -> Tensor& { return into(out, k_upsample_aa2d<true>(x, o, ac, sh, sw)); });
+  m.impl("_upsample_bilinear2d_aa_backward", k_upsample_aa2d_bw<false>);
+  m.impl("_upsample_bicubic2d_aa_backward", k_upsample_aa2d_bw<true>);
+  m.impl("_upsample_bilinear2d_aa_backward.grad_input",
+         [](const Tensor& g, at::IntArrayRef o, at::IntArrayRef i, bool ac, OptD sh, OptD sw, Tensor& gi) -> Tensor& {
+           return into(gi, k_upsample_aa2d_bw<false>(g, o, i, ac, sh, sw));
+         });
+  m.impl("_upsample_bicubic2d_aa_backward.grad_input",
+         [](const Tensor& g, at::IntArrayRef o, at::IntArrayRef i, bool ac, OptD sh, OptD sw, Tensor& gi) -> Tensor& {
+           return into(gi, k_upsample_aa2d_bw<true>(g, o, i, ac, sh, sw));
+         });
   m.impl("unique_consecutive", k_unique_consecutive);
   m.impl("_unique2", k_unique2);
   m.impl("unique_dim", k_unique_dim);

@@ -691,6 +691,28 @@ def test_bicubic_upsampling_and_sgn(align_corners, mode, no_fallback):
     close(yt.grad, y.grad)
 
 
+@pytest.mark.parametrize("interp", ["bilinear", "bicubic"])
+def test_antialiased_resizing(interp, mode, no_fallback):
+    # torchvision's resize(antialias=True), which transformers' fast image
+    # processors run on the model's device; downscaling stretches the
+    # filter over every source under the output.
+    img = torch.randn(2, 3, 23, 17, dtype=torch.float64)
+    for align in (False, True):
+        for kw in ({"size": (7, 5)}, {"size": (9, 40)}, {"scale_factor": (0.3, 1.0)}):
+            x = img.clone().requires_grad_()
+            xt = img.to("tpu").requires_grad_()
+            ref = F.interpolate(x, mode=interp, antialias=True, align_corners=align, **kw)
+            out = F.interpolate(xt, mode=interp, antialias=True, align_corners=align, **kw)
+            close(out, ref, tol=1e-10)
+            g = torch.randn(ref.shape, dtype=torch.float64)
+            ref.backward(g)
+            out.backward(g.to("tpu"))
+            close(xt.grad, x.grad, tol=1e-10)
+    x32 = img.float()
+    ref = F.interpolate(x32, size=(6, 11), mode=interp, antialias=True)
+    close(F.interpolate(x32.to("tpu"), size=(6, 11), mode=interp, antialias=True), ref, tol=1e-6)
+
+
 def test_unsupported_op_with_the_fallback_off_names_the_op(no_fallback):
     with pytest.raises(NotImplementedError, match="bessel_j0"):
         torch.special.bessel_j0(torch.zeros(3, device="tpu"))

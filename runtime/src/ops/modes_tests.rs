@@ -1887,6 +1887,47 @@ fn linalg_cases() -> Vec<Case> {
             &[("output_size", is(&[11])), ("input_size", is(&[2, 3, 4]))],
         ),
         c(
+            "upsample_cubic",
+            vec![f32s(&[2, 3, 5, 7], 2411)],
+            &[("output_size", is(&[9, 4]))],
+        ),
+        c(
+            "upsample_cubic",
+            vec![h(DType::BF16, &[1, 2, 5, 7], &vals(2412, 70, -3.0, 3.0))],
+            &[("output_size", is(&[3, 16])), ("align_corners", b(true))],
+        ),
+        c(
+            "upsample_cubic_backward",
+            vec![f32s(&[2, 3, 9, 4], 2413)],
+            &[
+                ("output_size", is(&[9, 4])),
+                ("input_size", is(&[2, 3, 5, 7])),
+            ],
+        ),
+        c(
+            "upsample_antialias",
+            vec![f32s(&[2, 3, 17, 9], 2414)],
+            &[("output_size", is(&[5, 20]))],
+        ),
+        c(
+            "upsample_antialias",
+            vec![f32s(&[1, 2, 16, 12], 2415)],
+            &[
+                ("output_size", is(&[7, 3])),
+                ("mode", s("cubic")),
+                ("align_corners", b(true)),
+            ],
+        ),
+        c(
+            "upsample_antialias_backward",
+            vec![f32s(&[2, 3, 5, 20], 2416)],
+            &[
+                ("output_size", is(&[5, 20])),
+                ("input_size", is(&[2, 3, 17, 9])),
+                ("mode", s("cubic")),
+            ],
+        ),
+        c(
             "batch_norm",
             vec![
                 f32s(&[4, 3, 5, 2], 377),
@@ -3400,6 +3441,29 @@ fn zero_size_cases() -> Vec<Case> {
             "upsample_linear_backward",
             vec![f32s(&[3, 0, 7], 1546)],
             &[("output_size", is(&[7])), ("input_size", is(&[3, 0, 4]))],
+        ),
+        c(
+            "upsample_cubic",
+            vec![f32s(&[0, 2, 3, 4], 2417)],
+            &[("output_size", is(&[5, 6]))],
+        ),
+        c(
+            "upsample_cubic_backward",
+            vec![f32s(&[0, 2, 5, 6], 2418)],
+            &[
+                ("output_size", is(&[5, 6])),
+                ("input_size", is(&[0, 2, 3, 4])),
+            ],
+        ),
+        c(
+            "upsample_antialias",
+            vec![f32s(&[3, 0, 8], 2419)],
+            &[("output_size", is(&[3]))],
+        ),
+        c(
+            "upsample_antialias_backward",
+            vec![f32s(&[3, 0, 3], 2420)],
+            &[("output_size", is(&[3])), ("input_size", is(&[3, 0, 8]))],
         ),
         c(
             "batch_norm",

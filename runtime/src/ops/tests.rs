@@ -1308,6 +1308,93 @@ fn upsampling_takes_torchs_sources_and_weights() {
 }
 
 #[test]
+fn cubic_and_antialiased_upsampling_take_torchs_taps_and_their_backward_is_the_transpose() {
+    let sizes = |o: &[i64]| Attrs::new().with("output_size", ints(o));
+    // Cubic, 8 -> 16: output k reads source (k + 0.5) / 2 - 0.5. Output 0
+    // reads -0.25, taps -2..1 clamped to (0, 0, 0, 1), Keys' weights at
+    // t = 0.75 (-0.03515625, 0.26171875, 0.87890625, -0.10546875); output
+    // 4 reads 1.75, taps 0..3 with the same weights. A constant stays
+    // constant (the weights sum to 1).
+    let ramp: Vec<f64> = (0..8).map(|j| 10.0 * j as f64).collect();
+    let x = f32s(&[1, 1, 8], &ramp);
+    let y = run1("upsample_cubic", &[&x], sizes(&[16])).to_f64_vec();
+    assert_eq!((y[0], y[4]), (-1.054_687_5, 17.031_25), "{y:?}");
+    let x = f32s(&[1, 1, 8], &[3.0; 8]);
+    let y = run1("upsample_cubic", &[&x], sizes(&[13]));
+    close(&y, &[3.0; 13], 1e-6);
+    // Antialiased linear, 4 -> 2: scale 2, support 2; output 0 centred at
+    // 1 reads sources 0..3 with triangle weights (0.75, 0.75, 0.25) / 1.75,
+    // output 1 centred at 3 reads 1..4 with (0.25, 0.75, 0.75) / 1.75.
+    let x = f32s(&[1, 1, 4], &[0.0, 10.0, 20.0, 30.0]);
+    let y = run1("upsample_antialias", &[&x], sizes(&[2]));
+    close(&y, &[12.5 / 1.75, 40.0 / 1.75], 1e-6);
+    // Upsampling, the filter is not stretched: antialiased linear is plain
+    // linear with align_corners = false there.
+    let x = f32s(&[1, 1, 3], &[0.0, 10.0, 20.0]);
+    let y = run1("upsample_antialias", &[&x], sizes(&[6]));
+    close(&y, &[0.0, 2.5, 7.5, 12.5, 17.5, 20.0], 1e-6);
+    // The backwards are the forwards' transposes: <up(x), g> = <x, up'(g)>.
+    let cases: [(&str, &[u64], &[i64], Attrs); 4] = [
+        ("upsample_cubic", &[2, 3, 5, 7], &[9, 4], Attrs::new()),
+        (
+            "upsample_cubic",
+            &[1, 2, 4, 3, 5],
+            &[2, 7, 6],
+            Attrs::new().with("align_corners", Attr::Bool(true)),
+        ),
+        ("upsample_antialias", &[2, 3, 17, 9], &[5, 20], Attrs::new()),
+        (
+            "upsample_antialias",
+            &[1, 2, 16, 12],
+            &[7, 3],
+            Attrs::new()
+                .with("mode", Attr::Str("cubic".into()))
+                .with("align_corners", Attr::Bool(true)),
+        ),
+    ];
+    for (op, dims, out, extra) in cases {
+        let mut attrs = extra.with("output_size", ints(out));
+        let n: u64 = dims.iter().product();
+        let xv: Vec<f64> = (0..n)
+            .map(|i| ((i * 37 % 101) as f64 / 50.0) - 1.0)
+            .collect();
+        let x = f32s(dims, &xv);
+        let y = run1(op, &[&x], attrs.clone()).to_f64_vec();
+        let gv: Vec<f64> = (0..y.len())
+            .map(|i| ((i * 53 % 97) as f64 / 48.0) - 1.0)
+            .collect();
+        let mut gdims = dims[..dims.len() - out.len()].to_vec();
+        gdims.extend(out.iter().map(|&o| o as u64));
+        let g = f32s(&gdims, &gv);
+        attrs.set(
+            "input_size",
+            ints(&dims.iter().map(|&d| d as i64).collect::<Vec<_>>()),
+        );
+        let dx = run1(&format!("{op}_backward"), &[&g], attrs).to_f64_vec();
+        let lhs: f64 = y.iter().zip(&gv).map(|(a, b)| a * b).sum();
+        let rhs: f64 = xv.iter().zip(&dx).map(|(a, b)| a * b).sum();
+        assert!(
+            (lhs - rhs).abs() <= 1e-4 * (1.0 + lhs.abs()),
+            "{op} {dims:?} -> {out:?}: <up(x), g> = {lhs}, <x, up'(g)> = {rhs}"
+        );
+    }
+    // Errors name what is wrong.
+    let e = run(
+        "upsample_antialias",
+        &[&x],
+        sizes(&[2]).with("mode", Attr::Str("nearest".into())),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("mode") && e.contains("nearest"), "{e}");
+    let xi = t(DType::I64, &[1, 1, 3], &[1.0; 3]);
+    let e = run("upsample_cubic", &[&xi], sizes(&[4]))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("floating-point"), "{e}");
+}
+
+#[test]
 fn reflect_replicate_and_circular_pads_match_torch_and_their_backward_adds_back() {
     let x = f32s(&[1, 4], &[1.0, 2.0, 3.0, 4.0]);
     let pad = |mode: &str, p: &[i64]| {

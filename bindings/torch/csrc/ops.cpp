@@ -3113,6 +3113,12 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("special_xlog1py.out", [](const Tensor& a, const Tensor& b, Tensor& out) -> Tensor& {
     return into(out, call1("xlog1py", {a, b}));
   });
+  m.impl("special_ndtri", [](const Tensor& x) { return call1("ndtri", {x}); });
+  m.impl("special_ndtri.out", [](const Tensor& x, Tensor& out) -> Tensor& { return into(out, call1("ndtri", {x})); });
+  m.impl("special_zeta", [](const Tensor& x, const Tensor& q) { return call1("zeta", {x, q}); });
+  m.impl("special_zeta.out", [](const Tensor& x, const Tensor& q, Tensor& out) -> Tensor& {
+    return into(out, call1("zeta", {x, q}));
+  });
   m.impl("special_i1e", [](const Tensor& x) { return call1("i1e", {x}); });
   m.impl("special_i1e.out", [](const Tensor& x, Tensor& out) -> Tensor& { return into(out, call1("i1e", {x})); });
   m.impl("polygamma", [](int64_t n, const Tensor& x) { return call1("polygamma", {x}, Attrs().i("n", n)); });

@@ -713,6 +713,32 @@ def test_antialiased_resizing(interp, mode, no_fallback):
     close(F.interpolate(x32.to("tpu"), size=(6, 11), mode=interp, antialias=True), ref, tol=1e-6)
 
 
+def test_ndtri_and_zeta(mode, no_fallback):
+    # Debug mode refuses an inf or NaN made from finite inputs.
+    nan_ok = mode != torch.tpu.EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING
+    p = torch.tensor([1e-300, 1e-20, 0.01, 0.3, 0.5, 0.5 + 1e-12, 0.9, 1.0 - 1e-12], dtype=torch.float64)
+    if nan_ok:
+        p = torch.cat([p, torch.tensor([0.0, 1.0, -0.5, 1.5], dtype=torch.float64)])
+    close_nan(torch.special.ndtri(p.to("tpu")), torch.special.ndtri(p), tol=1e-13)
+    p32 = torch.rand(200) * (1.2 if nan_ok else 1.0) - (0.1 if nan_ok else 0.0)
+    close_nan(torch.special.ndtri(p32.to("tpu")), torch.special.ndtri(p32), tol=2e-6)
+    if nan_ok:
+        pi = torch.tensor([0, 1])
+        close(torch.special.ndtri(pi.to("tpu")), torch.special.ndtri(pi))
+    pg = torch.rand(7, dtype=torch.float64).requires_grad_()
+    pgt = pg.detach().to("tpu").requires_grad_()
+    torch.special.ndtri(pg).sum().backward()
+    torch.special.ndtri(pgt).sum().backward()
+    close(pgt.grad, pg.grad, tol=1e-10)
+    x = torch.rand(6, 9, dtype=torch.float64) * 30 + 1.01
+    q = torch.rand(6, 9, dtype=torch.float64) * 50 + 0.01
+    close(torch.special.zeta(x.to("tpu"), q.to("tpu")), torch.special.zeta(x, q), tol=1e-12)
+    close(torch.special.zeta(x.float().to("tpu"), 2.0), torch.special.zeta(x.float(), 2.0), tol=2e-6)
+    edge_x = torch.tensor([2.0] + ([1.0, 2.0, 3.0, 0.5, 2.5] if nan_ok else []))
+    edge_q = torch.tensor([-2.5] + ([3.0, -4.0, 0.0, 3.0, -1.5] if nan_ok else []))
+    close_nan(torch.special.zeta(edge_x.to("tpu"), edge_q.to("tpu")), torch.special.zeta(edge_x, edge_q), tol=1e-5)
+
+
 def test_unsupported_op_with_the_fallback_off_names_the_op(no_fallback):
     with pytest.raises(NotImplementedError, match="bessel_j0"):
         torch.special.bessel_j0(torch.zeros(3, device="tpu"))

@@ -37,7 +37,7 @@ pub(super) fn unary_in(
 }
 
 /// As `unary_in` for two inputs, promoted together and broadcast.
-fn binary_in(
+pub(super) fn binary_in(
     e: &mut Emitter,
     x: &[ValueId],
     a: &Attrs,

@@ -4047,6 +4047,29 @@ fn math_and_activation_cases() -> Vec<Case> {
         c("erfcx", vec![range(F64, &[5, 7], 3052, -20.0, 60.0)], &[]),
         c("log_ndtr", vec![range(F32, &[5, 7], 3053, -30.0, 8.0)], &[]),
         c("log_ndtr", vec![range(F64, &[5, 7], 3054, -30.0, 8.0)], &[]),
+        c("ndtri", vec![range(F32, &[5, 7], 3058, -0.1, 1.1)], &[]),
+        c(
+            "ndtri",
+            vec![h(
+                F64,
+                &[8],
+                &[0.0, 1e-300, 1e-20, 0.01, 0.3, 0.5, 0.5 + 1e-12, 1.0],
+            )],
+            &[],
+        ),
+        c(
+            "zeta",
+            vec![
+                range(F64, &[5, 7], 3059, 0.5, 30.0),
+                range(F64, &[5, 7], 3060, -3.0, 40.0),
+            ],
+            &[],
+        ),
+        c(
+            "zeta",
+            vec![range(F32, &[5, 7], 3061, 1.0, 12.0), scalar(F32, 2.5)],
+            &[],
+        ),
         c("entr", vec![range(F32, &[5, 7], 3055, 0.0, 5.0)], &[]),
         c("entr", vec![whole(I64, &[6], 3056, 0, 9)], &[]),
         c(
@@ -4092,6 +4115,7 @@ fn math_and_activation_cases() -> Vec<Case> {
         "i1e",
         "erfcx",
         "log_ndtr",
+        "ndtri",
         "entr",
         "nan_to_num",
         "elu",
@@ -4115,6 +4139,7 @@ fn math_and_activation_cases() -> Vec<Case> {
         "logit_backward",
         "xlogy",
         "xlog1py",
+        "zeta",
         "logaddexp",
         "logaddexp2",
         "hypot",

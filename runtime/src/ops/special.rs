@@ -19,7 +19,7 @@
 
 use super::attrs::Attrs;
 use super::emit::Emitter;
-use super::math::unary_in;
+use super::math::{binary_in, unary_in};
 use super::support::polynomial;
 use super::{Arity, OpDef};
 use crate::error::{Error, Result};
@@ -580,6 +580,162 @@ fn i1e(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     unary_in(e, x[0], a, |e, v, ct| bessel_i(e, v, ct, 1, true))
 }
 
+/// Abramowitz and Stegun's 26.2.23: the lower-tail normal quantile at
+/// probability r ≤ 1/2 is -(t - N(t)/D(t)), t = √(-2 ln r), within 4.5e-4.
+const QUANTILE_START_NUM: [f64; 3] = [2.515_517, 0.802_853, 0.010_328];
+const QUANTILE_START_DEN: [f64; 4] = [1.0, 1.432_788, 0.189_269, 0.001_308];
+
+/// ndtri(p) = Φ⁻¹(p), the standard normal quantile (torch.special.ndtri).
+/// With r = min(p, 1 - p) (1 - p is exact from 1/2 up) the lower quantile
+/// z starts at Abramowitz and Stegun's 26.2.23 and takes Newton steps on
+/// Φ(z) = r (2 at f32, 3 at f64: its error squares, times |z|/2, each
+/// step), with Φ(z) - r as ½ erf(z/√2) - (r - ½) from r = 1/4 (r - ½ is
+/// exact, so a p near ½ keeps its relative accuracy) and the step below
+/// as Mills' ratio Φ(z)/φ(z) less r/φ(z) (no tiny differences in the
+/// tail). ndtri(p) = z below ½ and -z above;
+/// ±inf at 1 and 0, NaN outside [0, 1]. Below the smallest normal number
+/// the start and the steps lose precision.
+fn ndtri(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    unary_in(e, x[0], a, |e, p, ct| {
+        let (tiny, steps) = if ct == DType::F64 {
+            (f64::MIN_POSITIVE, 3)
+        } else {
+            (f64::from(f32::MIN_POSITIVE), 2)
+        };
+        let one = e.full_like(p, 1.0)?;
+        let q = e.sub(one, p)?;
+        let upper = e.compare_scalar(CompareOp::Gt, p, 0.5)?;
+        let r = e.select(upper, q, p)?;
+        let rc = e.binary_scalar(BinaryOp::Max, r, tiny)?;
+        let lr = e.unary(UnaryOp::Log, rc)?;
+        let t = e.binary_scalar(BinaryOp::Mul, lr, -2.0)?;
+        let t = e.unary(UnaryOp::Sqrt, t)?;
+        let num = polynomial(e, t, &QUANTILE_START_NUM)?;
+        let den = polynomial(e, t, &QUANTILE_START_DEN)?;
+        let frac = e.div(num, den)?;
+        let mut z = e.sub(frac, t)?;
+        let central = e.compare_scalar(CompareOp::Ge, r, 0.25)?;
+        let h = e.binary_scalar(BinaryOp::Sub, r, 0.5)?;
+        for _ in 0..steps {
+            let s = e.binary_scalar(BinaryOp::Mul, z, std::f64::consts::FRAC_1_SQRT_2)?;
+            let erf = e.unary(UnaryOp::Erf, s)?;
+            let half_erf = e.binary_scalar(BinaryOp::Mul, erf, 0.5)?;
+            let f_central = e.sub(half_erf, h)?;
+            // φ(z) = e^(-z²/2) / √(2π) = e^(-s²) / √(2π)
+            let abs_s = e.unary(UnaryOp::Abs, s)?;
+            let g = exp_neg_sq(e, abs_s, ct)?;
+            let density = e.binary_scalar(BinaryOp::Mul, g, 1.0 / (2.0 * PI).sqrt())?;
+            let central_step = e.div(f_central, density)?;
+            // In the tail, (Φ(z) - r) / φ(z) as Mills' ratio Φ/φ =
+            // √(π/2) erfcx(-s) less r/φ: Φ(z) - r itself is below the
+            // smallest normal number for r under 1e-292, where a platform
+            // that flushes those to 0 (XLA's CPU) would stop the steps.
+            let ns = e.unary(UnaryOp::Neg, s)?;
+            let scaled = erfcx_of(e, ns, ct)?;
+            let mills = e.binary_scalar(BinaryOp::Mul, scaled, (PI / 2.0).sqrt())?;
+            let r_over = e.div(r, density)?;
+            let tail_step = e.sub(mills, r_over)?;
+            let step = e.select(central, central_step, tail_step)?;
+            z = e.sub(z, step)?;
+        }
+        // p = 1/2 is 0 exactly; r = 0 is -inf (the lower tail).
+        let zero = e.full_like(p, 0.0)?;
+        let mid = e.compare_scalar(CompareOp::Eq, h, 0.0)?;
+        let z = e.select(mid, zero, z)?;
+        let ninf = e.full_like(p, f64::NEG_INFINITY)?;
+        let at_end = e.compare_scalar(CompareOp::Eq, r, 0.0)?;
+        let z = e.select(at_end, ninf, z)?;
+        let nz = e.unary(UnaryOp::Neg, z)?;
+        let y = e.select(upper, nz, z)?;
+        // Outside [0, 1]: NaN (NaN itself passes through the arithmetic).
+        let below = e.compare_scalar(CompareOp::Lt, p, 0.0)?;
+        let above = e.compare_scalar(CompareOp::Gt, p, 1.0)?;
+        let outside = e.binary(BinaryOp::Or, below, above)?;
+        let nan = e.full_like(p, f64::NAN)?;
+        e.select(outside, nan, y)
+    })
+}
+
+/// zeta(x, q) = Σ_k (q + k)^-x, the Hurwitz zeta function
+/// (torch.special.zeta): the first n terms summed (16 at f64, 10 at f32)
+/// and the rest by Euler–Maclaurin at z = q + n with 8 (f64) or 4 (f32)
+/// corrections, whose k-th shrinks like (x / 2πz)^2k where the tail still
+/// matters (where x is large against z the tail is below the sum's first
+/// term's rounding). As torch's: inf at x = 1 and at the non-positive
+/// integer q, NaN for x < 1 and for a negative q with a non-integer x.
+/// For a negative non-integer q and an integer x torch sums terms until
+/// q + k passes 9; here the n terms and the correction at q + n do the
+/// same for q down to 6 - n, and past that the result is NaN.
+fn zeta(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    binary_in(e, x, a, |e, s, q, ct| {
+        let (n, k) = if ct == DType::F64 { (16, 8) } else { (10, 4) };
+        let ns = e.unary(UnaryOp::Neg, s)?;
+        let mut acc = e.full_like(q, 0.0)?;
+        for j in 0..n {
+            let qj = e.binary_scalar(BinaryOp::Add, q, f64::from(j))?;
+            let p = e.binary(BinaryOp::Pow, qj, ns)?;
+            acc = e.add(acc, p)?;
+        }
+        let z = e.binary_scalar(BinaryOp::Add, q, f64::from(n))?;
+        // z^(1-s)/(s-1) + z^-s/2 + Σ_k B(2k)/(2k)! (s)_(2k-1) z^-(s+2k-1)
+        let zs = e.binary(BinaryOp::Pow, z, ns)?;
+        let s1 = e.binary_scalar(BinaryOp::Sub, s, 1.0)?;
+        let tail = e.mul(zs, z)?;
+        let tail = e.div(tail, s1)?;
+        let half = e.binary_scalar(BinaryOp::Mul, zs, 0.5)?;
+        let one = e.full_like(z, 1.0)?;
+        let inv_z = e.div(one, z)?;
+        let inv_z2 = e.mul(inv_z, inv_z)?;
+        let mut power = e.mul(zs, inv_z)?; // z^-(s+1)
+        let mut rising = s; // (s)_(2k-1)
+        let mut series = e.full_like(z, 0.0)?;
+        for (i, &b) in EULER_MACLAURIN[..k].iter().enumerate() {
+            if i > 0 {
+                let j = 2.0 * i as f64;
+                let f1 = e.binary_scalar(BinaryOp::Add, s, j - 1.0)?;
+                let f2 = e.binary_scalar(BinaryOp::Add, s, j)?;
+                rising = e.mul(rising, f1)?;
+                rising = e.mul(rising, f2)?;
+                power = e.mul(power, inv_z2)?;
+            }
+            let term = e.mul(rising, power)?;
+            let term = e.binary_scalar(BinaryOp::Mul, term, b)?;
+            series = e.add(series, term)?;
+        }
+        // Where z^-s underflows the corrections are 0 (their rising
+        // factorial may have overflowed).
+        let gone = e.compare_scalar(CompareOp::Eq, zs, 0.0)?;
+        let zero = e.full_like(z, 0.0)?;
+        let series = e.select(gone, zero, series)?;
+        let y = e.add(acc, tail)?;
+        let y = e.add(y, half)?;
+        let y = e.add(y, series)?;
+        // x = inf: q^-inf alone (0, 1 or inf).
+        let s_inf = e.compare_scalar(CompareOp::Eq, s, f64::INFINITY)?;
+        let first = e.binary(BinaryOp::Pow, q, ns)?;
+        let y = e.select(s_inf, first, y)?;
+        // The domain, as torch's.
+        let nan = e.full_like(q, f64::NAN)?;
+        let inf = e.full_like(q, f64::INFINITY)?;
+        let fq = e.unary(UnaryOp::Floor, q)?;
+        let q_int = e.compare(CompareOp::Eq, q, fq)?;
+        let fs = e.unary(UnaryOp::Floor, s)?;
+        let s_frac = e.compare(CompareOp::Ne, s, fs)?;
+        let q_neg = e.compare_scalar(CompareOp::Lt, q, 0.0)?;
+        let neg_frac = e.binary(BinaryOp::And, q_neg, s_frac)?;
+        let far = e.compare_scalar(CompareOp::Le, q, 6.0 - f64::from(n))?;
+        let bad = e.binary(BinaryOp::Or, neg_frac, far)?;
+        let y = e.select(bad, nan, y)?;
+        let q_nonpos = e.compare_scalar(CompareOp::Le, q, 0.0)?;
+        let pole = e.binary(BinaryOp::And, q_nonpos, q_int)?;
+        let y = e.select(pole, inf, y)?;
+        let below = e.compare_scalar(CompareOp::Lt, s, 1.0)?;
+        let y = e.select(below, nan, y)?;
+        let at_one = e.compare_scalar(CompareOp::Eq, s, 1.0)?;
+        e.select(at_one, inf, y)
+    })
+}
+
 pub(super) const OPS: &[OpDef] = &[
     def!("i0", Arity::Exactly(1), i0),
     def!("i0e", Arity::Exactly(1), i0e),
@@ -591,6 +747,8 @@ pub(super) const OPS: &[OpDef] = &[
     def!("erfc", Arity::Exactly(1), erfc),
     def!("erfcx", Arity::Exactly(1), erfcx),
     def!("log_ndtr", Arity::Exactly(1), log_ndtr),
+    def!("ndtri", Arity::Exactly(1), ndtri),
+    def!("zeta", Arity::Exactly(2), zeta),
 ];
 
 #[cfg(test)]
@@ -612,6 +770,114 @@ mod tests {
                 let err = (g - w).abs() / w.abs().max(floor);
                 assert!(err <= tol, "{op} {dt:?} at {}: got {g}, want {w}", xs[i]);
             }
+        }
+    }
+
+    /// The normal quantile against mpmath (30 digits) at probabilities
+    /// f32 holds exactly, from 2^-100 to 1 - 2^-20, p = ½ ± small keeping
+    /// its relative accuracy; 1e-300 at f64; the ends and outside [0, 1].
+    #[test]
+    fn ndtri_matches_mpmath() {
+        let ps = [
+            2f64.powi(-100),
+            2f64.powi(-33),
+            2f64.powi(-10),
+            0.015625,
+            0.1875,
+            0.3125,
+            0.484375,
+            0.5 + 2f64.powi(-20),
+            0.515625,
+            0.75,
+            0.90625,
+            0.9921875,
+            1.0 - 2f64.powi(-20),
+        ];
+        let want = [
+            -11.484_540_434_973_038,
+            -6.337_957_754_553_774,
+            -3.097_269_078_198_784_6,
+            -2.153_874_694_061_456_4,
+            -0.887_146_559_018_876_1,
+            -0.488_776_411_114_669_5,
+            -0.039_176_085_503_097_63,
+            2.390_507_006_295_574e-06,
+            0.039_176_085_503_097_63,
+            0.674_489_750_196_081_7,
+            1.318_010_897_303_536_7,
+            2.417_559_016_236_505_3,
+            4.763_001_034_267_813_5,
+        ];
+        matches("ndtri", Attrs::new(), &ps, &want, 0.0, [4e-15, 4e-7]);
+        let deep = run1("ndtri", &[&t(DType::F64, &[1], &[1e-300])], Attrs::new());
+        close(&deep, &[-37.047_096_299_361_2], 1e-14);
+        for dt in [DType::F64, DType::F32] {
+            let ends = run1(
+                "ndtri",
+                &[&t(dt, &[6], &[0.0, 0.5, 1.0, -0.1, 1.5, f64::NAN])],
+                Attrs::new(),
+            )
+            .to_f64_vec();
+            assert_eq!(
+                ends[..3],
+                [f64::NEG_INFINITY, 0.0, f64::INFINITY],
+                "{ends:?}"
+            );
+            assert!(ends[3..].iter().all(|v| v.is_nan()), "{ends:?}");
+        }
+    }
+
+    /// The Hurwitz zeta function against mpmath (30 digits), q from
+    /// negative to 1000 and x from near 1 to 60 (f32 holds the arguments
+    /// exactly; it leaves out the negative q, which it takes from -4 up);
+    /// the domain's edges as torch's.
+    #[test]
+    fn zeta_matches_mpmath() {
+        let cases: [(f64, f64, f64); 12] = [
+            (1.5, 1.0, 2.612_375_348_685_488),
+            (2.0, 1.0, 1.644_934_066_848_226_4),
+            (2.0, 0.5, 4.934_802_200_544_679),
+            (3.75, 0.007_812_5, 79_806_339.620_276_12),
+            (1.000_976_562_5, 2.0, 1_023.577_286_769_504_6),
+            (10.0, 0.75, 17.761_481_181_337_004),
+            (30.0, 1.5, 5.215_096_203_815_732e-06),
+            (4.0, 100.0, 3.383_666_650_002_222e-07),
+            (1.25, 1000.0, 0.711_400_696_509_812_6),
+            (60.0, 0.875, 3_016.593_692_709_888),
+            (2.0, -2.5, 9.539_246_644_989_124),
+            (3.0, -5.5, 0.013_793_955_353_438_4),
+        ];
+        for (dt, tol, n) in [(DType::F64, 1e-13, 12), (DType::F32, 2e-6, 10)] {
+            let n = if dt == DType::F64 { n } else { n - 2 };
+            let xs: Vec<f64> = cases[..n].iter().map(|c| c.0).collect();
+            let qs: Vec<f64> = cases[..n].iter().map(|c| c.1).collect();
+            let len = [n as u64];
+            let got = run1(
+                "zeta",
+                &[&t(dt, &len, &xs), &t(dt, &len, &qs)],
+                Attrs::new(),
+            );
+            for (i, g) in got.to_f64_vec().iter().enumerate() {
+                let w = cases[i].2;
+                assert!(
+                    (g - w).abs() <= tol * w.abs(),
+                    "zeta {dt:?} at ({}, {}): got {g}, want {w}",
+                    cases[i].0,
+                    cases[i].1
+                );
+            }
+            // x = 1 and q at a pole: inf; x < 1, or x fractional with q < 0: NaN.
+            let xs = [1.0, 2.0, 2.0, 0.5, 2.5, f64::INFINITY, f64::INFINITY];
+            let qs = [3.0, 0.0, -4.0, 3.0, -1.5, 2.0, 1.0];
+            let got = run1(
+                "zeta",
+                &[&t(dt, &[7], &xs), &t(dt, &[7], &qs)],
+                Attrs::new(),
+            )
+            .to_f64_vec();
+            assert_eq!(got[..3], [f64::INFINITY; 3], "{got:?}");
+            assert!(got[3].is_nan() && got[4].is_nan(), "{got:?}");
+            assert_eq!(got[5..], [0.0, 1.0], "{got:?}");
         }
     }
 

@@ -1490,6 +1490,33 @@ mod tests {
             })
     }
 
+    /// The shrunk case the xla proptest below found: a row of `a` (a
+    /// deferred exp) += the same row of `d`, a broadcast of `a`'s first
+    /// column, then `b += a`. XLA fused the row's update into the in-place
+    /// dynamic_update_slice and read `a[0, 0]` after overwriting it, so
+    /// `a`'s row 0 became `[0, a01, a02, a03]`.
+    #[cfg(feature = "xla")]
+    #[test]
+    fn an_in_place_row_update_reading_its_own_tensor_is_right_deferred_on_xla() {
+        let steps = vec![
+            Step::Unary("exp", 0),
+            Step::View(0, 0, 0),
+            Step::View(0, 0, 0),
+            Step::View(3, 2, 0),
+            Step::Unary("exp", 0),
+            Step::Unary("exp", 0),
+            Step::InPlaceRow(0, 3, 0),
+            Step::InPlaceAdd(1, 0),
+        ];
+        let host = rt();
+        let hs = host.default_stream(0).unwrap();
+        let strict = play(&host, &hs, &steps);
+        let r = rt_on("xla");
+        let s = r.default_stream(0).unwrap();
+        let deferred = in_mode(EagerMode::DeferAndFuse, || play(&r, &s, &steps));
+        assert!(close(&strict, &deferred), "{:?} vs {:?}", strict, deferred);
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
         #[test]

@@ -9,6 +9,14 @@
 //! the first position of its index operand that lies outside the indexed
 //! axis, and that index: the executable turns a hit into the host kernels'
 //! error, before any output is written.
+//!
+//! XLA writes a dynamic_update_slice into its target's buffer in place,
+//! fused with the computation of the update; where the update reads that
+//! same buffer at other positions (a row plus a broadcast of its first
+//! element), the CPU plugin's fused loop read elements it had already
+//! overwritten (`x[0] += x[0, 0]` gave `[0, x01, x02, x03]`; an
+//! optimization barrier around the update did not help, XLA removes it
+//! before fusing). Such an update is selected over its target instead.
 
 use std::fmt::Write;
 
@@ -25,8 +33,10 @@ mod jacobi;
 /// products at f32. 5: float max and min reductions propagate NaN. 6:
 /// elementwise float max and min propagate NaN from either operand. 7:
 /// Jacobi's sweeps end once only NaN rotates. 8: f32 uniforms' Philox
-/// counters carry 1 in their top word (apart from the normals' blocks).
-pub const LOWERING_VERSION: u32 = 8;
+/// counters carry 1 in their top word (apart from the normals' blocks). 9:
+/// a dynamic_update_slice whose update reads its own target
+/// (`reads_its_target`: selected, not updated in place).
+pub const LOWERING_VERSION: u32 = 9;
 
 /// The precision a product or convolution of `d` operands is emitted at,
 /// None for none given: f32 at the product's own (HIGHEST, full f32, as
@@ -784,6 +794,42 @@ pub fn lower_aliased(graph: &Graph, slots: &[OutputSlot]) -> Result<(String, Vec
     lower_module(graph, slots)
 }
 
+/// Whether `update` reads the buffer of `target`, the operand an in-place
+/// primitive writes: whether it depends on the value that buffer first
+/// held, found through reshapes (bitcasts in XLA) and same-dtype converts.
+fn reads_its_target(
+    graph: &Graph,
+    producer: &[Option<usize>],
+    target: ValueId,
+    update: ValueId,
+) -> bool {
+    let mut root = target;
+    while let Some(k) = producer[root.0 as usize] {
+        let n = &graph.nodes()[k];
+        match &n.prim {
+            Prim::Reshape { .. } => root = n.inputs[0],
+            Prim::Convert { to } if graph.value_type(n.inputs[0]).dtype == *to => {
+                root = n.inputs[0]
+            }
+            _ => break,
+        }
+    }
+    let mut seen = vec![false; graph.num_values()];
+    let mut stack = vec![update];
+    while let Some(v) = stack.pop() {
+        if v == root {
+            return true;
+        }
+        if std::mem::replace(&mut seen[v.0 as usize], true) {
+            continue;
+        }
+        if let Some(k) = producer[v.0 as usize] {
+            stack.extend(graph.nodes()[k].inputs.iter().copied());
+        }
+    }
+    false
+}
+
 fn lower_module(graph: &Graph, slots: &[OutputSlot]) -> Result<(String, Vec<IndexCheck>)> {
     // Composites (attention) become their primitives: XLA fuses those
     // itself, as it inlines a StableHLO composite's decomposition.
@@ -844,6 +890,43 @@ fn lower_module(graph: &Graph, slots: &[OutputSlot]) -> Result<(String, Vec<Inde
                     index_dims: idims,
                 });
             }
+        }
+        // A dynamic_update_slice whose update reads the buffer it writes
+        // (module docs): the update placed into zeros, and a mask of where
+        // it lands placed into falses (so both clamp their start as XLA
+        // clamps it), selected over the target, which XLA computes as a
+        // new value, not in place.
+        if matches!(n.prim, Prim::DynamicUpdateSlice)
+            && reads_its_target(graph, &producer, n.inputs[0], n.inputs[1])
+        {
+            let target = graph.value_type(n.inputs[0]);
+            let update = graph.value_type(n.inputs[1]);
+            let starts = ins[2..].join(", ");
+            let start_types = its[2..].join(", ");
+            zeros(&mut w, &format!("{o}_zeros"), target.dtype, &ot);
+            w(format!(
+                "{o}_placed = \"stablehlo.dynamic_update_slice\"({o}_zeros, {}, {starts}) : ({ot}, {}, {start_types}) -> {ot}",
+                ins[1], its[1]
+            ));
+            let (mask_t, on_t) = (shaped(&target.dims, "i1"), shaped(&update.dims, "i1"));
+            w(format!(
+                "{o}_false = stablehlo.constant dense<false> : tensor<i1>"
+            ));
+            w(format!(
+                "{o}_true = stablehlo.constant dense<true> : tensor<i1>"
+            ));
+            w(format!("{o}_off = stablehlo.broadcast_in_dim {o}_false, dims = [] : (tensor<i1>) -> {mask_t}"));
+            w(format!(
+                "{o}_on = stablehlo.broadcast_in_dim {o}_true, dims = [] : (tensor<i1>) -> {on_t}"
+            ));
+            w(format!(
+                "{o}_mask = \"stablehlo.dynamic_update_slice\"({o}_off, {o}_on, {starts}) : ({mask_t}, {on_t}, {start_types}) -> {mask_t}"
+            ));
+            w(format!(
+                "{o} = stablehlo.select {o}_mask, {o}_placed, {} : {mask_t}, {ot}",
+                ins[0]
+            ));
+            continue;
         }
         match &n.prim {
             Prim::Constant { dtype, dims, bytes } => {
@@ -1405,6 +1488,42 @@ mod tests {
 
     fn op(name: &str, types: &[TensorType], attrs: Attrs) -> Graph {
         ops::build_graph(ops::lookup(name).unwrap(), types, &attrs).unwrap()
+    }
+
+    /// A dynamic_update_slice whose update reads its own target (through
+    /// a reshape) becomes a select; one whose update comes from elsewhere
+    /// (a KV cache's new rows) stays an update in place.
+    #[test]
+    fn an_update_that_reads_its_target_is_selected_over_it() {
+        use crate::ir::GraphBuilder;
+        let f = |d: &[u64]| TensorType::new(DType::F32, d);
+        let build = |own: bool| {
+            let mut b = GraphBuilder::new();
+            let x = b.param(f(&[4, 4]));
+            let other = b.param(f(&[4]));
+            let a = b.unary(UnaryOp::Exp, x).unwrap();
+            let flat = b.op(Prim::Reshape { dims: vec![16] }, &[a]).unwrap();
+            let update = if own {
+                let row = b
+                    .op(
+                        Prim::Slice {
+                            start: vec![0],
+                            limit: vec![4],
+                            stride: vec![1],
+                        },
+                        &[flat],
+                    )
+                    .unwrap();
+                b.binary(BinaryOp::Add, row, other).unwrap()
+            } else {
+                b.unary(UnaryOp::Neg, other).unwrap()
+            };
+            let at = b.scalar(DType::I64, 0.0).unwrap();
+            let out = b.op(Prim::DynamicUpdateSlice, &[flat, update, at]).unwrap();
+            b.build(&[out]).unwrap()
+        };
+        assert!(lower(&build(true)).unwrap().contains("stablehlo.select"));
+        assert!(!lower(&build(false)).unwrap().contains("stablehlo.select"));
     }
 
     /// The factorization is one while loop, not a step per row: the module

@@ -94,6 +94,22 @@ def test_views_alias_their_base(mode, no_fallback):
     assert torch.equal(s.cpu(), torch.arange(12.0).as_strided((3, 2), (4, 1), 1))
 
 
+def test_an_in_place_update_reading_its_own_tensor_through_a_view(mode, no_fallback):
+    # x[0] += (a broadcast of x's first column)[0]: on the xla platform in
+    # defer mode XLA fused the update into the in-place write and read
+    # x[0, 0] after overwriting it (row 0 came out [0, x01, x02, x03]).
+    def f(t):
+        x = t.exp()
+        d = -(x.as_strided((4, 4), (4, 0)))
+        x[0] += d[0]
+        y = -(t.T)
+        y += x
+        return x, y
+    t = torch.arange(16.0).reshape(4, 4) / 10 - 0.5
+    for out, ref in zip(f(t.to("tpu")), f(t)):
+        torch.testing.assert_close(out.cpu(), ref)
+
+
 def test_distinct_tensors_never_overlap():
     ts = [torch.empty(n, device="tpu") for n in (1, 100, 5000, 300000)]
     spans = sorted((t.data_ptr(), t.data_ptr() + t.nbytes) for t in ts)

@@ -3113,6 +3113,16 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("special_xlog1py.out", [](const Tensor& a, const Tensor& b, Tensor& out) -> Tensor& {
     return into(out, call1("xlog1py", {a, b}));
   });
+  m.impl("gcd", [](const Tensor& a, const Tensor& b) { return call1("gcd", {a, b}); });
+  m.impl("gcd_", [](Tensor& a, const Tensor& b) -> Tensor& { return inplace_binary(a, "gcd", b); });
+  m.impl("gcd.out", [](const Tensor& a, const Tensor& b, Tensor& out) -> Tensor& {
+    return into(out, call1("gcd", {a, b}));
+  });
+  m.impl("lcm", [](const Tensor& a, const Tensor& b) { return call1("lcm", {a, b}); });
+  m.impl("lcm_", [](Tensor& a, const Tensor& b) -> Tensor& { return inplace_binary(a, "lcm", b); });
+  m.impl("lcm.out", [](const Tensor& a, const Tensor& b, Tensor& out) -> Tensor& {
+    return into(out, call1("lcm", {a, b}));
+  });
   m.impl("special_ndtri", [](const Tensor& x) { return call1("ndtri", {x}); });
   m.impl("special_ndtri.out", [](const Tensor& x, Tensor& out) -> Tensor& { return into(out, call1("ndtri", {x})); });
   m.impl("special_zeta", [](const Tensor& x, const Tensor& q) { return call1("zeta", {x, q}); });

@@ -739,6 +739,28 @@ def test_ndtri_and_zeta(mode, no_fallback):
     close_nan(torch.special.zeta(edge_x.to("tpu"), edge_q.to("tpu")), torch.special.zeta(edge_x, edge_q), tol=1e-5)
 
 
+def test_gcd_and_lcm(mode, no_fallback):
+    g = torch.Generator().manual_seed(3)
+    a = torch.randint(-10**6, 10**6, (40,), generator=g)
+    b = torch.randint(-3000, 3000, (40,), generator=g)
+    b[:3] = 0
+    a[1] = 0
+    fib = torch.tensor([7540113804746346429, 4660046610375530309])
+    close(torch.gcd(a.to("tpu"), b.to("tpu")), torch.gcd(a, b))
+    close(torch.gcd(fib.to("tpu"), fib.flip(0).to("tpu")), torch.gcd(fib, fib.flip(0)))
+    close(torch.lcm(a.to("tpu"), b.to("tpu")), torch.lcm(a, b))
+    close(torch.gcd(a.int().to("tpu"), torch.tensor(12, dtype=torch.int32).to("tpu")), torch.gcd(a.int(), torch.tensor(12, dtype=torch.int32)))
+    u = torch.randint(0, 256, (30,), generator=g, dtype=torch.uint8)
+    close(torch.gcd(u.to("tpu"), u.flip(0).to("tpu")), torch.gcd(u, u.flip(0)))
+    # (StableHLO's abs and sign take signed integers only: uint8's were
+    # refused on xla.)
+    close(torch.abs(u.to("tpu")), torch.abs(u))
+    close(torch.sign(u.to("tpu")), torch.sign(u))
+    x = a.clone().to("tpu")
+    x.gcd_(b.to("tpu"))
+    close(x, torch.gcd(a, b))
+
+
 def test_unsupported_op_with_the_fallback_off_names_the_op(no_fallback):
     with pytest.raises(NotImplementedError, match="bessel_j0"):
         torch.special.bessel_j0(torch.zeros(3, device="tpu"))

@@ -1,17 +1,17 @@
 //! Elementwise math written from the primitives: tangent, the inverse
 //! trigonometric and hyperbolic functions, log2, log10, exp2, erfinv, frac,
 //! logit, sinc, signbit, nan_to_num, and the binary xlogy, logaddexp, logaddexp2, hypot,
-//! heaviside, fmax, fmin and copysign. Each promotes as torch does
+//! heaviside, fmax, fmin and copysign, and the integer gcd and lcm. Each promotes as torch does
 //! (integers to the default float), computes at f32 for bf16 and f16 and
 //! rounds once, as torch's CPU kernels do. Where the textbook formula loses accuracy (cancellation
 //! near 0 or 1, overflow of an intermediate) the one used here says why.
 
 use super::attrs::Attrs;
 use super::emit::Emitter;
-use super::pointwise::{promote_float, trunc};
+use super::pointwise::{promote, promote_float, trunc};
 use super::support::{compute_dtype, polynomial};
 use super::{Arity, OpDef};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::ir::{BinaryOp, CompareOp, DType, UnaryOp, ValueId};
 
 use std::f64::consts::{LN_10, LN_2, PI};
@@ -576,7 +576,85 @@ fn nan_to_num(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>>
     Ok(vec![y])
 }
 
+/// How many of Euclid's steps (torch's loop: while a != 0, (a, b) =
+/// (b mod a, a)) integers up to `max` can take: the slowest pair is two
+/// consecutive Fibonacci numbers, and one more step swaps a pair given
+/// larger first.
+fn euclid_steps(max: u64) -> u32 {
+    let (mut x, mut y) = (1u64, 2u64);
+    while let Some(z) = x.checked_add(y).filter(|&z| z <= max) {
+        (x, y) = (y, z);
+    }
+    let (mut a, mut b, mut n) = (x, y, 1);
+    while a != 0 {
+        (a, b) = (b % a, a);
+        n += 1;
+    }
+    n
+}
+
+/// The two operands promoted to their integer dtype, with the dtype's
+/// largest value; floats and bools are errors (torch has no kernel).
+fn integer_pair(
+    e: &mut Emitter,
+    x: &[ValueId],
+    a: &Attrs,
+) -> Result<(ValueId, ValueId, DType, u64)> {
+    let (xs, dt) = promote(e, x, a)?;
+    let max = match dt {
+        DType::U8 => u64::from(u8::MAX),
+        DType::I8 => i8::MAX as u64,
+        DType::I32 => i32::MAX as u64,
+        DType::I64 => i64::MAX as u64,
+        other => return Err(Error::invalid(format!("needs integer inputs, got {other}"))),
+    };
+    let (p, q) = e.broadcast_pair(xs[0], xs[1])?;
+    Ok((p, q, dt, max))
+}
+
+/// gcd(|p|, |q|) by Euclid's steps, as many as the dtype can need, each a
+/// no-op once a is 0; gcd(0, 0) = 0. The absolute value of the dtype's
+/// most negative number wraps, as torch's.
+fn gcd_of(e: &mut Emitter, p: ValueId, q: ValueId, max: u64) -> Result<ValueId> {
+    let mut a = e.unary(UnaryOp::Abs, p)?;
+    let mut b = e.unary(UnaryOp::Abs, q)?;
+    let zero = e.full_like(a, 0.0)?;
+    let one = e.full_like(a, 1.0)?;
+    for _ in 0..euclid_steps(max) {
+        let live = e.compare(CompareOp::Ne, a, zero)?;
+        let divisor = e.select(live, a, one)?;
+        let r = e.binary(BinaryOp::Rem, b, divisor)?;
+        let next_a = e.select(live, r, a)?;
+        b = e.select(live, a, b)?;
+        a = next_a;
+    }
+    Ok(b)
+}
+
+/// gcd(x, y): the greatest common divisor of |x| and |y| (torch.gcd),
+/// integers only.
+fn gcd(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let (p, q, _, max) = integer_pair(e, x, a)?;
+    Ok(vec![gcd_of(e, p, q, max)?])
+}
+
+/// lcm(x, y) = |x / gcd(x, y) * y|, 0 where the gcd is (torch.lcm).
+fn lcm(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let (p, q, _, max) = integer_pair(e, x, a)?;
+    let g = gcd_of(e, p, q, max)?;
+    let zero = e.full_like(g, 0.0)?;
+    let none = e.compare(CompareOp::Eq, g, zero)?;
+    let one = e.full_like(g, 1.0)?;
+    let divisor = e.select(none, one, g)?;
+    let part = e.binary(BinaryOp::Div, p, divisor)?;
+    let m = e.mul(part, q)?;
+    let m = e.unary(UnaryOp::Abs, m)?;
+    Ok(vec![e.select(none, zero, m)?])
+}
+
 pub(super) const OPS: &[OpDef] = &[
+    def!("gcd", Arity::Exactly(2), gcd),
+    def!("lcm", Arity::Exactly(2), lcm),
     def!("tan", Arity::Exactly(1), tan),
     def!("asin", Arity::Exactly(1), asin),
     def!("acos", Arity::Exactly(1), acos),

@@ -4070,6 +4070,38 @@ fn math_and_activation_cases() -> Vec<Case> {
             vec![range(F32, &[5, 7], 3061, 1.0, 12.0), scalar(F32, 2.5)],
             &[],
         ),
+        c(
+            "gcd",
+            vec![
+                whole(I64, &[5, 7], 3062, -10_000, 10_000),
+                whole(I64, &[5, 7], 3063, -500, 500),
+            ],
+            &[],
+        ),
+        c(
+            "gcd",
+            vec![
+                idx(I64, &[4], &[7_540_113_804_746_346_429, 0, 0, -12]),
+                idx(I64, &[4], &[4_660_046_610_375_530_309, 0, 9, 18]),
+            ],
+            &[],
+        ),
+        c(
+            "gcd",
+            vec![whole(U8, &[6], 3064, 0, 255), whole(U8, &[6], 3065, 0, 255)],
+            &[],
+        ),
+        // StableHLO's abs and sign refuse unsigned integers.
+        c("abs", vec![whole(U8, &[6], 3069, 0, 255)], &[]),
+        c("sign", vec![whole(U8, &[6], 3070, 0, 3)], &[]),
+        c(
+            "lcm",
+            vec![
+                whole(I32, &[5, 7], 3066, -300, 300),
+                whole(I32, &[7], 3067, -40, 40),
+            ],
+            &[],
+        ),
         c("entr", vec![range(F32, &[5, 7], 3055, 0.0, 5.0)], &[]),
         c("entr", vec![whole(I64, &[6], 3056, 0, 9)], &[]),
         c(
@@ -4088,6 +4120,9 @@ fn math_and_activation_cases() -> Vec<Case> {
     ];
     let z = f32s(&[0, 3], 3040);
     cases.push(c("polygamma", vec![z.clone()], &[("n", i(2))]));
+    let zi = whole(I64, &[0, 3], 3068, -9, 9);
+    cases.push(c("gcd", vec![zi.clone(), zi.clone()], &[]));
+    cases.push(c("lcm", vec![zi.clone(), zi], &[]));
     cases.push(c("signbit", vec![z.clone()], &[]));
     for op in [
         "tan",

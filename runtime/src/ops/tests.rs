@@ -1308,6 +1308,82 @@ fn upsampling_takes_torchs_sources_and_weights() {
 }
 
 #[test]
+fn gcd_and_lcm_match_euclid_over_each_integer_dtype() {
+    fn euclid(a: i64, b: i64) -> i64 {
+        let (mut a, mut b) = (a.abs(), b.abs());
+        while a != 0 {
+            (a, b) = (b % a, a);
+        }
+        b
+    }
+    // The slowest pairs (consecutive Fibonacci numbers, the largest each
+    // dtype holds), zeros, signs.
+    let cases: [(DType, Vec<(i64, i64)>); 4] = [
+        (
+            DType::I64,
+            vec![
+                (7_540_113_804_746_346_429, 4_660_046_610_375_530_309),
+                (4_660_046_610_375_530_309, 7_540_113_804_746_346_429),
+                (0, 0),
+                (0, -7),
+                (-12, 18),
+                (1 << 40, 6 << 20),
+            ],
+        ),
+        (
+            DType::I32,
+            vec![(1_836_311_903, 1_134_903_170), (-48, 0), (35, -49)],
+        ),
+        (DType::I8, vec![(89, 55), (-64, 96), (0, 0)]),
+        (DType::U8, vec![(233, 144), (255, 85), (0, 9)]),
+    ];
+    for (dt, pairs) in cases {
+        let n = [pairs.len() as u64];
+        // i64 exactly (f64 would round the Fibonacci pairs).
+        let make = |v: Vec<i64>| {
+            if dt == DType::I64 {
+                HostTensor::from_slice(dt, &n, &v).unwrap()
+            } else {
+                t(dt, &n, &v.iter().map(|&x| x as f64).collect::<Vec<_>>())
+            }
+        };
+        let read = |h: &HostTensor| -> Vec<i64> {
+            if dt == DType::I64 {
+                h.as_slice::<i64>().to_vec()
+            } else {
+                h.to_f64_vec().iter().map(|&v| v as i64).collect()
+            }
+        };
+        let x = make(pairs.iter().map(|p| p.0).collect());
+        let y = make(pairs.iter().map(|p| p.1).collect());
+        let g = read(&run1("gcd", &[&x, &y], Attrs::new()));
+        let l = read(&run1("lcm", &[&x, &y], Attrs::new()));
+        for (k, &(a, b)) in pairs.iter().enumerate() {
+            let gk = euclid(a, b);
+            assert_eq!(g[k], gk, "gcd {dt:?} of ({a}, {b})");
+            // Products past the dtype wrap, as torch's (the Fibonacci pairs').
+            let wrap = |v: i128| -> i64 {
+                match dt {
+                    DType::I32 => v as i32 as i64,
+                    DType::I8 => v as i8 as i64,
+                    DType::U8 => v as u8 as i64,
+                    _ => v as i64,
+                }
+            };
+            let want = if gk == 0 {
+                0
+            } else {
+                wrap(i128::from(wrap(i128::from(a / gk) * i128::from(b))).abs())
+            };
+            assert_eq!(l[k], want, "lcm {dt:?} of ({a}, {b})");
+        }
+    }
+    let f = f32s(&[2], &[4.0, 6.0]);
+    let e = run("gcd", &[&f, &f], Attrs::new()).unwrap_err().to_string();
+    assert!(e.contains("integer"), "{e}");
+}
+
+#[test]
 fn cubic_and_antialiased_upsampling_take_torchs_taps_and_their_backward_is_the_transpose() {
     let sizes = |o: &[i64]| Attrs::new().with("output_size", ints(o));
     // Cubic, 8 -> 16: output k reads source (k + 0.5) / 2 - 0.5. Output 0

@@ -956,6 +956,22 @@ fn lower_module(graph: &Graph, slots: &[OutputSlot]) -> Result<(String, Vec<Inde
                 // chlo has no short form here: the generic one.
                 w(format!("{o} = \"chlo.erf\"({}) : ({}) -> {ot}", ins[0], its[0]));
             }
+            // StableHLO's abs and sign take signed integers only: an
+            // unsigned one is its own absolute value, and its sign is
+            // whether it is not 0 (torch.abs and torch.sign of a uint8
+            // tensor failed to compile).
+            Prim::Unary(UnaryOp::Abs) if graph.value_type(out).dtype == DType::U8 => {
+                w(format!("{o} = stablehlo.reshape {} : ({ot}) -> {ot}", ins[0]));
+            }
+            Prim::Unary(UnaryOp::Sign) if graph.value_type(out).dtype == DType::U8 => {
+                let mask = shaped(&graph.value_type(out).dims, "i1");
+                zeros(&mut w, &format!("{o}_z"), DType::U8, &ot);
+                w(format!(
+                    "{o}_nz = stablehlo.compare NE, {}, {o}_z, UNSIGNED : ({ot}, {ot}) -> {mask}",
+                    ins[0]
+                ));
+                w(format!("{o} = stablehlo.convert {o}_nz : ({mask}) -> {ot}"));
+            }
             Prim::Unary(op) => {
                 let op = unary_name(*op).unwrap_or("stablehlo.abs");
                 w(format!("{o} = {op} {} : {ot}", ins[0]));

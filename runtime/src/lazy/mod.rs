@@ -1508,13 +1508,21 @@ mod tests {
             Step::InPlaceRow(0, 3, 0),
             Step::InPlaceAdd(1, 0),
         ];
+        let (strict, deferred) = host_strict_and_xla_deferred(&steps);
+        assert!(close(&strict, &deferred), "{:?} vs {:?}", strict, deferred);
+    }
+
+    /// `steps` played strict on the host platform and deferred on the xla
+    /// platform (each flush one XLA module).
+    #[cfg(feature = "xla")]
+    fn host_strict_and_xla_deferred(steps: &[Step]) -> (Vec<Vec<f32>>, Vec<Vec<f32>>) {
         let host = rt();
         let hs = host.default_stream(0).unwrap();
-        let strict = play(&host, &hs, &steps);
+        let strict = play(&host, &hs, steps);
         let r = rt_on("xla");
         let s = r.default_stream(0).unwrap();
-        let deferred = in_mode(EagerMode::DeferAndFuse, || play(&r, &s, &steps));
-        assert!(close(&strict, &deferred), "{:?} vs {:?}", strict, deferred);
+        let deferred = in_mode(EagerMode::DeferAndFuse, || play(&r, &s, steps));
+        (strict, deferred)
     }
 
     proptest! {
@@ -1531,17 +1539,12 @@ mod tests {
             prop_assert!(close(&strict, &deferred), "{:?} vs {:?}", strict, deferred);
         }
 
-        /// The same random sequences deferred on the xla platform (each
-        /// flush one XLA module) against strict on the host platform.
+        /// The same random sequences deferred on the xla platform against
+        /// strict on the host platform.
         #[cfg(feature = "xla")]
         #[test]
         fn random_op_sequences_deferred_on_xla_equal_host_strict(steps in prop::collection::vec(step(), 1..24)) {
-            let host = rt();
-            let hs = host.default_stream(0).unwrap();
-            let strict = play(&host, &hs, &steps);
-            let r = rt_on("xla");
-            let s = r.default_stream(0).unwrap();
-            let deferred = in_mode(EagerMode::DeferAndFuse, || play(&r, &s, &steps));
+            let (strict, deferred) = host_strict_and_xla_deferred(&steps);
             prop_assert!(close(&strict, &deferred), "{:?} vs {:?}", strict, deferred);
         }
     }

@@ -101,21 +101,12 @@ impl Resize {
         self.lead.iter().chain(&self.input).copied().collect()
     }
 
-    /// torch's `compute_scales_value`: 1 / scale when one was given, else
-    /// input / output, as an f32.
-    fn scale_f32(&self, d: usize) -> f32 {
-        match self.scales[d] {
-            Some(s) => (1.0 / s) as f32,
-            None => self.input[d] as f32 / self.output[d] as f32,
-        }
-    }
-
     /// Nearest's source index of each output along dim `d` (torch's
     /// `nearest_idx`, or `nearest_neighbor_exact_compute_source_index`).
     fn nearest(&self, d: usize, exact: bool) -> Vec<i64> {
         let (i, o) = (self.input[d], self.output[d]);
         let last = i as i64 - 1;
-        let scale = self.scale_f32(d);
+        let scale = self.scale(d, false, Arith::F32) as f32;
         (0..o)
             .map(|k| {
                 if exact {
@@ -133,57 +124,24 @@ impl Resize {
 
     /// Linear's two sources and their weights for each output along dim
     /// `d` (torch's `area_pixel_compute_source_index` and
-    /// `compute_indices_weights_linear`), in f32 or, for f64, in f64.
-    fn linear(&self, d: usize, align_corners: bool, wide: bool) -> Vec<(i64, i64, f64, f64)> {
-        let (i, o) = (self.input[d], self.output[d]);
-        (0..o)
+    /// `compute_indices_weights_linear`), in `ar`'s precision.
+    fn linear(&self, d: usize, align_corners: bool, ar: Arith) -> Taps {
+        let i = self.input[d] as i64;
+        let scale = self.scale(d, align_corners, ar);
+        (0..self.output[d])
             .map(|k| {
-                let src = if wide {
-                    let scale = if align_corners {
-                        if o > 1 {
-                            (i - 1) as f64 / (o - 1) as f64
-                        } else {
-                            0.0
-                        }
-                    } else {
-                        self.scales[d].map_or(i as f64 / o as f64, |s| 1.0 / s)
-                    };
-                    if align_corners {
-                        scale * k as f64
-                    } else {
-                        (scale * (k as f64 + 0.5) - 0.5).max(0.0)
-                    }
-                } else {
-                    let scale = if align_corners {
-                        if o > 1 {
-                            (i - 1) as f32 / (o - 1) as f32
-                        } else {
-                            0.0
-                        }
-                    } else {
-                        self.scale_f32(d)
-                    };
-                    (if align_corners {
-                        scale * k as f32
-                    } else {
-                        (scale * (k as f32 + 0.5) - 0.5).max(0.0)
-                    }) as f64
-                };
+                let src = source(scale, k, align_corners, ar).max(0.0);
                 let i0 = src as i64;
-                let i1 = if i0 < i as i64 - 1 { i0 + 1 } else { i0 };
-                let (w0, w1) = if wide {
-                    let l = (src - i0 as f64).clamp(0.0, 1.0);
-                    (1.0 - l, l)
-                } else {
-                    let l = (src as f32 - i0 as f32).clamp(0.0, 1.0);
-                    ((1.0 - l) as f64, l as f64)
-                };
-                (i0, i1, w0, w1)
+                let i1 = if i0 < i - 1 { i0 + 1 } else { i0 };
+                let l = ar.r(src - i0 as f64).clamp(0.0, 1.0);
+                vec![(i0, ar.r(1.0 - l)), (i1, l)]
             })
             .collect()
     }
 
-    /// torch's `area_pixel_compute_scale` in `ar`'s precision.
+    /// torch's `area_pixel_compute_scale` (and, without align_corners,
+    /// `compute_scales_value`: 1 / scale when one was given, else input /
+    /// output) in `ar`'s precision.
     fn scale(&self, d: usize, align_corners: bool, ar: Arith) -> f64 {
         let (i, o) = (self.input[d] as f64, self.output[d] as f64);
         if align_corners {
@@ -207,11 +165,7 @@ impl Resize {
         let scale = self.scale(d, align_corners, ar);
         (0..o)
             .map(|k| {
-                let src = if align_corners {
-                    ar.r(scale * k as f64)
-                } else {
-                    ar.r(ar.r(scale * (k as f64 + 0.5)) - 0.5)
-                };
+                let src = source(scale, k, align_corners, ar);
                 let at = (src.floor() as i64).min(i - 1);
                 let t = ar.r(src - at as f64).clamp(0.0, 1.0);
                 let u = ar.r(1.0 - t);
@@ -278,6 +232,17 @@ impl Resize {
 /// output.
 type Taps = Vec<Vec<(i64, f64)>>;
 
+/// Output `k`'s position in the input (torch's
+/// `area_pixel_compute_source_index`, before linear's clamp at 0), in
+/// `ar`'s precision.
+fn source(scale: f64, k: u64, align_corners: bool, ar: Arith) -> f64 {
+    if align_corners {
+        ar.r(scale * k as f64)
+    } else {
+        ar.r(ar.r(scale * (k as f64 + 0.5)) - 0.5)
+    }
+}
+
 /// The precision torch computes sources and weights in: f32 (rounding
 /// after every operation, which f64 arithmetic followed by a rounding to
 /// f32 gives exactly) unless the tensor is f64.
@@ -287,6 +252,15 @@ struct Arith {
 }
 
 impl Arith {
+    const F32: Arith = Arith { wide: false };
+
+    /// Arithmetic at the compute dtype `cd` (f32 or f64).
+    fn of(cd: DType) -> Self {
+        Arith {
+            wide: cd == DType::F64,
+        }
+    }
+
     fn r(self, v: f64) -> f64 {
         if self.wide {
             v
@@ -574,15 +548,9 @@ impl Interp {
     /// the weights in the tensor's dtype, so bf16 and f16 ones are rounded
     /// to it.
     fn taps(self, r: &Resize, d: usize, align: bool, cd: DType, dt: DType) -> Taps {
-        let ar = Arith {
-            wide: cd == DType::F64,
-        };
-        let mut taps: Taps = match self {
-            Interp::Linear => r
-                .linear(d, align, ar.wide)
-                .into_iter()
-                .map(|(i0, i1, w0, w1)| vec![(i0, w0), (i1, w1)])
-                .collect(),
+        let ar = Arith::of(cd);
+        let mut taps = match self {
+            Interp::Linear => r.linear(d, align, ar),
             Interp::Cubic => r.cubic(d, align, ar),
         };
         let round: fn(f64) -> f64 = match dt {
@@ -651,7 +619,7 @@ fn interpolated_backward(
         .collect();
     let outputs: Vec<Vec<usize>> = per_dim.iter().map(|t| (0..t.len()).collect()).collect();
     let (mut at, mut weights) = (Vec::new(), Vec::new());
-    let wide = cd == DType::F64;
+    let ar = Arith::of(cd);
     combine(&outputs, |ks| {
         // The corners of this output: one tap per dim, the last fastest.
         let corners: Vec<Vec<(i64, f64)>> = ks
@@ -662,14 +630,7 @@ fn interpolated_backward(
         combine(&corners, |c| {
             let pos: Vec<i64> = c.iter().map(|t| t.0).collect();
             at.push(flat_position(&r, &pos));
-            let w = c.iter().fold(1.0f64, |p, t| {
-                if wide {
-                    p * t.1
-                } else {
-                    (p as f32 * t.1 as f32) as f64
-                }
-            });
-            weights.push(w);
+            weights.push(c.iter().fold(1.0, |p, t| ar.r(p * t.1)));
         });
     });
     let rows: u64 = r.lead.iter().product();
@@ -713,9 +674,7 @@ fn upsample_antialias(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<V
     if r.lead.contains(&0) {
         return Ok(vec![e.full(dt, &r.out_dims(), 0.0)?]);
     }
-    let ar = Arith {
-        wide: cd == DType::F64,
-    };
+    let ar = Arith::of(cd);
     let mut v = e.convert(x[0], cd)?;
     for d in (0..r.input.len()).rev() {
         if r.input[d] != r.output[d] {
@@ -739,9 +698,7 @@ fn upsample_antialias_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Res
     if r.lead.contains(&0) {
         return Ok(vec![e.full(dt, &r.in_dims(), 0.0)?]);
     }
-    let ar = Arith {
-        wide: cd == DType::F64,
-    };
+    let ar = Arith::of(cd);
     let mut g = e.convert(grad, cd)?;
     for d in 0..r.input.len() {
         if r.input[d] != r.output[d] {

@@ -207,13 +207,17 @@ fn shaped(dims: &[u64], element: &str) -> String {
 /// Defines `{o}` as zeros of `d` in the result type `ot` (for results that
 /// need no computation, where XLA rejects the empty operation).
 fn zeros(w: &mut impl FnMut(String), o: &str, d: DType, ot: &str) {
+    splat(w, o, &identity(ReduceOp::Sum, d), d, ot);
+}
+
+/// `o`, of type `ot` with elements `d`, every element `literal`.
+fn splat(w: &mut impl FnMut(String), o: &str, literal: &str, d: DType, ot: &str) {
     let st = ty(&TensorType::scalar(d));
     w(format!(
-        "{o}_zero = stablehlo.constant dense<{}> : {st}",
-        identity(ReduceOp::Sum, d)
+        "{o}_elem = stablehlo.constant dense<{literal}> : {st}"
     ));
     w(format!(
-        "{o} = stablehlo.broadcast_in_dim {o}_zero, dims = [] : ({st}) -> {ot}"
+        "{o} = stablehlo.broadcast_in_dim {o}_elem, dims = [] : ({st}) -> {ot}"
     ));
 }
 
@@ -909,16 +913,8 @@ fn lower_module(graph: &Graph, slots: &[OutputSlot]) -> Result<(String, Vec<Inde
                 ins[1], its[1]
             ));
             let (mask_t, on_t) = (shaped(&target.dims, "i1"), shaped(&update.dims, "i1"));
-            w(format!(
-                "{o}_false = stablehlo.constant dense<false> : tensor<i1>"
-            ));
-            w(format!(
-                "{o}_true = stablehlo.constant dense<true> : tensor<i1>"
-            ));
-            w(format!("{o}_off = stablehlo.broadcast_in_dim {o}_false, dims = [] : (tensor<i1>) -> {mask_t}"));
-            w(format!(
-                "{o}_on = stablehlo.broadcast_in_dim {o}_true, dims = [] : (tensor<i1>) -> {on_t}"
-            ));
+            zeros(&mut w, &format!("{o}_off"), DType::Bool, &mask_t);
+            splat(&mut w, &format!("{o}_on"), "true", DType::Bool, &on_t);
             w(format!(
                 "{o}_mask = \"stablehlo.dynamic_update_slice\"({o}_off, {o}_on, {starts}) : ({mask_t}, {on_t}, {start_types}) -> {mask_t}"
             ));

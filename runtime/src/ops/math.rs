@@ -593,13 +593,10 @@ fn euclid_steps(max: u64) -> u32 {
     n
 }
 
-/// The two operands promoted to their integer dtype, with the dtype's
-/// largest value; floats and bools are errors (torch has no kernel).
-fn integer_pair(
-    e: &mut Emitter,
-    x: &[ValueId],
-    a: &Attrs,
-) -> Result<(ValueId, ValueId, DType, u64)> {
+/// The two operands promoted to their integer dtype and broadcast, with
+/// the dtype's largest value; floats and bools are errors (torch has no
+/// kernel).
+fn integer_pair(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<(ValueId, ValueId, u64)> {
     let (xs, dt) = promote(e, x, a)?;
     let max = match dt {
         DType::U8 => u64::from(u8::MAX),
@@ -609,7 +606,7 @@ fn integer_pair(
         other => return Err(Error::invalid(format!("needs integer inputs, got {other}"))),
     };
     let (p, q) = e.broadcast_pair(xs[0], xs[1])?;
-    Ok((p, q, dt, max))
+    Ok((p, q, max))
 }
 
 /// gcd(|p|, |q|) by Euclid's steps, as many as the dtype can need, each a
@@ -634,13 +631,13 @@ fn gcd_of(e: &mut Emitter, p: ValueId, q: ValueId, max: u64) -> Result<ValueId> 
 /// gcd(x, y): the greatest common divisor of |x| and |y| (torch.gcd),
 /// integers only.
 fn gcd(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
-    let (p, q, _, max) = integer_pair(e, x, a)?;
+    let (p, q, max) = integer_pair(e, x, a)?;
     Ok(vec![gcd_of(e, p, q, max)?])
 }
 
 /// lcm(x, y) = |x / gcd(x, y) * y|, 0 where the gcd is (torch.lcm).
 fn lcm(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
-    let (p, q, _, max) = integer_pair(e, x, a)?;
+    let (p, q, max) = integer_pair(e, x, a)?;
     let g = gcd_of(e, p, q, max)?;
     let zero = e.full_like(g, 0.0)?;
     let none = e.compare(CompareOp::Eq, g, zero)?;

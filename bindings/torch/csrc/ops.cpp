@@ -1124,14 +1124,21 @@ Tensor upsample_bw(const char* op, const Tensor& g, at::IntArrayRef out, at::Int
   return call1(op, {g},
                Attrs().ints("output_size", out).ints("input_size", in).floats("scales", scales).b("exact", exact));
 }
-Tensor linear_upsample(const Tensor& x, at::IntArrayRef out, bool align, std::vector<double> scales) {
-  return call1("upsample_linear", {x},
-               Attrs().ints("output_size", out).b("align_corners", align).floats("scales", scales));
+// The filtered resizes: `op` is upsample_linear, upsample_cubic or
+// upsample_antialias (with its `mode`), or their backward.
+Tensor filtered_upsample(const char* op, const Tensor& x, at::IntArrayRef out, bool align, std::vector<double> scales,
+                         const char* mode = nullptr) {
+  Attrs a;
+  a.ints("output_size", out).b("align_corners", align).floats("scales", scales);
+  if (mode != nullptr) a.str("mode", mode);
+  return call1(op, {x}, a);
 }
-Tensor linear_upsample_bw(const Tensor& g, at::IntArrayRef out, at::IntArrayRef in, bool align,
-                          std::vector<double> scales) {
-  return call1("upsample_linear_backward", {g},
-               Attrs().ints("output_size", out).ints("input_size", in).b("align_corners", align).floats("scales", scales));
+Tensor filtered_upsample_bw(const char* op, const Tensor& g, at::IntArrayRef out, at::IntArrayRef in, bool align,
+                            std::vector<double> scales, const char* mode = nullptr) {
+  Attrs a;
+  a.ints("output_size", out).ints("input_size", in).b("align_corners", align).floats("scales", scales);
+  if (mode != nullptr) a.str("mode", mode);
+  return call1(op, {g}, a);
 }
 using OptD = std::optional<double>;
 template <bool Exact>
@@ -1159,22 +1166,22 @@ Tensor k_nearest3d_bw(const Tensor& g, at::IntArrayRef o, at::IntArrayRef i, Opt
   return upsample_bw("upsample_nearest_backward", g, o, i, upsample_scales({sd, sh, sw}), Exact);
 }
 Tensor k_linear1d(const Tensor& x, at::IntArrayRef o, bool a, OptD s) {
-  return linear_upsample(x, o, a, upsample_scales({s}));
+  return filtered_upsample("upsample_linear", x, o, a, upsample_scales({s}));
 }
 Tensor k_bilinear2d(const Tensor& x, at::IntArrayRef o, bool a, OptD sh, OptD sw) {
-  return linear_upsample(x, o, a, upsample_scales({sh, sw}));
+  return filtered_upsample("upsample_linear", x, o, a, upsample_scales({sh, sw}));
 }
 Tensor k_trilinear3d(const Tensor& x, at::IntArrayRef o, bool a, OptD sd, OptD sh, OptD sw) {
-  return linear_upsample(x, o, a, upsample_scales({sd, sh, sw}));
+  return filtered_upsample("upsample_linear", x, o, a, upsample_scales({sd, sh, sw}));
 }
 Tensor k_linear1d_bw(const Tensor& g, at::IntArrayRef o, at::IntArrayRef i, bool a, OptD s) {
-  return linear_upsample_bw(g, o, i, a, upsample_scales({s}));
+  return filtered_upsample_bw("upsample_linear_backward", g, o, i, a, upsample_scales({s}));
 }
 Tensor k_bilinear2d_bw(const Tensor& g, at::IntArrayRef o, at::IntArrayRef i, bool a, OptD sh, OptD sw) {
-  return linear_upsample_bw(g, o, i, a, upsample_scales({sh, sw}));
+  return filtered_upsample_bw("upsample_linear_backward", g, o, i, a, upsample_scales({sh, sw}));
 }
 Tensor k_trilinear3d_bw(const Tensor& g, at::IntArrayRef o, at::IntArrayRef i, bool a, OptD sd, OptD sh, OptD sw) {
-  return linear_upsample_bw(g, o, i, a, upsample_scales({sd, sh, sw}));
+  return filtered_upsample_bw("upsample_linear_backward", g, o, i, a, upsample_scales({sd, sh, sw}));
 }
 Tensor& k_arange_out(const Scalar& start, const Scalar& end, const Scalar& step, Tensor& out) {
   Tensor r = call("arange", {},
@@ -1794,29 +1801,19 @@ Tensor k_masked_scatter(const Tensor& self, const Tensor& mask, const Tensor& so
 // upsample_bicubic2d and the antialiased _upsample_{bilinear,bicubic}2d_aa,
 // and their backward: the runtime's upsample_cubic and upsample_antialias.
 Tensor k_upsample_bicubic2d(const Tensor& x, at::IntArrayRef o, bool a, OptD sh, OptD sw) {
-  return call1("upsample_cubic", {x},
-               Attrs().ints("output_size", o).b("align_corners", a).floats("scales", upsample_scales({sh, sw})));
+  return filtered_upsample("upsample_cubic", x, o, a, upsample_scales({sh, sw}));
 }
 Tensor k_upsample_bicubic2d_bw(const Tensor& g, at::IntArrayRef o, at::IntArrayRef i, bool a, OptD sh, OptD sw) {
-  return call1("upsample_cubic_backward", {g},
-               Attrs().ints("output_size", o).ints("input_size", i).b("align_corners", a).floats(
-                   "scales", upsample_scales({sh, sw})));
+  return filtered_upsample_bw("upsample_cubic_backward", g, o, i, a, upsample_scales({sh, sw}));
 }
 template <bool Cubic>
 Tensor k_upsample_aa2d(const Tensor& x, at::IntArrayRef o, bool a, OptD sh, OptD sw) {
-  return call1("upsample_antialias", {x},
-               Attrs().ints("output_size", o).str("mode", Cubic ? "cubic" : "linear").b("align_corners", a).floats(
-                   "scales", upsample_scales({sh, sw})));
+  return filtered_upsample("upsample_antialias", x, o, a, upsample_scales({sh, sw}), Cubic ? "cubic" : "linear");
 }
 template <bool Cubic>
 Tensor k_upsample_aa2d_bw(const Tensor& g, at::IntArrayRef o, at::IntArrayRef i, bool a, OptD sh, OptD sw) {
-  return call1("upsample_antialias_backward", {g},
-               Attrs()
-                   .ints("output_size", o)
-                   .ints("input_size", i)
-                   .str("mode", Cubic ? "cubic" : "linear")
-                   .b("align_corners", a)
-                   .floats("scales", upsample_scales({sh, sw})));
+  return filtered_upsample_bw("upsample_antialias_backward", g, o, i, a, upsample_scales({sh, sw}),
+                              Cubic ? "cubic" : "linear");
 }
 
 // isin: each element compared with every test element (the test sets in

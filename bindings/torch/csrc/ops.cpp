@@ -767,6 +767,14 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> k_linalg_slogdet(const Tensor& A) {
   auto r = call("linalg_slogdet", {use_A_T(A) ? A.mT() : A});
   return {r[0], r[1], r[2], r[3]};
 }
+// torch.linalg.matrix_exp (the op library's matrix_exp.rs): the squarings
+// the largest 1-norm needs (one read back, as torch's CUDA kernel reads its
+// norms), then the Padé approximant squared that many times. Its gradient
+// is torch's formula, the exponential of a block matrix, so this again.
+Tensor k_linalg_matrix_exp(const Tensor& A) {
+  const int64_t s = call1("matrix_exp_squarings", {A}).item<int64_t>();
+  return call1("matrix_exp", {A}, Attrs().i("squarings", s));
+}
 Tensor k_solve_triangular(const Tensor& A, const Tensor& B, bool upper, bool left, bool unitriangular) {
   return call1("solve_triangular", {A, B},
                Attrs().b("upper", upper).b("left", left).b("unitriangular", unitriangular));
@@ -2642,6 +2650,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
     return into_all([&] { return k_linalg_svd(A, full, uv, driver); }, U, S, Vh);
   });
   m.impl("_cholesky_solve_helper", k_cholesky_solve_helper);
+  m.impl("linalg_matrix_exp", k_linalg_matrix_exp);
+  m.impl("linalg_matrix_exp.out",
+         [](const Tensor& A, Tensor& out) -> Tensor& { return into(out, k_linalg_matrix_exp(A)); });
   m.impl("cholesky_inverse", k_cholesky_inverse);
   m.impl("cholesky_inverse.out", [](const Tensor& L, bool upper, Tensor& out) -> Tensor& {
     return into(out, k_cholesky_inverse(L, upper));

@@ -1,9 +1,10 @@
 """Linear algebra on tpu (the op library's solve.rs, qr.rs and
-spectral.rs): solve, inv, det, slogdet, LU factors and solves with them,
+spectral.rs, matrix_exp.rs): solve, inv, det, slogdet, LU factors and solves with them,
 triangular solves, Cholesky factors, solves and inverses, Householder QR
 (geqrf, householder_product, ormqr, linalg.qr), least squares (lstsq,
 gels), eigh and the SVD (and what torch builds on them: pinv,
-matrix_rank, cond, the 2- and nuclear norms); values and
+matrix_rank, cond, the 2- and nuclear norms), the matrix exponential;
+values and
 gradients against torch on CPU in every eager mode with the CPU fallback
 off, in f32 and f64, and torch.distributions' multivariate normal built on
 them."""
@@ -70,6 +71,44 @@ def test_solve_inv_det_values_and_gradients(dtype, mode, no_fallback):
     check_grads(lambda a: torch.linalg.det(a.mT), (A,), dtype)
     check_grads(lambda a: torch.linalg.slogdet(a), (rand(3, 4, 4, dtype=dtype),), dtype)
     check_grads(torch.logdet, (A @ A.mT,), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_matrix_exp_values_and_gradients(dtype, mode, no_fallback):
+    """Small norms (no squarings), a batch whose largest norm needs
+    several (skew-symmetric, so exp is a rotation and f32 compares
+    absolutely), a diagonal one whose entries span exp(-40) to exp(8);
+    the gradient is torch's block-matrix formula on tpu's exponential."""
+    check_grads(torch.linalg.matrix_exp, (0.3 * rand(2, 4, 4, dtype=dtype),), dtype)
+    m = 6.0 * rand(3, 5, 5, dtype=torch.float64, seed=4)
+    check_grads(torch.linalg.matrix_exp, ((m - m.mT).to(dtype),), dtype)
+    check_grads(torch.matrix_exp, (rand(3, 3, dtype=dtype, seed=5),), dtype)
+    d = torch.diag(torch.tensor([-40.0, 0.5, 8.0], dtype=dtype))
+    got = torch.linalg.matrix_exp(d.to("tpu")).cpu()
+    torch.testing.assert_close(got, torch.linalg.matrix_exp(d), rtol=TOL[dtype], atol=0)
+    out = torch.empty(0, dtype=dtype, device="tpu")
+    torch.ops.aten.linalg_matrix_exp.out(d.to("tpu"), out=out)
+    assert torch.equal(out.cpu(), got)
+    # An empty batch and a 0 x 0 matrix.
+    for shape in ((0, 3, 3), (2, 0, 0)):
+        close_to_cpu(torch.linalg.matrix_exp(torch.zeros(shape, dtype=dtype, device="tpu")),
+                     torch.linalg.matrix_exp(torch.zeros(shape, dtype=dtype)), 0)
+
+
+def test_matrix_exp_half_types_and_errors(mode, no_fallback):
+    """bf16 and f16 are computed in f32 and rounded once (torch's CPU
+    kernel gives garbage for them, so the reference is f32's); integers
+    and non-square matrices are torch's errors."""
+    a = 0.5 * rand(2, 3, 3, seed=6)
+    for dt in (torch.bfloat16, torch.float16):
+        got = torch.linalg.matrix_exp(a.to(dt).to("tpu"))
+        want = torch.linalg.matrix_exp(a.to(dt).float()).to(dt)
+        assert got.dtype == dt
+        torch.testing.assert_close(got.cpu(), want, atol=1e-2, rtol=1e-2)
+    with pytest.raises(RuntimeError, match="floating point"):
+        torch.linalg.matrix_exp(torch.ones(2, 2, dtype=torch.long, device="tpu"))
+    with pytest.raises(RuntimeError, match="square"):
+        torch.linalg.matrix_exp(torch.ones(2, 3, device="tpu"))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

@@ -32,6 +32,7 @@ mod index;
 mod linalg;
 mod loss;
 mod math;
+mod matrix_exp;
 #[cfg(test)]
 mod modes_tests;
 mod nn;
@@ -127,6 +128,7 @@ fn registry() -> &'static Registry {
             (linalg::OPS, true),
             (solve::OPS, false),
             (qr::OPS, true),
+            (matrix_exp::OPS, true),
             (spectral::OPS, false),
             (nn::OPS, false),
             (random::OPS, false),

@@ -1356,6 +1356,26 @@ fn solve_cases() -> Vec<Case> {
         ),
         c("linalg_inv", vec![dominant(F32, &[3, 3], 379)], &[]),
         c("linalg_inv", vec![dominant(F64, &[2, 4, 4], 380)], &[]),
+        c(
+            "matrix_exp_squarings",
+            vec![range(F32, &[2, 3, 3], 1911, -9.0, 9.0)],
+            &[],
+        ),
+        c(
+            "matrix_exp",
+            vec![f32s(&[2, 3, 3], 1912)],
+            &[("squarings", i(0))],
+        ),
+        c(
+            "matrix_exp",
+            vec![range(F64, &[4, 4], 1913, -3.0, 3.0)],
+            &[("squarings", i(2))],
+        ),
+        c(
+            "matrix_exp",
+            vec![range(BF16, &[3, 3], 1914, -1.0, 1.0)],
+            &[("squarings", i(1))],
+        ),
         c("linalg_det", vec![f32s(&[2, 3, 3], 381)], &[]),
         c("linalg_det", vec![range(F64, &[4, 4], 382, -2.0, 2.0)], &[]),
         c("linalg_slogdet", vec![f32s(&[2, 4, 4], 383)], &[]),
@@ -3249,6 +3269,17 @@ fn zero_size_cases() -> Vec<Case> {
             &[],
         ),
         c("linalg_inv", vec![f32s(&[2, 0, 0], 1547)], &[]),
+        c("matrix_exp_squarings", vec![f32s(&[0, 2, 2], 1915)], &[]),
+        c(
+            "matrix_exp",
+            vec![f32s(&[2, 0, 0], 1916)],
+            &[("squarings", i(0))],
+        ),
+        c(
+            "matrix_exp",
+            vec![f32s(&[0, 3, 3], 1917)],
+            &[("squarings", i(1))],
+        ),
         c("linalg_det", vec![f32s(&[2, 0, 0], 1548)], &[]),
         c("linalg_slogdet", vec![f32s(&[0, 2, 2], 1549)], &[]),
         c(

@@ -39,7 +39,7 @@ pub(super) fn same_dtype(e: &Emitter, b: ValueId, dt: DType, what: &str, of: &st
 }
 
 /// `n` x `n` identity matrices, B of them, in `dt`.
-fn identity(e: &mut Emitter, b: u64, n: u64, dt: DType) -> Result<ValueId> {
+pub(super) fn identity(e: &mut Emitter, b: u64, n: u64, dt: DType) -> Result<ValueId> {
     let rows = iota(e, &[b, n, n], 1)?;
     let cols = iota(e, &[b, n, n], 2)?;
     let on = e.compare(CompareOp::Eq, rows, cols)?;
@@ -88,7 +88,7 @@ pub(super) fn flat_batch(e: &mut Emitter, v: ValueId, rest: usize) -> Result<Val
 /// packed as LAPACK packs it, L's unit diagonal implied; 0-based i64
 /// pivots [B, min(m, n)]; the permutation [B, m]; info [B] i32, the
 /// 1-based step of the first zero pivot, 0 for none).
-fn lu_steps(e: &mut Emitter, a: ValueId) -> Result<[ValueId; 4]> {
+pub(super) fn lu_steps(e: &mut Emitter, a: ValueId) -> Result<[ValueId; 4]> {
     let outs = e.g.node(Prim::LuFactor, &[a])?;
     let (lu, pivots, perm) = (outs[0], outs[1], outs[2]);
     let dims = e.dims(a);
@@ -161,7 +161,7 @@ pub(super) fn triangular(
 /// A x = rhs (or Aᵀ x = rhs with `adjoint`) for A = P L U given as its
 /// packed factors `lu` [B, n, n] and permutation `perm` [B, n]; rhs
 /// [B, n, r].
-fn lu_solve_left(
+pub(super) fn lu_solve_left(
     e: &mut Emitter,
     lu: ValueId,
     perm: ValueId,

@@ -3297,11 +3297,12 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 
 
 // --- composed from other tpu kernels ---------------------------------------
-// Layers, losses and helpers that the op library has no op of its own for,
-// built here from aten ops that each run on a tpu kernel (so they run
-// natively, with the CPU fallback off, on both platforms). A C frontend
-// does not get these through the C ABI; each is a candidate for an op of
-// its own in the library.
+// Layers, losses and helpers. renorm, weight normalization and the margin
+// losses are the op library's; nonzero_static, embedding_renorm_, pdist,
+// max_unpool, kaiser_window and rrelu are built here from aten ops that
+// each run on a tpu kernel (so they run natively, with the CPU fallback
+// off, on both platforms), and a C frontend does not get those through the
+// C ABI: each is a candidate for an op of its own in the library.
 
 namespace {
 
@@ -3347,20 +3348,10 @@ Tensor& k_embedding_renorm_(Tensor& self, const Tensor& indices, double max_norm
   return self;
 }
 
-// renorm: each slice along `dim` whose p-norm exceeds maxnorm scaled to
-// maxnorm / (norm + 1e-7), as torch's kernel does.
+// renorm: the op library's (each slice along `dim` whose p-norm exceeds
+// maxnorm scaled to maxnorm / (norm + 1e-7)).
 Tensor k_renorm(const Tensor& x, const Scalar& p, int64_t dim, const Scalar& maxnorm) {
-  TORCH_CHECK(p.toDouble() > 0, "renorm: non-positive-norm not supported");
-  TORCH_CHECK(maxnorm.toDouble() >= 0, "renorm: expected maxnorm to be >= 0 but got ", maxnorm.toDouble());
-  TORCH_CHECK(x.dim() > 1, "renorm: input needs at least 2 dimensions, got ", x.dim(), " dimensions");
-  dim = at::maybe_wrap_dim(dim, x.dim());
-  std::vector<int64_t> others;
-  for (int64_t d = 0; d < x.dim(); ++d)
-    if (d != dim) others.push_back(d);
-  Tensor norm = at::linalg_vector_norm(x, p, others, true, std::nullopt);
-  const double m = maxnorm.toDouble();
-  Tensor factor = at::where(norm > m, at::reciprocal(norm + 1e-7) * m, at::ones_like(norm));
-  return x * factor;
+  return call1("renorm", {x}, Attrs().f("p", p.toDouble()).i("dim", dim).f("maxnorm", maxnorm.toDouble()));
 }
 
 // pdist: the upper triangle (row-major, diagonal excluded) of cdist(x, x),
@@ -3419,32 +3410,15 @@ Tensor max_unpool(const Tensor& x, const Tensor& indices, at::IntArrayRef size, 
 
 // Weight normalization's fused pair (what torch._weight_norm calls for
 // dim 0 or the last dim: nn.utils.weight_norm and its parametrization):
-// w = v g / ||v||, the norm over every dim but `dim` (kept as size 1, so
-// it has g's shape; f32 for half inputs, as torch's CPU kernel keeps it),
-// and its backward with s = sum(grad_w v) per slice:
-// grad_g = s / n, grad_v = g / n (grad_w - v s / n^2).
-std::vector<int64_t> dims_except(const Tensor& v, int64_t dim) {
-  TORCH_CHECK(dim >= 0 && dim < v.dim(), "_weight_norm_interface: dim ", dim, " out of range for a ", v.dim(),
-              "-d tensor");
-  std::vector<int64_t> others;
-  for (int64_t d = 0; d < v.dim(); ++d)
-    if (d != dim) others.push_back(d);
-  return others;
-}
+// the op library's weight_norm and weight_norm_backward.
 std::tuple<Tensor, Tensor> k_weight_norm(const Tensor& v, const Tensor& g, int64_t dim) {
-  auto others = dims_except(v, dim);
-  const bool half = v.scalar_type() == at::kHalf || v.scalar_type() == at::kBFloat16;
-  Tensor norms = at::linalg_vector_norm(v, 2, others, true, half ? std::optional(at::kFloat) : std::nullopt);
-  Tensor w = v * (g / norms).to(v.scalar_type());
-  return {w, norms};
+  auto r = call("weight_norm", {v, g}, Attrs().i("dim", dim));
+  return {r[0], r[1]};
 }
 std::tuple<Tensor, Tensor> k_weight_norm_bw(const Tensor& grad_w, const Tensor& v, const Tensor& g,
                                             const Tensor& norms, int64_t dim) {
-  auto others = dims_except(v, dim);
-  Tensor s = (grad_w * v).sum(others, true, norms.scalar_type());
-  Tensor grad_g = (s / norms).to(g.scalar_type());
-  Tensor grad_v = ((g / norms) * (grad_w - v * (s / (norms * norms)))).to(v.scalar_type());
-  return {grad_v, grad_g};
+  auto r = call("weight_norm_backward", {grad_w, v, g, norms}, Attrs().i("dim", dim));
+  return {r[0], r[1]};
 }
 
 // kaiser_window: torch's factory fills an arange through this dispatch
@@ -3482,107 +3456,29 @@ Tensor k_rrelu_with_noise_bw(const Tensor& g, const Tensor& x, const Tensor& noi
   return call1("leaky_relu_backward", {g, x}, Attrs().f("negative_slope", (lo + hi) / 2));
 }
 
-// multi_margin_loss: per sample, the sum over the other classes j of
-// w[y] max(0, margin - x[y] + x[j])^p over C.
-struct MultiMargin {
-  Tensor x, target, is_y, z;  // [N, C], [N], [N, C] bool, x[j] - x[y]
-  int64_t c;
-};
-MultiMargin multi_margin(const Tensor& self, const Tensor& target, const Scalar& p, const OptTensor& weight) {
-  TORCH_CHECK(p.toDouble() == 1 || p.toDouble() == 2, "only p == 1 and p == 2 supported");
-  TORCH_CHECK(self.dim() <= 2 && self.numel() > 0, "Expected non-empty vector or matrix with optional 0-dim batch size, but got: ",
-              self.sizes());
-  Tensor x = self.dim() <= 1 ? self.reshape({1, -1}) : self;
-  const int64_t n = x.size(0), c = x.size(1);
-  TORCH_CHECK(target.numel() == n && target.dim() <= 1, "inconsistent target size, expected ", n, " but got ",
-              target.sizes());
-  TORCH_CHECK(!weight.has_value() || !weight->defined() || (weight->dim() <= 1 && weight->numel() == c),
-              "inconsistent weight size, expected ", c, " but got ", weight->sizes());
-  Tensor t = target.reshape({n}).to(at::kLong);
-  Tensor xy = x.gather(1, t.unsqueeze(1));
-  Tensor is_y = at::arange(c, t.options()).unsqueeze(0) == t.unsqueeze(1);
-  return {x, t, is_y, x - xy, c};
-}
-Tensor class_weight_of(const MultiMargin& mm, const OptTensor& weight) {
-  return weight.has_value() && weight->defined() ? weight->reshape({-1}).index_select(0, mm.target).unsqueeze(1)
-                                                 : Tensor();
+// multi_margin_loss and multilabel_margin_loss with their backward: the
+// op library's (loss.rs).
+std::vector<Tensor> with_weight(std::vector<Tensor> xs, const OptTensor& weight) {
+  if (weight.has_value() && weight->defined()) xs.push_back(*weight);
+  return xs;
 }
 Tensor k_multi_margin_loss(const Tensor& self, const Tensor& target, const Scalar& p, const Scalar& margin,
                            const OptTensor& weight, int64_t reduction) {
-  MultiMargin mm = multi_margin(self, target, p, weight);
-  Tensor z = (mm.z + margin.toDouble()).clamp_min(0);
-  if (p.toDouble() == 2) z = z * z;
-  Tensor w = class_weight_of(mm, weight);
-  if (w.defined()) z = z * w;
-  Tensor loss = z.masked_fill(mm.is_y, 0).sum(1) / static_cast<double>(mm.c);
-  if (reduction == at::Reduction::Mean) return loss.mean();
-  if (reduction == at::Reduction::Sum) return loss.sum();
-  return loss.view(target.sizes());
+  return call1("multi_margin_loss", with_weight({self, target}, weight),
+               Attrs().f("p", p.toDouble()).f("margin", margin.toDouble()).i("reduction", reduction));
 }
 Tensor k_multi_margin_loss_bw(const Tensor& grad, const Tensor& self, const Tensor& target, const Scalar& p,
                               const Scalar& margin, const OptTensor& weight, int64_t reduction) {
-  MultiMargin mm = multi_margin(self, target, p, weight);
-  Tensor z = mm.z + margin.toDouble();
-  Tensor active = at::logical_and(z > 0, at::logical_not(mm.is_y));
-  Tensor dz = p.toDouble() == 2 ? at::where(active, z * 2, at::zeros_like(z)) : active.to(z.scalar_type());
-  Tensor w = class_weight_of(mm, weight);
-  if (w.defined()) dz = dz * w;
-  const int64_t n = mm.x.size(0);
-  Tensor g = reduction == at::Reduction::None ? grad.reshape({n, 1})
-             : reduction == at::Reduction::Mean ? grad / static_cast<double>(n)
-                                                : grad;
-  dz = dz * g / static_cast<double>(mm.c);
-  Tensor dx = dz - mm.is_y.to(dz.scalar_type()) * dz.sum(1, true);
-  return dx.view(self.sizes());
-}
-
-// multilabel_margin_loss: target rows list classes up to the first -1;
-// per sample, the sum over listed classes j and unlisted classes k of
-// max(0, 1 - (x[j] - x[k])) over C. is_target marks the listed classes.
-struct MultiLabel {
-  Tensor x, listed, idx, is_target, z;  // z [N, C(j), C(k)]: 1 - x[t_j] + x[k]
-  int64_t c;
-};
-MultiLabel multilabel(const Tensor& self, const Tensor& target) {
-  TORCH_CHECK(self.dim() <= 2 && self.numel() > 0, "Expected non-empty vector or matrix with optional 0-dim batch size, but got: ",
-              self.sizes());
-  TORCH_CHECK(target.sizes().equals(self.sizes()), "inconsistent target size: ", target.sizes(), " for input of size: ",
-              self.sizes());
-  Tensor x = self.dim() <= 1 ? self.reshape({1, -1}) : self;
-  Tensor t = target.reshape(x.sizes()).to(at::kLong);
-  const int64_t c = x.size(1);
-  // Listed: before the row's first -1.
-  Tensor listed = at::cumsum(t == -1, 1, at::kLong) == 0;
-  Tensor idx = at::where(listed, t, at::zeros_like(t));
-  Tensor is_target = at::zeros_like(x).scatter_reduce(1, idx, listed.to(x.scalar_type()), "amax", true);
-  Tensor xt = x.gather(1, idx);
-  Tensor z = x.unsqueeze(1) - xt.unsqueeze(2) + 1.0;
-  return {x, listed, idx, is_target, z, c};
-}
-Tensor multilabel_pairs(const MultiLabel& ml) {
-  return at::logical_and(ml.listed.unsqueeze(2), (ml.is_target == 0).unsqueeze(1));
+  return call1("multi_margin_loss_backward", with_weight({grad, self, target}, weight),
+               Attrs().f("p", p.toDouble()).f("margin", margin.toDouble()).i("reduction", reduction));
 }
 std::tuple<Tensor, Tensor> k_multilabel_margin_loss(const Tensor& self, const Tensor& target, int64_t reduction) {
-  MultiLabel ml = multilabel(self, target);
-  Tensor z = at::where(multilabel_pairs(ml), ml.z.clamp_min(0), at::zeros_like(ml.z));
-  Tensor loss = z.sum({1, 2}) / static_cast<double>(ml.c);
-  Tensor is_target = ml.is_target.view(self.sizes());
-  if (reduction == at::Reduction::Mean) return {loss.mean(), is_target};
-  if (reduction == at::Reduction::Sum) return {loss.sum(), is_target};
-  return {self.dim() <= 1 ? loss.squeeze(0) : loss, is_target};
+  auto r = call("multilabel_margin_loss", {self, target}, Attrs().i("reduction", reduction));
+  return {r[0], r[1]};
 }
 Tensor k_multilabel_margin_loss_bw(const Tensor& grad, const Tensor& self, const Tensor& target, int64_t reduction,
                                    const Tensor& is_target) {
-  MultiLabel ml = multilabel(self, target);
-  Tensor active = at::logical_and(multilabel_pairs(ml), ml.z > 0).to(ml.x.scalar_type());
-  // +1 at each unlisted k per active pair, -1 at the listed class t_j.
-  Tensor dk = active.sum(1);
-  Tensor dj = at::zeros_like(ml.x).scatter_add(1, ml.idx, -active.sum(2) * ml.listed.to(ml.x.scalar_type()));
-  const int64_t n = ml.x.size(0);
-  Tensor g = reduction == at::Reduction::None ? grad.reshape({n, 1})
-             : reduction == at::Reduction::Mean ? grad / static_cast<double>(n)
-                                                : grad;
-  return ((dk + dj) * g / static_cast<double>(ml.c)).view(self.sizes());
+  return call1("multilabel_margin_loss_backward", {grad, self, target, is_target}, Attrs().i("reduction", reduction));
 }
 
 }  // namespace

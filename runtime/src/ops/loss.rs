@@ -583,6 +583,336 @@ fn huber_loss_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<
     smooth_or_huber_backward(e, x, a, true)
 }
 
+/// A margin loss's input as [N, C] in its compute dtype (a [C] input is
+/// one sample, a scalar one sample of one class), with N and C. torch's
+/// rule: a non-empty vector or matrix, N may be 0.
+fn margin_input(e: &mut Emitter, x: ValueId) -> Result<(ValueId, u64, u64)> {
+    need_float(e, x, "input")?;
+    let d = e.dims(x);
+    let (n, c) = match d[..] {
+        [] => (1, 1),
+        [c] => (1, c),
+        [n, c] => (n, c),
+        _ => (0, 0),
+    };
+    if c == 0 {
+        return Err(Error::invalid(format!(
+            "expected a non-empty vector or matrix with optional 0-dim batch size, but got: {d:?}"
+        )));
+    }
+    let cd = compute_dtype(e.dtype(x))?;
+    let x2 = e.reshape(x, &[n, c])?;
+    Ok((e.convert(x2, cd)?, n, c))
+}
+
+/// The per-sample grad of a margin loss as [N, 1] in `cd`, over N for
+/// mean: grad_output's shape is the loss's (`loss_dims` for none).
+fn margin_grad(
+    e: &mut Emitter,
+    g: ValueId,
+    n: u64,
+    loss_dims: &[u64],
+    r: Reduction,
+    cd: DType,
+) -> Result<ValueId> {
+    check_grad_output(e, g, r)?;
+    if r == Reduction::None && e.dims(g) != loss_dims {
+        return Err(Error::invalid(format!(
+            "grad_output must have the loss's shape {loss_dims:?}, got {:?}",
+            e.dims(g)
+        )));
+    }
+    let g = e.convert(g, cd)?;
+    let g = if r == Reduction::Mean {
+        e.binary_scalar(BinaryOp::Div, g, n as f64)?
+    } else {
+        g
+    };
+    let g = e.reshape(g, &[e.ty(g).numel(), 1])?;
+    e.broadcast_to(g, &[n, 1])
+}
+
+/// What multi_margin_loss and its backward share: the input [N, C],
+/// z = margin - x[y] + x[j] [N, C], the mask of j = y, the class weight
+/// of each sample's target [N, 1] (if any), and p (1 or 2).
+struct MultiMargin {
+    x: ValueId,
+    z: ValueId,
+    is_y: ValueId,
+    weight: Option<ValueId>,
+    p: f64,
+    n: u64,
+    c: u64,
+}
+
+fn multi_margin(
+    e: &mut Emitter,
+    x: &[ValueId],
+    weight: Option<ValueId>,
+    a: &Attrs,
+) -> Result<MultiMargin> {
+    let p = a.float_or("p", 1.0)?;
+    if p != 1.0 && p != 2.0 {
+        return Err(Error::invalid(format!(
+            "only p == 1 and p == 2 supported, got p = {p}"
+        )));
+    }
+    let margin = a.float_or("margin", 1.0)?;
+    let (xs, n, c) = margin_input(e, x[0])?;
+    let cd = e.dtype(xs);
+    let t = class_target(e, x[1])?;
+    if e.rank(t) > 1 || e.ty(t).numel() != n {
+        return Err(Error::invalid(format!(
+            "inconsistent target size, expected {n} but got {:?}",
+            e.dims(t)
+        )));
+    }
+    let t = e.convert(t, DType::I64)?;
+    let t = e.reshape(t, &[n, 1])?;
+    // A target outside 0..C is the gather's error when the graph runs.
+    let xy = e.op(Prim::Gather { axis: 1 }, &[xs, t])?;
+    let xy = e.broadcast_to(xy, &[n, c])?;
+    let diff = e.sub(xs, xy)?;
+    let z = e.binary_scalar(BinaryOp::Add, diff, margin)?;
+    let classes = iota_of(e, DType::I64, &[n, c], 1)?;
+    let tb = e.broadcast_to(t, &[n, c])?;
+    let is_y = e.compare(CompareOp::Eq, classes, tb)?;
+    let weight = match weight {
+        Some(w) => {
+            let w = class_weight(e, w, c, cd)?;
+            let flat = e.reshape(t, &[n])?;
+            let wy = e.op(Prim::Take { axis: 0 }, &[w, flat])?;
+            let wy = e.reshape(wy, &[n, 1])?;
+            Some(e.broadcast_to(wy, &[n, c])?)
+        }
+        None => None,
+    };
+    Ok(MultiMargin {
+        x: xs,
+        z,
+        is_y,
+        weight,
+        p,
+        n,
+        c,
+    })
+}
+
+/// multi_margin_loss(input [N, C] or [C], target [N] or [], weight? [C];
+/// p = 1 | 2, margin = 1, reduction) -> per sample Σ_{j ≠ y} w[y] max(0,
+/// margin - x[y] + x[j])^p / C, reduced.
+fn multi_margin_loss(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let r = reduction(a)?;
+    let m = multi_margin(e, x, x.get(2).copied(), a)?;
+    let zero = e.full_like(m.z, 0.0)?;
+    let mut h = e.max(m.z, zero)?;
+    if m.p == 2.0 {
+        h = e.mul(h, h)?;
+    }
+    if let Some(w) = m.weight {
+        h = e.mul(h, w)?;
+    }
+    let h = e.select(m.is_y, zero, h)?;
+    let sum = e.reduce(ReduceOp::Sum, h, &[1], false)?;
+    let loss = e.binary_scalar(BinaryOp::Div, sum, m.c as f64)?;
+    let loss = e.reshape(loss, &e.dims(x[1]))?;
+    let loss = reduce_loss(e, loss, r)?;
+    Ok(vec![e.convert(loss, e.dtype(x[0]))?])
+}
+
+/// multi_margin_loss_backward(grad, input, target, weight?; p, margin,
+/// reduction) -> grad_input: where z > 0 and j ≠ y, w[y] (1 or 2 z) g / C
+/// at j, and minus their sum at y.
+fn multi_margin_loss_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let r = reduction(a)?;
+    let m = multi_margin(e, &x[1..3], x.get(3).copied(), a)?;
+    let cd = e.dtype(m.x);
+    let g = margin_grad(e, x[0], m.n, &e.dims(x[2]), r, cd)?;
+    let zero = e.full_like(m.z, 0.0)?;
+    let positive = e.compare_scalar(CompareOp::Gt, m.z, 0.0)?;
+    let other = e.unary(UnaryOp::Not, m.is_y)?;
+    let active = e.binary(BinaryOp::And, positive, other)?;
+    let slope = if m.p == 2.0 {
+        e.binary_scalar(BinaryOp::Mul, m.z, 2.0)?
+    } else {
+        e.full_like(m.z, 1.0)?
+    };
+    let mut dz = e.select(active, slope, zero)?;
+    if let Some(w) = m.weight {
+        dz = e.mul(dz, w)?;
+    }
+    let g = e.broadcast_to(g, &[m.n, m.c])?;
+    let dz = e.mul(dz, g)?;
+    let dz = e.binary_scalar(BinaryOp::Div, dz, m.c as f64)?;
+    let total = e.reduce(ReduceOp::Sum, dz, &[1], true)?;
+    let total = e.broadcast_to(total, &[m.n, m.c])?;
+    let at_y = e.select(m.is_y, total, zero)?;
+    let dx = e.sub(dz, at_y)?;
+    let dx = e.reshape(dx, &e.dims(x[1]))?;
+    Ok(vec![e.convert(dx, e.dtype(x[1]))?])
+}
+
+/// What multilabel_margin_loss and its backward share. A target row lists
+/// classes up to its first -1: `listed` [N, C(j)] marks those entries,
+/// `idx` holds them (0 past the list), `pairs` [N, C(j), C(k)] the listed
+/// j with classes k not in the list, `z` = 1 - x[t_j] + x[k] on them.
+struct MultiLabel {
+    x: ValueId,
+    listed: ValueId,
+    idx: ValueId,
+    pairs: ValueId,
+    z: ValueId,
+    n: u64,
+    c: u64,
+}
+
+/// The shared part; `is_target` [N, C] (0 or 1, x's compute dtype) is
+/// computed from the target when not given.
+fn multilabel(
+    e: &mut Emitter,
+    input: ValueId,
+    target: ValueId,
+    is_target: Option<ValueId>,
+) -> Result<(MultiLabel, ValueId)> {
+    let (xs, n, c) = margin_input(e, input)?;
+    let cd = e.dtype(xs);
+    if e.dims(target) != e.dims(input) {
+        return Err(Error::invalid(format!(
+            "inconsistent target size: {:?} for input of size: {:?}",
+            e.dims(target),
+            e.dims(input)
+        )));
+    }
+    let t = class_target(e, target)?;
+    let t = e.convert(t, DType::I64)?;
+    let t = e.reshape(t, &[n, c])?;
+    // Listed: before the row's first -1.
+    let position = iota_of(e, DType::I64, &[n, c], 1)?;
+    let end = e.compare_scalar(CompareOp::Eq, t, -1.0)?;
+    let beyond = e.full(DType::I64, &[n, c], c as f64)?;
+    let at = e.select(end, position, beyond)?;
+    let first = e.reduce(ReduceOp::Min, at, &[1], true)?;
+    let first = e.broadcast_to(first, &[n, c])?;
+    let listed = e.compare(CompareOp::Lt, position, first)?;
+    let zero_index = e.full(DType::I64, &[n, c], 0.0)?;
+    let idx = e.select(listed, t, zero_index)?;
+    // One-hot [N, j, k] of each listed class.
+    let jk = [n, c, c];
+    let idx3 = e.reshape(idx, &[n, c, 1])?;
+    let idx3 = e.broadcast_to(idx3, &jk)?;
+    let k = iota_of(e, DType::I64, &jk, 2)?;
+    let hit = e.compare(CompareOp::Eq, idx3, k)?;
+    let listed3 = e.reshape(listed, &[n, c, 1])?;
+    let listed3 = e.broadcast_to(listed3, &jk)?;
+    let hit = e.binary(BinaryOp::And, hit, listed3)?;
+    let is_target = match is_target {
+        Some(it) => {
+            if e.dims(it) != e.dims(input) {
+                return Err(Error::invalid(format!(
+                    "is_target must have the input's shape {:?}, got {:?}",
+                    e.dims(input),
+                    e.dims(it)
+                )));
+            }
+            let it = e.reshape(it, &[n, c])?;
+            e.convert(it, cd)?
+        }
+        None => {
+            let any = e.reduce(ReduceOp::Or, hit, &[1], false)?;
+            e.convert(any, cd)?
+        }
+    };
+    let unlisted = e.compare_scalar(CompareOp::Eq, is_target, 0.0)?;
+    let unlisted = e.reshape(unlisted, &[n, 1, c])?;
+    let unlisted = e.broadcast_to(unlisted, &jk)?;
+    let pairs = e.binary(BinaryOp::And, listed3, unlisted)?;
+    // A listed class outside 0..C is the gather's error when it runs.
+    let xt = e.op(Prim::Gather { axis: 1 }, &[xs, idx])?;
+    let xt = e.reshape(xt, &[n, c, 1])?;
+    let xt = e.broadcast_to(xt, &jk)?;
+    let xk = e.reshape(xs, &[n, 1, c])?;
+    let xk = e.broadcast_to(xk, &jk)?;
+    let diff = e.sub(xk, xt)?;
+    let z = e.binary_scalar(BinaryOp::Add, diff, 1.0)?;
+    let ml = MultiLabel {
+        x: xs,
+        listed,
+        idx,
+        pairs,
+        z,
+        n,
+        c,
+    };
+    Ok((ml, is_target))
+}
+
+/// The loss's shape for reduction none: [N], or [] for a [C] or scalar
+/// input.
+fn multilabel_loss_dims(e: &Emitter, input: ValueId) -> Vec<u64> {
+    let d = e.dims(input);
+    if d.len() == 2 {
+        vec![d[0]]
+    } else {
+        vec![]
+    }
+}
+
+/// multilabel_margin_loss(input [N, C] or [C], target (its shape, class
+/// lists ended by -1); reduction) -> (loss, is_target): per sample Σ over
+/// listed classes j and unlisted classes k of max(0, 1 - (x[t_j] - x[k]))
+/// / C, reduced; is_target (input's shape and dtype) marks listed classes.
+fn multilabel_margin_loss(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let r = reduction(a)?;
+    let (ml, is_target) = multilabel(e, x[0], x[1], None)?;
+    let zero = e.full_like(ml.z, 0.0)?;
+    let h = e.max(ml.z, zero)?;
+    let h = e.select(ml.pairs, h, zero)?;
+    let sum = e.reduce(ReduceOp::Sum, h, &[1, 2], false)?;
+    let loss = e.binary_scalar(BinaryOp::Div, sum, ml.c as f64)?;
+    let loss = e.reshape(loss, &multilabel_loss_dims(e, x[0]))?;
+    let loss = reduce_loss(e, loss, r)?;
+    let dt = e.dtype(x[0]);
+    let is_target = e.reshape(is_target, &e.dims(x[0]))?;
+    Ok(vec![e.convert(loss, dt)?, e.convert(is_target, dt)?])
+}
+
+/// multilabel_margin_loss_backward(grad, input, target, is_target;
+/// reduction) -> grad_input: each active pair (j, k) (z > 0) adds g / C at
+/// k and takes it at the listed class t_j.
+fn multilabel_margin_loss_backward(
+    e: &mut Emitter,
+    x: &[ValueId],
+    a: &Attrs,
+) -> Result<Vec<ValueId>> {
+    let r = reduction(a)?;
+    let (ml, _) = multilabel(e, x[1], x[2], Some(x[3]))?;
+    let cd = e.dtype(ml.x);
+    let g = margin_grad(e, x[0], ml.n, &multilabel_loss_dims(e, x[1]), r, cd)?;
+    let positive = e.compare_scalar(CompareOp::Gt, ml.z, 0.0)?;
+    let active = e.binary(BinaryOp::And, ml.pairs, positive)?;
+    let active = e.convert(active, cd)?;
+    let (n, c) = (ml.n, ml.c);
+    // +1 at k per active pair; -(the active pairs of j) at t_j.
+    let dk = e.reduce(ReduceOp::Sum, active, &[1], false)?;
+    let per_j = e.reduce(ReduceOp::Sum, active, &[2], false)?;
+    let listed = e.convert(ml.listed, cd)?;
+    let per_j = e.mul(per_j, listed)?;
+    let zeros = e.full(cd, &[n, c], 0.0)?;
+    let dj = e.op(
+        Prim::Scatter {
+            axis: 1,
+            combiner: crate::ir::ScatterCombiner::Add,
+        },
+        &[zeros, ml.idx, per_j],
+    )?;
+    let d = e.sub(dk, dj)?;
+    let g = e.broadcast_to(g, &[n, c])?;
+    let d = e.mul(d, g)?;
+    let d = e.binary_scalar(BinaryOp::Div, d, c as f64)?;
+    let d = e.reshape(d, &e.dims(x[1]))?;
+    Ok(vec![e.convert(d, e.dtype(x[1]))?])
+}
+
 pub(super) const OPS: &[OpDef] = &[
     def!(
         "binary_cross_entropy",
@@ -611,4 +941,20 @@ pub(super) const OPS: &[OpDef] = &[
     def!("cross_entropy", Arity::Between(2, 3), cross_entropy),
     def!("mse_loss", Arity::Exactly(2), mse_loss),
     def!("mse_loss_backward", Arity::Exactly(3), mse_loss_backward),
+    def!("multi_margin_loss", Arity::Between(2, 3), multi_margin_loss),
+    def!(
+        "multi_margin_loss_backward",
+        Arity::Between(3, 4),
+        multi_margin_loss_backward
+    ),
+    def!(
+        "multilabel_margin_loss",
+        Arity::Exactly(2),
+        multilabel_margin_loss
+    ),
+    def!(
+        "multilabel_margin_loss_backward",
+        Arity::Exactly(4),
+        multilabel_margin_loss_backward
+    ),
 ];

@@ -1306,6 +1306,36 @@ fn solve_cases() -> Vec<Case> {
             &[("upper", b(true))],
         ),
         c("cholesky_inverse", vec![chol], &[]),
+        c(
+            "renorm",
+            vec![range(F32, &[3, 4, 2], 1928, -2.0, 2.0)],
+            &[("p", f(2.0)), ("dim", i(0)), ("maxnorm", f(1.0))],
+        ),
+        c(
+            "renorm",
+            vec![rnd(F16, &[3, 4], 1929)],
+            &[("p", f(1.0)), ("dim", i(-1)), ("maxnorm", f(0.5))],
+        ),
+        c(
+            "weight_norm",
+            vec![f32s(&[4, 3, 2], 1930), f32s(&[4, 1, 1], 1931)],
+            &[("dim", i(0))],
+        ),
+        c(
+            "weight_norm",
+            vec![rnd(BF16, &[3, 5], 1932), rnd(BF16, &[1, 5], 1933)],
+            &[("dim", i(1))],
+        ),
+        c(
+            "weight_norm_backward",
+            vec![
+                f32s(&[4, 3], 1934),
+                range(F32, &[4, 3], 1935, 0.5, 2.0),
+                f32s(&[4, 1], 1936),
+                range(F32, &[4, 1], 1937, 1.0, 2.0),
+            ],
+            &[("dim", i(0))],
+        ),
         c("lu_factor", vec![f32s(&[2, 4, 4], 364)], &[]),
         c("lu_factor", vec![range(F64, &[3, 5], 365, -2.0, 2.0)], &[]),
         c("lu_factor", vec![f32s(&[5, 3], 366)], &[]),
@@ -2309,6 +2339,51 @@ fn loss_cases() -> Vec<Case> {
         ),
         c("mse_loss", vec![f32s(&[3, 4], 608), f32s(&[4], 609)], &[]),
         c(
+            "multi_margin_loss",
+            vec![
+                f32s(&[4, 5], 1921),
+                idx(I64, &[4], &[0, 4, 2, 2]),
+                range(F32, &[5], 1922, 0.5, 1.5),
+            ],
+            &[("p", i(2)), ("margin", f(0.7)), red("sum")],
+        ),
+        c(
+            "multi_margin_loss",
+            vec![rnd(BF16, &[5], 1923), idx(I64, &[], &[3])],
+            &[red("none")],
+        ),
+        c(
+            "multi_margin_loss_backward",
+            vec![
+                f32s(&[4], 1924),
+                f32s(&[4, 5], 1925),
+                idx(I32, &[4], &[1, 0, 4, 3]),
+            ],
+            &[red("none")],
+        ),
+        c(
+            "multilabel_margin_loss",
+            vec![
+                f32s(&[3, 4], 1926),
+                idx(I64, &[3, 4], &[3, 0, -1, 1, 1, 2, 3, 0, -1, 0, 0, 0]),
+            ],
+            &[],
+        ),
+        c(
+            "multilabel_margin_loss_backward",
+            vec![
+                scalar(F32, 0.5),
+                f32s(&[3, 4], 1927),
+                idx(I64, &[3, 4], &[3, 0, -1, 1, 1, 2, 3, 0, -1, 0, 0, 0]),
+                h(
+                    F32,
+                    &[3, 4],
+                    &[1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0],
+                ),
+            ],
+            &[red("sum")],
+        ),
+        c(
             "mse_loss",
             vec![f32s(&[4, 0], 614), f32s(&[4, 0], 615)],
             &[red("sum")],
@@ -3269,6 +3344,51 @@ fn zero_size_cases() -> Vec<Case> {
             &[],
         ),
         c("linalg_inv", vec![f32s(&[2, 0, 0], 1547)], &[]),
+        c(
+            "multi_margin_loss",
+            vec![f32s(&[0, 3], 1940), i64s(&[0], &[])],
+            &[("reduction", s("sum"))],
+        ),
+        c(
+            "multilabel_margin_loss",
+            vec![f32s(&[0, 3], 1941), i64s(&[0, 3], &[])],
+            &[("reduction", s("none"))],
+        ),
+        c(
+            "multi_margin_loss_backward",
+            vec![f32s(&[0], 1942), f32s(&[0, 3], 1943), i64s(&[0], &[])],
+            &[("reduction", s("none"))],
+        ),
+        c(
+            "renorm",
+            vec![f32s(&[0, 3], 1944)],
+            &[("p", f(2.0)), ("dim", i(1)), ("maxnorm", f(1.0))],
+        ),
+        c(
+            "weight_norm",
+            vec![f32s(&[0, 3], 1945), f32s(&[1, 3], 1946)],
+            &[("dim", i(1))],
+        ),
+        c(
+            "weight_norm_backward",
+            vec![
+                f32s(&[0, 3], 1947),
+                f32s(&[0, 3], 1948),
+                f32s(&[1, 3], 1949),
+                f32s(&[1, 3], 1950),
+            ],
+            &[("dim", i(1))],
+        ),
+        c(
+            "multilabel_margin_loss_backward",
+            vec![
+                f32s(&[0], 1951),
+                f32s(&[0, 3], 1952),
+                i64s(&[0, 3], &[]),
+                f32s(&[0, 3], 1953),
+            ],
+            &[("reduction", s("none"))],
+        ),
         c("matrix_exp_squarings", vec![f32s(&[0, 2, 2], 1915)], &[]),
         c(
             "matrix_exp",

@@ -1,13 +1,14 @@
-//! Neural-network ops: softmax, log_softmax, layer_norm, rms_norm.
-//! Half-precision inputs compute in f32 and round once at the end, as
-//! PyTorch's kernels accumulate.
+//! Neural-network ops: softmax, log_softmax, layer_norm, rms_norm,
+//! batch_norm, and the norm rescalings renorm and weight normalization
+//! (with its backward). Half-precision inputs compute in f32 and round
+//! once at the end, as PyTorch's kernels accumulate.
 
 use super::attrs::Attrs;
 use super::emit::{wrap_dim, Emitter};
 use super::support::compute_dtype;
 use super::{Arity, OpDef};
 use crate::error::{Error, Result};
-use crate::ir::{DType, ReduceOp, UnaryOp, ValueId};
+use crate::ir::{BinaryOp, CompareOp, DType, ReduceOp, UnaryOp, ValueId};
 
 fn softmax_impl(e: &mut Emitter, x: ValueId, a: &Attrs, log: bool) -> Result<ValueId> {
     let out_dt = a.dtype_opt("dtype")?.unwrap_or(e.dtype(x));
@@ -276,6 +277,127 @@ fn batch_norm(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>>
     Ok(out)
 }
 
+/// Every dimension of a rank-`rank` value but `dim`.
+fn dims_except(rank: usize, dim: usize) -> Vec<usize> {
+    (0..rank).filter(|&d| d != dim).collect()
+}
+
+/// renorm(x; p, dim, maxnorm) -> x with each slice along `dim` whose
+/// p-norm exceeds maxnorm scaled by maxnorm / (norm + 1e-7), as torch's
+/// kernel scales it.
+fn renorm(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let p = a.float("p")?;
+    let maxnorm = a.float("maxnorm")?;
+    if p.is_nan() || p <= 0.0 {
+        return Err(Error::invalid(format!(
+            "non-positive-norm not supported, got p = {p}"
+        )));
+    }
+    if maxnorm.is_nan() || maxnorm < 0.0 {
+        return Err(Error::invalid(format!(
+            "expected maxnorm to be >= 0 but got {maxnorm}"
+        )));
+    }
+    let rank = e.rank(x[0]);
+    if rank < 2 {
+        return Err(Error::invalid(format!(
+            "input needs at least 2 dimensions, got {rank} dimensions"
+        )));
+    }
+    let dim = wrap_dim(a.int("dim")?, rank)?;
+    let dt = e.dtype(x[0]);
+    let v = e.convert(x[0], compute_dtype(dt)?)?;
+    let norm = super::reduction::p_norm(e, v, p, &dims_except(rank, dim), true)?;
+    let over = e.compare_scalar(CompareOp::Gt, norm, maxnorm)?;
+    let guarded = e.binary_scalar(BinaryOp::Add, norm, 1e-7)?;
+    let top = e.full_like(norm, maxnorm)?;
+    let scale = e.div(top, guarded)?;
+    let one = e.full_like(norm, 1.0)?;
+    let factor = e.select(over, scale, one)?;
+    let factor = e.broadcast_to(factor, &e.dims(v))?;
+    let out = e.mul(v, factor)?;
+    Ok(vec![e.convert(out, dt)?])
+}
+
+/// The weight-norm dimension (`dim`, within v's rank) and the 2-norm of v
+/// over every other dimension, kept (g's shape), in f32 for half v as
+/// torch's kernel keeps it.
+fn weight_norms(e: &mut Emitter, v: ValueId, a: &Attrs) -> Result<(ValueId, ValueId)> {
+    let rank = e.rank(v);
+    let dim = a.int("dim")?;
+    if dim < 0 || dim as usize >= rank.max(1) {
+        return Err(Error::invalid(format!(
+            "dim {dim} out of range for a {rank}-d tensor"
+        )));
+    }
+    let cd = compute_dtype(e.dtype(v))?;
+    let vc = e.convert(v, cd)?;
+    let others = dims_except(rank, dim as usize);
+    let norms = super::reduction::p_norm(e, vc, 2.0, &others, true)?;
+    Ok((vc, norms))
+}
+
+fn check_g(e: &Emitter, g: ValueId, norms: ValueId) -> Result<()> {
+    if e.dims(g) != e.dims(norms) {
+        return Err(Error::invalid(format!(
+            "g must have shape {:?} (v's, 1 but along dim), got {:?}",
+            e.dims(norms),
+            e.dims(g)
+        )));
+    }
+    Ok(())
+}
+
+/// weight_norm(v, g; dim) -> (w, norms): w = v g / ||v|| with the norm
+/// over every dimension but `dim` (torch's _weight_norm_interface).
+fn weight_norm(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let (v, norms) = weight_norms(e, x[0], a)?;
+    check_g(e, x[1], norms)?;
+    let g = e.convert(x[1], e.dtype(norms))?;
+    let ratio = e.div(g, norms)?;
+    let ratio = e.broadcast_to(ratio, &e.dims(v))?;
+    let w = e.mul(v, ratio)?;
+    Ok(vec![e.convert(w, e.dtype(x[0]))?, norms])
+}
+
+/// weight_norm_backward(grad_w, v, g, norms; dim) -> (grad_v, grad_g):
+/// with s = Σ grad_w v per slice, grad_g = s / n and grad_v = g / n
+/// (grad_w - v s / n²).
+fn weight_norm_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let (gw, v, g, norms) = (x[0], x[1], x[2], x[3]);
+    if e.dims(gw) != e.dims(v) {
+        return Err(Error::invalid(format!(
+            "grad_w must have v's shape {:?}, got {:?}",
+            e.dims(v),
+            e.dims(gw)
+        )));
+    }
+    let (vc, fresh) = weight_norms(e, v, a)?;
+    check_g(e, g, fresh)?;
+    check_g(e, norms, fresh)?;
+    let cd = e.dtype(vc);
+    let full = e.dims(v);
+    let others = dims_except(e.rank(v), a.int("dim")? as usize);
+    let gwc = e.convert(gw, cd)?;
+    let n = e.convert(norms, cd)?;
+    let gc = e.convert(g, cd)?;
+    let prod = e.mul(gwc, vc)?;
+    let s = e.reduce(ReduceOp::Sum, prod, &others, true)?;
+    let grad_g = e.div(s, n)?;
+    let nn = e.mul(n, n)?;
+    let k = e.div(s, nn)?;
+    let k = e.broadcast_to(k, &full)?;
+    let vk = e.mul(vc, k)?;
+    let diff = e.sub(gwc, vk)?;
+    let scale = e.div(gc, n)?;
+    let scale = e.broadcast_to(scale, &full)?;
+    let grad_v = e.mul(scale, diff)?;
+    Ok(vec![
+        e.convert(grad_v, e.dtype(v))?,
+        e.convert(grad_g, e.dtype(g))?,
+    ])
+}
+
 pub(super) const OPS: &[OpDef] = &[
     def!("softmax", Arity::Exactly(1), softmax),
     def!("log_softmax", Arity::Exactly(1), log_softmax),
@@ -283,4 +405,11 @@ pub(super) const OPS: &[OpDef] = &[
     def!("rms_norm", Arity::Between(1, 2), rms_norm),
     def!("fused_rms_norm", Arity::Between(1, 2), fused_rms_norm),
     def!("batch_norm", Arity::Between(3, 5), batch_norm),
+    def!("renorm", Arity::Exactly(1), renorm),
+    def!("weight_norm", Arity::Exactly(2), weight_norm),
+    def!(
+        "weight_norm_backward",
+        Arity::Exactly(4),
+        weight_norm_backward
+    ),
 ];

@@ -365,23 +365,34 @@ fn norm(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
         e.convert(x[0], DType::F32)?
     };
     let (dims, keep) = dims_keep(e, v, a)?;
+    Ok(vec![p_norm(e, v, p, &dims, keep)?])
+}
+
+/// (Σ |v|^p)^(1/p) over `dims` in v's dtype; p = inf is the largest |v|.
+pub(super) fn p_norm(
+    e: &mut Emitter,
+    v: ValueId,
+    p: f64,
+    dims: &[usize],
+    keep: bool,
+) -> Result<ValueId> {
     let ab = e.unary(UnaryOp::Abs, v)?;
     if p == f64::INFINITY {
-        return Ok(vec![e.reduce(ReduceOp::Max, ab, &dims, keep)?]);
+        return e.reduce(ReduceOp::Max, ab, dims, keep);
     }
     if p == 2.0 {
         let sq = e.mul(ab, ab)?;
-        let s = e.reduce(ReduceOp::Sum, sq, &dims, keep)?;
-        return Ok(vec![e.unary(UnaryOp::Sqrt, s)?]);
+        let s = e.reduce(ReduceOp::Sum, sq, dims, keep)?;
+        return e.unary(UnaryOp::Sqrt, s);
     }
     if p == 1.0 {
-        return Ok(vec![e.reduce(ReduceOp::Sum, ab, &dims, keep)?]);
+        return e.reduce(ReduceOp::Sum, ab, dims, keep);
     }
     let pp = e.full_like(ab, p)?;
     let pw = e.binary(BinaryOp::Pow, ab, pp)?;
-    let s = e.reduce(ReduceOp::Sum, pw, &dims, keep)?;
+    let s = e.reduce(ReduceOp::Sum, pw, dims, keep)?;
     let inv = e.full_like(s, 1.0 / p)?;
-    Ok(vec![e.binary(BinaryOp::Pow, s, inv)?])
+    e.binary(BinaryOp::Pow, s, inv)
 }
 
 pub(super) const OPS: &[OpDef] = &[

@@ -2245,3 +2245,227 @@ fn empty_inputs() {
     );
     close(&o, &[0.0; 6], 0.0);
 }
+
+/// multi_margin_loss by its definition: per sample Σ_{j ≠ y} w[y]
+/// max(0, margin - x[y] + x[j])^p / C.
+fn multi_margin_ref(
+    x: &[f64],
+    c: usize,
+    y: &[i64],
+    w: Option<&[f64]>,
+    p: i32,
+    margin: f64,
+) -> Vec<f64> {
+    y.iter()
+        .enumerate()
+        .map(|(n, &t)| {
+            let row = &x[n * c..(n + 1) * c];
+            let t = t as usize;
+            let wy = w.map_or(1.0, |w| w[t]);
+            let sum: f64 = (0..c)
+                .filter(|&j| j != t)
+                .map(|j| wy * (margin - row[t] + row[j]).max(0.0).powi(p))
+                .sum();
+            sum / c as f64
+        })
+        .collect()
+}
+
+/// multilabel_margin_loss by its definition: the listed classes end at
+/// the first -1; Σ over listed j and unlisted k of max(0, 1 - (x[t_j] -
+/// x[k])) / C.
+fn multilabel_ref(x: &[f64], c: usize, t: &[i64]) -> (Vec<f64>, Vec<f64>) {
+    let n = x.len() / c;
+    let mut is_target = vec![0.0; n * c];
+    let loss = (0..n)
+        .map(|s| {
+            let row = &x[s * c..(s + 1) * c];
+            let listed: Vec<usize> = t[s * c..(s + 1) * c]
+                .iter()
+                .take_while(|&&v| v != -1)
+                .map(|&v| v as usize)
+                .collect();
+            for &j in &listed {
+                is_target[s * c + j] = 1.0;
+            }
+            let mut sum = 0.0;
+            for &j in &listed {
+                for k in (0..c).filter(|k| !listed.contains(k)) {
+                    sum += (1.0 - (row[j] - row[k])).max(0.0);
+                }
+            }
+            sum / c as f64
+        })
+        .collect();
+    (loss, is_target)
+}
+
+#[test]
+fn margin_losses_match_their_definitions_and_numerical_gradients() {
+    let mut r = Lcg(31);
+    let (n, c) = (3, 4);
+    let xv: Vec<f64> = r.vec(n * c).iter().map(|v| v * 1.5).collect();
+    let x = f64s(&[3, 4], &xv);
+    let y = i64s(&[3], &[0, 3, 1]);
+    let wv = [0.5, 1.5, 1.0, 2.0];
+    let w = f64s(&[4], &wv);
+    let gv = r.vec(n);
+    let g = f64s(&[3], &gv);
+    for p in [1, 2] {
+        for weighted in [false, true] {
+            let ins = if weighted {
+                vec![x.clone(), y.clone(), w.clone()]
+            } else {
+                vec![x.clone(), y.clone()]
+            };
+            let refs: Vec<&HostTensor> = ins.iter().collect();
+            let want = multi_margin_ref(&xv, c, &[0, 3, 1], weighted.then_some(&wv[..]), p, 0.7);
+            let a = at(&[
+                ("p", int(p as i64)),
+                ("margin", float(0.7)),
+                ("reduction", s("none")),
+            ]);
+            close(&run1("multi_margin_loss", &refs, &a), &want, 1e-12);
+            let a_sum = a.clone().with("reduction", s("sum"));
+            close(
+                &run1("multi_margin_loss", &refs, &a_sum),
+                &[want.iter().sum()],
+                1e-12,
+            );
+            let a_mean = a.clone().with("reduction", s("mean"));
+            let mean = want.iter().sum::<f64>() / n as f64;
+            close(&run1("multi_margin_loss", &refs, &a_mean), &[mean], 1e-12);
+            let mut bins = vec![&g];
+            bins.extend(refs.iter().copied());
+            let grad = run1("multi_margin_loss_backward", &bins, &a);
+            close(
+                &grad,
+                &numeric_grad("multi_margin_loss", &ins, &a, 0, &gv, 0),
+                1e-6,
+            );
+            // mean: the scalar grad over N.
+            let half = f64s(&[], &[0.5]);
+            let mut bins = vec![&half];
+            bins.extend(refs.iter().copied());
+            let grad = run1("multi_margin_loss_backward", &bins, &a_mean);
+            let want = numeric_grad("multi_margin_loss", &ins, &a_mean, 0, &[0.5], 0);
+            close(&grad, &want, 1e-6);
+        }
+    }
+    // One sample as a [C] input and a 0-d target; a bad p.
+    let one = f64s(&[4], &xv[4..8]);
+    let a = at(&[("reduction", s("none"))]);
+    let got = run1("multi_margin_loss", &[&one, &i64s(&[], &[3])], &a);
+    assert_eq!(got.ty.dims, Vec::<u64>::new());
+    close(
+        &got,
+        &multi_margin_ref(&xv[4..8], c, &[3], None, 1, 1.0),
+        1e-12,
+    );
+    let e = err("multi_margin_loss", &[&x, &y], &at(&[("p", int(3))]));
+    assert!(e.contains("only p == 1 and p == 2"), "{e}");
+    let e = err(
+        "multi_margin_loss",
+        &[&x, &i64s(&[2], &[0, 1])],
+        &Attrs::new(),
+    );
+    assert!(e.contains("inconsistent target size"), "{e}");
+
+    let tv = [3, 0, -1, 1, 1, 2, 3, 0, -1, 0, 0, 0];
+    let t = i64s(&[3, 4], &tv);
+    let (want, want_is) = multilabel_ref(&xv, c, &tv);
+    let a = at(&[("reduction", s("none"))]);
+    let out = runv("multilabel_margin_loss", &[&x, &t], &a);
+    close(&out[0], &want, 1e-12);
+    close(&out[1], &want_is, 0.0);
+    assert_eq!(out[1].dtype(), DType::F64);
+    let grad = run1(
+        "multilabel_margin_loss_backward",
+        &[&g, &x, &t, &out[1]],
+        &a,
+    );
+    let ins = [x.clone(), t.clone()];
+    close(
+        &grad,
+        &numeric_grad("multilabel_margin_loss", &ins, &a, 0, &gv, 0),
+        1e-6,
+    );
+    let a_mean = at(&[("reduction", s("mean"))]);
+    let m = run1("multilabel_margin_loss", &[&x, &t], &a_mean);
+    close(&m, &[want.iter().sum::<f64>() / n as f64], 1e-12);
+    let half = f64s(&[], &[0.5]);
+    let grad = run1(
+        "multilabel_margin_loss_backward",
+        &[&half, &x, &t, &out[1]],
+        &a_mean,
+    );
+    let want = numeric_grad("multilabel_margin_loss", &ins, &a_mean, 0, &[0.5], 0);
+    close(&grad, &want, 1e-6);
+    let e = err("multilabel_margin_loss", &[&x, &i64s(&[3], &[0, 1, 2])], &a);
+    assert!(e.contains("inconsistent target size"), "{e}");
+}
+
+#[test]
+fn renorm_and_weight_norm_match_their_definitions() {
+    let mut r = Lcg(32);
+    let xv: Vec<f64> = r.vec(24).iter().map(|v| v * 2.0).collect();
+    let x = f64s(&[3, 4, 2], &xv);
+    // renorm along dim 0, p = 3: each [4, 2] slice's 3-norm to at most 1.
+    let a = at(&[("p", float(3.0)), ("dim", int(0)), ("maxnorm", float(1.0))]);
+    let want: Vec<f64> = xv
+        .chunks(8)
+        .flat_map(|s| {
+            let norm = s.iter().map(|v| v.abs().powi(3)).sum::<f64>().cbrt();
+            let f = if norm > 1.0 { 1.0 / (norm + 1e-7) } else { 1.0 };
+            s.iter().map(move |v| v * f).collect::<Vec<_>>()
+        })
+        .collect();
+    close(&run1("renorm", &[&x], &a), &want, 1e-12);
+    let e = err(
+        "renorm",
+        &[&x],
+        &at(&[("p", float(0.0)), ("dim", int(0)), ("maxnorm", float(1.0))]),
+    );
+    assert!(e.contains("non-positive-norm"), "{e}");
+    let e = err("renorm", &[&f64s(&[3], &xv[..3])], &a);
+    assert!(e.contains("at least 2 dimensions"), "{e}");
+
+    // weight_norm over every dim but 0, and its backward.
+    let v = f64s(&[3, 8], &xv);
+    let gv = [0.5, -1.0, 2.0];
+    let g = f64s(&[3, 1], &gv);
+    let a = at(&[("dim", int(0))]);
+    let out = runv("weight_norm", &[&v, &g], &a);
+    let norms: Vec<f64> = xv
+        .chunks(8)
+        .map(|s| s.iter().map(|v| v * v).sum::<f64>().sqrt())
+        .collect();
+    close(&out[1], &norms, 1e-12);
+    let want: Vec<f64> = (0..24).map(|i| xv[i] * gv[i / 8] / norms[i / 8]).collect();
+    close(&out[0], &want, 1e-12);
+    let cot = r.vec(24);
+    let gw = f64s(&[3, 8], &cot);
+    let grads = runv("weight_norm_backward", &[&gw, &v, &g, &out[1]], &a);
+    let ins = [v.clone(), g.clone()];
+    close(
+        &grads[0],
+        &numeric_grad("weight_norm", &ins, &a, 0, &cot, 0),
+        1e-6,
+    );
+    close(
+        &grads[1],
+        &numeric_grad("weight_norm", &ins, &a, 0, &cot, 1),
+        1e-6,
+    );
+    // Along the last dim; bf16 keeps f32 norms.
+    let g1 = f64s(&[1, 8], &[1.0; 8]);
+    let out = runv("weight_norm", &[&v, &g1], &at(&[("dim", int(1))]));
+    assert_eq!(out[1].ty.dims, vec![1, 8]);
+    let vh = t(DType::BF16, &[3, 8], &xv);
+    let out = runv("weight_norm", &[&vh, &t(DType::BF16, &[3, 1], &gv)], &a);
+    assert_eq!((out[0].dtype(), out[1].dtype()), (DType::BF16, DType::F32));
+    let e = err("weight_norm", &[&v, &g], &at(&[("dim", int(2))]));
+    assert!(e.contains("out of range"), "{e}");
+    let e = err("weight_norm", &[&v, &g1], &a);
+    assert!(e.contains("g must have shape"), "{e}");
+}

@@ -3296,39 +3296,20 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 }
 
 
-// --- composed from other tpu kernels ---------------------------------------
-// Layers, losses and helpers. renorm, weight normalization and the margin
-// losses are the op library's; nonzero_static, embedding_renorm_, pdist,
-// max_unpool, kaiser_window and rrelu are built here from aten ops that
+// --- layers, losses and helpers ---------------------------------------------
+// Layers, losses and helpers. nonzero_static, renorm, pdist, max_unpool,
+// weight normalization and the margin losses are the op library's;
+// embedding_renorm_, kaiser_window and rrelu are built here from aten ops that
 // each run on a tpu kernel (so they run natively, with the CPU fallback
 // off, on both platforms), and a C frontend does not get those through the
 // C ABI: each is a candidate for an op of its own in the library.
 
 namespace {
 
-// nonzero_static: nonzero's coordinates for the first `size` true
-// elements, fill_value past the count; its shape is static, so unlike
-// nonzero nothing is read back.
+// nonzero_static: the op library's (nonzero's coordinates for the first
+// `size` true elements, fill_value past the count; nothing read back).
 Tensor k_nonzero_static(const Tensor& x, int64_t size, int64_t fill) {
-  TORCH_CHECK(size >= 0, "nonzero_static: 'size' must be an non-negative integer");
-  const int64_t n = x.numel(), r = x.dim();
-  auto lo = x.options().dtype(at::kLong);
-  // No rows, or a 0-d tensor's rows of no coordinates: nothing to compute.
-  if (size == 0 || r == 0) return empty({size, r}, at::kLong, dev(x));
-  Tensor flat = x.reshape({-1}) != 0;
-  Tensor pos = at::cumsum(flat, 0, at::kLong) - 1;
-  // The first `size` true elements to their slots, the rest to a spare.
-  Tensor slot = at::where(at::logical_and(flat, pos < size), pos, at::full_like(pos, size));
-  Tensor lin = at::zeros({size + 1}, lo).scatter_add(0, slot, at::arange(n, lo)).narrow(0, 0, size);
-  Tensor filled = at::arange(size, lo) < flat.sum();
-  std::vector<Tensor> cols;
-  int64_t stride = n;
-  for (int64_t d = 0; d < r; ++d) {
-    stride /= x.size(d);
-    cols.push_back(at::remainder(at::div(lin, stride, "floor"), x.size(d)));
-  }
-  Tensor coords = at::stack(cols, 1);
-  return at::where(filled.unsqueeze(1), coords, at::full_like(coords, fill));
+  return call1("nonzero_static", {x}, Attrs().i("size", size).i("fill_value", fill));
 }
 
 // embedding_renorm_ (nn.Embedding's max_norm): the rows `indices` names
@@ -3354,58 +3335,19 @@ Tensor k_renorm(const Tensor& x, const Scalar& p, int64_t dim, const Scalar& max
   return call1("renorm", {x}, Attrs().f("p", p.toDouble()).i("dim", dim).f("maxnorm", maxnorm.toDouble()));
 }
 
-// pdist: the upper triangle (row-major, diagonal excluded) of cdist(x, x),
-// computed directly (no matrix product) as torch's pdist is.
-Tensor pdist_positions(int64_t n, const Tensor& like) {
-  Tensor iu = at::triu_indices(n, n, 1, like.options().dtype(at::kLong));
-  return iu.select(0, 0) * n + iu.select(0, 1);
-}
-Tensor k_pdist(const Tensor& x, double p) {
-  TORCH_CHECK(x.dim() == 2, "pdist only supports 2D tensors, got: ", x.dim(), "D");
-  TORCH_CHECK(p >= 0, "pdist only supports non-negative p values");
-  const int64_t n = x.size(0);
-  if (n <= 1) return empty({0}, x.scalar_type(), dev(x));
-  Tensor d = call1("cdist", {x, x}, Attrs().f("p", p));
-  return d.reshape({-1}).index_select(0, pdist_positions(n, x));
-}
-// Its gradient: the upper triangle's gradient G placed in an n x n matrix;
-// x is both of cdist's operands, so its gradient is cdist's first
-// operand's for G + Gᵀ.
+// pdist and its gradient: the op library's (cdist(x, x)'s upper triangle,
+// row-major, diagonal excluded).
+Tensor k_pdist(const Tensor& x, double p) { return call1("pdist", {x}, Attrs().f("p", p)); }
 Tensor k_pdist_bw(const Tensor& g, const Tensor& x, double p, const Tensor& pdist) {
-  const int64_t n = x.size(0);
-  if (n <= 1 || g.numel() == 0) return at::zeros_like(x);
-  Tensor lin = pdist_positions(n, x);
-  Tensor G = at::zeros({n * n}, g.options()).index_put_({lin}, g).view({n, n});
-  Tensor D = at::zeros({n * n}, pdist.options()).index_put_({lin}, pdist).view({n, n});
-  return call1("cdist_backward", {G + G.t(), x, x, D + D.t()}, Attrs().f("p", p));
+  return call1("pdist_backward", {g, x, pdist}, Attrs().f("p", p));
 }
 
-// max_unpool: each value written at its flat position within its plane
-// (N, C) of the output, zeros elsewhere; an index outside the plane is the
-// scatter's error.
+// max_unpool2d and 3d: the op library's max_unpool (each value written at
+// its flat position within its plane, zeros elsewhere).
 Tensor max_unpool(const Tensor& x, const Tensor& indices, at::IntArrayRef size, int64_t spatial) {
-  TORCH_CHECK(indices.scalar_type() == at::kLong, "elements in indices should be type int64 but got: ",
-              indices.scalar_type());
   TORCH_CHECK(static_cast<int64_t>(size.size()) == spatial, "There should be exactly ", spatial,
               " elements (height, width) in output_size, but got ", size.size(), " elements.");
-  TORCH_CHECK(x.dim() == spatial + 1 || x.dim() == spatial + 2, "Input to max_unpooling", spatial, "d should be a ",
-              spatial + 1, "d or ", spatial + 2, "d Tensor, but got a tensor with ", x.dim(), " dimensions.");
-  TORCH_CHECK(x.sizes().equals(indices.sizes()),
-              "Expected shape of indices to be same as that of the input tensor (", x.sizes(),
-              ") but got indices tensor with shape: ", indices.sizes());
-  std::vector<int64_t> out(x.sizes().begin(), x.sizes().end() - spatial);
-  int64_t plane = 1;
-  for (int64_t s : size) {
-    out.push_back(s);
-    plane *= s;
-  }
-  const int64_t lead = x.dim() - spatial;
-  std::vector<int64_t> flat(x.sizes().begin(), x.sizes().begin() + lead);
-  std::vector<int64_t> flat_out = flat;
-  flat.push_back(-1);
-  flat_out.push_back(plane);
-  Tensor z = at::zeros(flat_out, x.options());
-  return z.scatter(lead, indices.reshape(flat), x.reshape(flat)).view(out);
+  return call1("max_unpool", {x, indices}, Attrs().ints("output_size", size));
 }
 
 // Weight normalization's fused pair (what torch._weight_norm calls for

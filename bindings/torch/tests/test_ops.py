@@ -1896,6 +1896,13 @@ def test_nonzero_static_embedding_max_norm_and_renorm(mode, no_fallback):
         close(torch.nonzero_static(x.to("tpu"), size=size, fill_value=fill),
               torch.nonzero_static(x, size=size, fill_value=fill))
     close(torch.nonzero_static(torch.tensor(2.0, device="tpu"), size=3), torch.nonzero_static(torch.tensor(2.0), size=3))
+    # A bool mask of three dims, more rows than elements, a fill past f64's
+    # exact integers, and an empty tensor.
+    m = torch.rand(2, 3, 4, generator=torch.Generator().manual_seed(3)) > 0.6
+    for size, fill in ((5, -1), (30, 2**60 + 1)):
+        got = torch.nonzero_static(m.to("tpu"), size=size, fill_value=fill)
+        assert torch.equal(got.cpu(), torch.nonzero_static(m, size=size, fill_value=fill))
+    close(torch.nonzero_static(torch.zeros(0, 2, device="tpu"), size=2), torch.nonzero_static(torch.zeros(0, 2), size=2))
     with pytest.raises(RuntimeError, match="'size' must be an non-negative integer"):
         torch.nonzero_static(x.to("tpu"), size=-1)
     torch.manual_seed(7)

@@ -2,7 +2,7 @@
 //! kthvalue and median (sort, then one position), searchsorted (a binary
 //! search in fixed steps) and repeat_interleave (one), bincount,
 //! masked_scatter with its backward, embedding_bag
-//! with its backward ops, and index_put.
+//! with its backward ops, index_put, and nonzero_static.
 
 use super::attrs::{Attr, Attrs};
 use super::emit::{broadcast_shapes, wrap_dim, Emitter};
@@ -1093,6 +1093,92 @@ fn masked_scatter_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<
     Ok(vec![e.reshape(r, &sizes)?])
 }
 
+/// nonzero_static(x; size, fill_value = -1) -> [size, rank] i64: the
+/// coordinates of x's first `size` nonzero elements in row-major order,
+/// the rows past their count filled with fill_value (torch.nonzero_static:
+/// its shape is static, so nothing is read back). A stable sort puts the
+/// nonzero positions first, in order.
+fn nonzero_static(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let size = a.int("size")?;
+    if size < 0 {
+        return Err(Error::invalid(format!(
+            "'size' must be an non-negative integer, got {size}"
+        )));
+    }
+    let size = size as u64;
+    let fill = a.int_or("fill_value", -1)?;
+    let d = e.dims(x[0]);
+    let r = d.len() as u64;
+    if size == 0 || r == 0 {
+        // No rows, or a 0-d tensor's rows of no coordinates.
+        return Ok(vec![e.full(DType::I64, &[size, r], 0.0)?]);
+    }
+    let n: u64 = d.iter().product();
+    let flat = e.reshape(x[0], &[n])?;
+    let nonzero = if e.dtype(flat) == DType::Bool {
+        flat
+    } else {
+        e.compare_scalar(CompareOp::Ne, flat, 0.0)?
+    };
+    let key = e.convert(nonzero, DType::I32)?;
+    let key = e.unary(UnaryOp::Neg, key)?;
+    let sorted = e.g.node(
+        Prim::Sort {
+            dimension: 0,
+            descending: false,
+            stable: true,
+        },
+        &[key],
+    )?;
+    let positions = sorted[1];
+    let keep = size.min(n);
+    let positions = e.op(
+        Prim::Slice {
+            start: vec![0],
+            limit: vec![keep],
+            stride: vec![1],
+        },
+        &[positions],
+    )?;
+    let positions = if size > n {
+        let zero = e.scalar(DType::I64, 0.0)?;
+        e.op(
+            Prim::Pad {
+                low: vec![0],
+                high: vec![(size - n) as i64],
+                interior: vec![0],
+            },
+            &[positions, zero],
+        )?
+    } else {
+        positions
+    };
+    let ones = e.convert(nonzero, DType::I64)?;
+    let count = e.reduce(ReduceOp::Sum, ones, &[0], false)?;
+    let count = e.broadcast_to(count, &[size])?;
+    let slot = super::support::iota_of(e, DType::I64, &[size], 0)?;
+    let filled = e.compare(CompareOp::Lt, slot, count)?;
+    // Row-major coordinates: (lin / stride_k) % dim_k.
+    let strides: Vec<i64> = (0..d.len())
+        .map(|k| d[k + 1..].iter().product::<u64>() as i64)
+        .collect();
+    let extents: Vec<i64> = d.iter().map(|&v| v as i64).collect();
+    let grid = [size, r];
+    let lin = e.reshape(positions, &[size, 1])?;
+    let lin = e.broadcast_to(lin, &grid)?;
+    let strides = super::support::i64_vector(e, &strides)?;
+    let strides = e.broadcast_to(strides, &grid)?;
+    let extents = super::support::i64_vector(e, &extents)?;
+    let extents = e.broadcast_to(extents, &grid)?;
+    let q = e.div(lin, strides)?;
+    let coords = e.binary(BinaryOp::Rem, q, extents)?;
+    let filled = e.reshape(filled, &[size, 1])?;
+    let filled = e.broadcast_to(filled, &grid)?;
+    let fill = super::support::i64_constant(e, fill)?;
+    let fill = e.broadcast_to(fill, &grid)?;
+    Ok(vec![e.select(filled, coords, fill)?])
+}
+
 pub(super) const OPS: &[OpDef] = &[
     def!("sort", Arity::Exactly(1), sort),
     def!("topk", Arity::Exactly(1), topk),
@@ -1108,6 +1194,7 @@ pub(super) const OPS: &[OpDef] = &[
         embedding_bag_psw_backward
     ),
     def!("index_put", Arity::Exactly(3), index_put),
+    def!("nonzero_static", Arity::Exactly(1), nonzero_static),
     def!("kthvalue", Arity::Exactly(1), kthvalue),
     def!("median", Arity::Exactly(1), median),
     def!("mode", Arity::Exactly(1), mode),

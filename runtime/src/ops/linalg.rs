@@ -1,13 +1,13 @@
 //! Matrix products: matmul (torch semantics), mm, bmm, addmm, baddbmm,
 //! linear, dot, outer, and JAX's ragged_dot (grouped products); and the
-//! small matrix and vector functions trace, linalg_cross and cdist (with
-//! its backward).
+//! small matrix and vector functions trace, linalg_cross, cdist and pdist
+//! (each with its backward).
 
 use super::attrs::Attrs;
 use super::emit::{broadcast_shapes, Emitter};
 use super::{Arity, OpDef};
 use crate::error::{Error, Result};
-use crate::ir::{BinaryOp, CompareOp, DType, Prim, ReduceOp, UnaryOp, ValueId};
+use crate::ir::{BinaryOp, CompareOp, DType, Prim, ReduceOp, ScatterCombiner, UnaryOp, ValueId};
 
 fn check_numeric(e: &Emitter, x: ValueId) -> Result<()> {
     if e.dtype(x) == DType::Bool {
@@ -612,6 +612,74 @@ fn cdist_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<Value
     Ok(vec![super::support::sum_to(e, s, &e.dims(x1))?])
 }
 
+/// The flat positions in an n x n matrix of its upper triangle, diagonal
+/// excluded, row by row (pdist's order).
+fn upper_positions(e: &mut Emitter, n: u64) -> Result<ValueId> {
+    let n = n as i64;
+    let lin: Vec<i64> = (0..n)
+        .flat_map(|i| (i + 1..n).map(move |j| i * n + j))
+        .collect();
+    super::support::i64_vector(e, &lin)
+}
+
+fn check_pdist_input(e: &Emitter, x: ValueId) -> Result<u64> {
+    let t = e.ty(x);
+    if t.rank() != 2 {
+        return Err(Error::invalid(format!(
+            "pdist only supports 2D tensors, got: {}D",
+            t.rank()
+        )));
+    }
+    Ok(t.dims[0])
+}
+
+/// pdist(x [N, M]; p=2) -> [N (N - 1) / 2]: cdist(x, x)'s upper triangle
+/// (diagonal excluded) row by row, computed directly as torch's pdist is.
+fn pdist(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let n = check_pdist_input(e, x[0])?;
+    let d = cdist(e, &[x[0], x[0]], a)?[0];
+    let flat = e.reshape(d, &[n * n])?;
+    let at = upper_positions(e, n)?;
+    Ok(vec![e.op(Prim::Take { axis: 0 }, &[flat, at])?])
+}
+
+/// pdist_backward(grad [K], x [N, M], pdist [K]; p) -> x's gradient: the
+/// triangle's gradient G and distances D placed in n x n matrices; x is
+/// both of cdist's operands, so its gradient is cdist's first operand's
+/// for G + Gᵀ (with D + Dᵀ).
+fn pdist_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let (grad, v, dist) = (x[0], x[1], x[2]);
+    let n = check_pdist_input(e, v)?;
+    let k = n * n.saturating_sub(1) / 2;
+    for (what, t) in [("grad", grad), ("pdist", dist)] {
+        if e.dims(t) != [k] {
+            return Err(Error::invalid(format!(
+                "{what} {} must have the distances' shape [{k}]",
+                e.ty(t)
+            )));
+        }
+    }
+    let dt = e.dtype(v);
+    let at = upper_positions(e, n)?;
+    let square = |e: &mut Emitter, t: ValueId| -> Result<ValueId> {
+        let t = e.convert(t, dt)?;
+        let zeros = e.full(dt, &[n * n], 0.0)?;
+        let placed = e.op(
+            Prim::Scatter {
+                axis: 0,
+                combiner: ScatterCombiner::Replace,
+            },
+            &[zeros, at, t],
+        )?;
+        let m = e.reshape(placed, &[n, n])?;
+        let mt = e.transpose(m, &[1, 0])?;
+        e.add(m, mt)
+    };
+    let g = square(e, grad)?;
+    let d = square(e, dist)?;
+    cdist_backward(e, &[g, v, v, d], a)
+}
+
 pub(super) const OPS: &[OpDef] = &[
     def!("matmul", Arity::Exactly(2), matmul),
     def!("mm", Arity::Exactly(2), mm),
@@ -631,4 +699,6 @@ pub(super) const OPS: &[OpDef] = &[
     def!("linalg_cross", Arity::Exactly(2), linalg_cross),
     def!("cdist", Arity::Exactly(2), cdist),
     def!("cdist_backward", Arity::Exactly(4), cdist_backward),
+    def!("pdist", Arity::Exactly(1), pdist),
+    def!("pdist_backward", Arity::Exactly(3), pdist_backward),
 ];

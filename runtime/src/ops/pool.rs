@@ -2,7 +2,8 @@
 //! selects, pads and scatters: max pooling (aten's max_pool{1,2,3}d and
 //! their `_with_indices` forms), average pooling (avg_pool{1,2,3}d),
 //! adaptive average and max pooling (adaptive_{avg,max}_pool{1,2,3}d), and
-//! the sliding blocks of F.unfold and F.fold (im2col, col2im).
+//! the sliding blocks of F.unfold and F.fold (im2col, col2im), and max
+//! unpooling (max_unpool{2,3}d) from max pooling's indices.
 //!
 //! The window at output position o along a spatial dim starts at
 //! `o * stride - padding` and takes `kernel` elements `dilation` apart;
@@ -26,7 +27,7 @@ use super::support::{
 };
 use super::{Arity, OpDef};
 use crate::error::{Error, Result};
-use crate::ir::{BinaryOp, CompareOp, DType, Prim, UnaryOp, ValueId};
+use crate::ir::{BinaryOp, CompareOp, DType, Prim, ScatterCombiner, UnaryOp, ValueId};
 
 /// The pooling's shape: per spatial dim, input and output sizes, kernel,
 /// stride, padding and dilation.
@@ -1131,9 +1132,65 @@ fn col2im(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     Ok(vec![e.convert(acc.expect("a kernel has an element"), dt)?])
 }
 
+/// max_unpool(x [N?, C, in..], indices (x's shape, i64); output_size
+/// [spatial..]) -> [N?, C, output_size..]: each value written at its flat
+/// position within its plane, zeros elsewhere (a later duplicate wins, as
+/// in torch's serial loop); an index outside the plane is the scatter's
+/// error when the graph runs.
+fn max_unpool(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let size = sizes_attr(a, "output_size")?;
+    let spatial = size.len();
+    if !(1..=3).contains(&spatial) {
+        return Err(Error::invalid(format!(
+            "output_size must list 1 to 3 spatial sizes, got {size:?}"
+        )));
+    }
+    let (v, idx) = (x[0], x[1]);
+    if e.dtype(idx) != DType::I64 {
+        return Err(Error::invalid(format!(
+            "elements in indices should be type int64 but got: {}",
+            e.dtype(idx)
+        )));
+    }
+    let d = e.dims(v);
+    if d.len() != spatial + 1 && d.len() != spatial + 2 {
+        return Err(Error::invalid(format!(
+            "input to max_unpooling{spatial}d should be a {}d or {}d tensor, but got a tensor with {} dimensions",
+            spatial + 1,
+            spatial + 2,
+            d.len()
+        )));
+    }
+    if e.dims(idx) != d {
+        return Err(Error::invalid(format!(
+            "expected shape of indices to be same as that of the input tensor ({d:?}) but got indices tensor with shape: {:?}",
+            e.dims(idx)
+        )));
+    }
+    let lead = d.len() - spatial;
+    let mut flat_in = d[..lead].to_vec();
+    flat_in.push(d[lead..].iter().product());
+    let mut flat_out = d[..lead].to_vec();
+    flat_out.push(size.iter().product());
+    let mut out = d[..lead].to_vec();
+    out.extend(&size);
+    let zeros = e.full(e.dtype(v), &flat_out, 0.0)?;
+    let vf = e.reshape(v, &flat_in)?;
+    let idf = e.reshape(idx, &flat_in)?;
+    let placed = e.op(
+        Prim::Scatter {
+            axis: lead,
+            combiner: ScatterCombiner::Replace,
+        },
+        &[zeros, idf, vf],
+    )?;
+    Ok(vec![e.reshape(placed, &out)?])
+}
+
 pub(super) const OPS: &[OpDef] = &[
     def!("max_pool", Arity::Exactly(1), max_pool),
     def!("max_pool_backward", Arity::Exactly(3), max_pool_backward),
+    def!("max_unpool", Arity::Exactly(2), max_unpool),
     def!("avg_pool", Arity::Exactly(1), avg_pool),
     def!("avg_pool_backward", Arity::Exactly(2), avg_pool_backward),
     def!("adaptive_avg_pool", Arity::Exactly(1), adaptive_avg_pool),

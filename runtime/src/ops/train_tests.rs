@@ -2469,3 +2469,104 @@ fn renorm_and_weight_norm_match_their_definitions() {
     let e = err("weight_norm", &[&v, &g1], &a);
     assert!(e.contains("g must have shape"), "{e}");
 }
+
+#[test]
+fn pdist_is_the_upper_triangle_of_cdist_with_its_gradient() {
+    let mut r = Lcg(33);
+    let mut xv = r.vec(15);
+    // Rows 1 and 3 equal: a zero distance, whose gradient is 0.
+    let row1 = xv[3..6].to_vec();
+    xv[9..12].copy_from_slice(&row1);
+    let x = f64s(&[5, 3], &xv);
+    for p in [2.0, 1.0, 3.0, f64::INFINITY] {
+        let a = at(&[("p", float(p))]);
+        let want: Vec<f64> = (0..5)
+            .flat_map(|i| (i + 1..5).map(move |j| (i, j)))
+            .map(|(i, j)| {
+                let d = (0..3).map(|k| (xv[i * 3 + k] - xv[j * 3 + k]).abs());
+                if p == f64::INFINITY {
+                    d.fold(0.0, f64::max)
+                } else {
+                    d.map(|v| v.powf(p)).sum::<f64>().powf(1.0 / p)
+                }
+            })
+            .collect();
+        let got = run1("pdist", &[&x], &a);
+        close(&got, &want, 1e-12);
+        if p.is_finite() {
+            let y = f64s(&[5, 3], &r.vec(15));
+            let cot = r.vec(10);
+            let d = run1("pdist", &[&y], &a);
+            let grad = run1("pdist_backward", &[&f64s(&[10], &cot), &y, &d], &a);
+            close(
+                &grad,
+                &numeric_grad("pdist", std::slice::from_ref(&y), &a, 0, &cot, 0),
+                1e-6,
+            );
+        }
+    }
+    let one = run1("pdist", &[&f64s(&[1, 3], &xv[..3])], &Attrs::new());
+    assert_eq!(one.ty.dims, vec![0]);
+    let e = err("pdist", &[&f64s(&[15], &xv)], &Attrs::new());
+    assert!(e.contains("only supports 2D"), "{e}");
+}
+
+#[test]
+fn max_unpool_places_values_at_their_indices() {
+    // [1, 2, 2, 2] values into 3 x 3 planes.
+    let x = f32s(&[1, 2, 2, 2], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
+    let idx = i64s(&[1, 2, 2, 2], &[0, 2, 6, 8, 4, 4, 1, 3]);
+    let a = at(&[("output_size", ints(&[3, 3]))]);
+    let got = run1("max_unpool", &[&x, &idx], &a);
+    assert_eq!(got.ty.dims, vec![1, 2, 3, 3]);
+    let mut want = vec![0.0; 18];
+    for (k, &i) in [0usize, 2, 6, 8].iter().enumerate() {
+        want[i] = (k + 1) as f64;
+    }
+    // The second plane: 4 twice (the later value, 6, wins), 1 and 3.
+    want[9 + 4] = 6.0;
+    want[9 + 1] = 7.0;
+    want[9 + 3] = 8.0;
+    close(&got, &want, 0.0);
+    // Unbatched 3-d.
+    let x3 = f32s(&[1, 1, 1, 2], &[5.0, 6.0]);
+    let i3 = i64s(&[1, 1, 1, 2], &[7, 0]);
+    let got = run1(
+        "max_unpool",
+        &[&x3, &i3],
+        &at(&[("output_size", ints(&[2, 2, 2]))]),
+    );
+    close(&got, &[6.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 5.0], 0.0);
+    let e = err("max_unpool", &[&x, &f32s(&[1, 2, 2, 2], &[0.0; 8])], &a);
+    assert!(e.contains("int64"), "{e}");
+    let e = err("max_unpool", &[&x, &i64s(&[1, 2, 4], &[0; 8])], &a);
+    assert!(e.contains("same as that of the input"), "{e}");
+    let e = run(
+        "max_unpool",
+        &[&x, &i64s(&[1, 2, 2, 2], &[0, 0, 0, 9, 0, 0, 0, 0])],
+        &a,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("out of range"), "{e}");
+}
+
+#[test]
+fn nonzero_static_lists_coordinates_then_fills() {
+    let x = f32s(&[2, 3], &[0.0, 3.0, 0.0, 1.0, 0.0, 2.0]);
+    let nz = |size: i64, fill: i64| {
+        let a = at(&[("size", int(size)), ("fill_value", int(fill))]);
+        let o = run1("nonzero_static", &[&x], &a);
+        assert_eq!(o.ty.dims, vec![size as u64, 2]);
+        o.as_slice::<i64>().to_vec()
+    };
+    assert_eq!(nz(2, -1), vec![0, 1, 1, 0]);
+    assert_eq!(nz(3, -1), vec![0, 1, 1, 0, 1, 2]);
+    let big = (1i64 << 60) + 1;
+    assert_eq!(nz(8, big)[6..], [big; 10][..]);
+    assert_eq!(nz(8, big)[..6], [0, 1, 1, 0, 1, 2]);
+    let b = t(DType::Bool, &[3], &[1.0, 0.0, 1.0]);
+    let o = run1("nonzero_static", &[&b], &at(&[("size", int(2))]));
+    assert_eq!(o.as_slice::<i64>(), &[0, 2]);
+    let e = err("nonzero_static", &[&x], &at(&[("size", int(-1))]));
+    assert!(e.contains("non-negative"), "{e}");
+}

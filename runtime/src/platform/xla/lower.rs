@@ -35,8 +35,10 @@ mod jacobi;
 /// Jacobi's sweeps end once only NaN rotates. 8: f32 uniforms' Philox
 /// counters carry 1 in their top word (apart from the normals' blocks). 9:
 /// a dynamic_update_slice whose update reads its own target
-/// (`reads_its_target`: selected, not updated in place).
-pub const LOWERING_VERSION: u32 = 9;
+/// (`reads_its_target`: selected, not updated in place). 10: scalar i64
+/// constants written exactly (they went through f64, so seeds and fill
+/// values past 2^53 were rounded).
+pub const LOWERING_VERSION: u32 = 10;
 
 /// The precision a product or convolution of `d` operands is emitted at,
 /// None for none given: f32 at the product's own (HIGHEST, full f32, as
@@ -407,6 +409,11 @@ fn constant_literal(dtype: DType, dims: &[u64], bytes: &[u8]) -> String {
                     format!("0x{hex}")
                 }
             }
+            // i64 from its bytes: through f64, values past 2^53 round.
+            DType::I64 => match bytes.get(..8).and_then(|b| <[u8; 8]>::try_from(b).ok()) {
+                Some(b) => i64::from_le_bytes(b).to_string(),
+                None => format!("{}", v as i64),
+            },
             _ => format!("{}", v as i64),
         };
     }
@@ -1500,6 +1507,21 @@ mod tests {
 
     fn op(name: &str, types: &[TensorType], attrs: Attrs) -> Graph {
         ops::build_graph(ops::lookup(name).unwrap(), types, &attrs).unwrap()
+    }
+
+    /// Scalar constants print exactly: i64 past 2^53 and at its extremes.
+    #[test]
+    fn scalar_constants_are_exact() {
+        for v in [(1i64 << 60) + 1, i64::MIN, i64::MAX, -3] {
+            assert_eq!(
+                constant_literal(DType::I64, &[], &v.to_le_bytes()),
+                v.to_string()
+            );
+        }
+        assert_eq!(
+            constant_literal(DType::I32, &[1], &(-7i32).to_le_bytes()),
+            "-7"
+        );
     }
 
     /// A dynamic_update_slice whose update reads its own target (through

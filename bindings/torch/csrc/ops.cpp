@@ -3298,8 +3298,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 
 // --- layers, losses and helpers ---------------------------------------------
 // Layers, losses and helpers. nonzero_static, renorm, pdist, max_unpool,
-// weight normalization and the margin losses are the op library's;
-// embedding_renorm_, kaiser_window and rrelu are built here from aten ops that
+// weight normalization, rrelu and the margin losses are the op library's;
+// embedding_renorm_ and kaiser_window are built here from aten ops that
 // each run on a tpu kernel (so they run natively, with the CPU fallback
 // off, on both platforms), and a C frontend does not get those through the
 // C ABI: each is a candidate for an op of its own in the library.
@@ -3375,21 +3375,22 @@ void kaiser_window_kernel(at::TensorIteratorBase& iter, const int64_t length, co
   copy_into(out, w.to(out.scalar_type()), false);
 }
 
-// rrelu (training): each negative element times a draw from U(lower,
-// upper), that draw kept in `noise` (1 for the others) for the backward;
-// in eval, leaky_relu with the mean slope.
+// rrelu (training): the op library's rrelu_with_noise (each element at
+// most 0 times a draw from U(lower, upper), that draw kept in `noise`, 1
+// for the others, for the backward); in eval, leaky_relu with the mean
+// slope.
 Tensor k_rrelu_with_noise(const Tensor& x, Tensor& noise, const Scalar& lower, const Scalar& upper, bool training,
                           std::optional<at::Generator> gen) {
   const double lo = lower.toDouble(), hi = upper.toDouble();
   if (!training) return call1("leaky_relu", {x}, Attrs().f("negative_slope", (lo + hi) / 2));
   TORCH_CHECK(lo <= hi, "Lower bound should be less than or equal to the upper bound");
-  Tensor r = at::empty_like(x);
-  k_uniform_(r, lo, hi, gen);
-  Tensor neg = x <= 0;
-  Tensor a = at::where(neg, r, at::ones_like(r));
+  std::vector<Tensor> ins{x};
+  auto keys = rng_inputs(gen, dev(x), x.numel());
+  ins.insert(ins.end(), keys.begin(), keys.end());
+  auto r = call("rrelu_with_noise", ins, Attrs().f("lower", lo).f("upper", hi));
   noise.resize_(x.sizes());
-  copy_into(noise, a, false);
-  return x * a;
+  copy_into(noise, r[1], false);
+  return r[0];
 }
 Tensor k_rrelu_with_noise_bw(const Tensor& g, const Tensor& x, const Tensor& noise, const Scalar& lower,
                              const Scalar& upper, bool training, bool is_result) {

@@ -1577,6 +1577,21 @@ fn linalg_cases() -> Vec<Case> {
             &[("output_size", is(&[3, 3]))],
         ),
         c(
+            "rrelu_with_noise",
+            vec![f32s(&[4, 5], 1974)],
+            &[
+                ("lower", f(0.2)),
+                ("upper", f(0.4)),
+                ("seed", i(11)),
+                ("offset", i(40)),
+            ],
+        ),
+        c(
+            "rrelu_with_noise",
+            vec![rnd(BF16, &[6], 1975), i64s(&[], &[9]), i64s(&[], &[0])],
+            &[],
+        ),
+        c(
             "nonzero_static",
             vec![h(F32, &[2, 3], &[0.0, 3.0, 0.0, 1.0, 0.0, 2.0])],
             &[("size", i(4)), ("fill_value", i(-7))],
@@ -3387,6 +3402,11 @@ fn zero_size_cases() -> Vec<Case> {
             "nonzero_static",
             vec![f32s(&[0, 3], 1972)],
             &[("size", i(2))],
+        ),
+        c(
+            "rrelu_with_noise",
+            vec![f32s(&[0, 3], 1973)],
+            &[("seed", i(3))],
         ),
         c(
             "multi_margin_loss",

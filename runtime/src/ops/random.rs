@@ -1,5 +1,5 @@
-//! Random ops: uniform, normal, bernoulli, dropout, randperm, and the
-//! samplers standard_gamma and poisson. Every draw comes from
+//! Random ops: uniform, normal, bernoulli, dropout, rrelu's training
+//! form, randperm, and the samplers standard_gamma and poisson. Every draw comes from
 //! the counter-based `Rng` primitive at a (seed, offset) the frontend
 //! supplies, so a seed gives the same numbers in every mode and on every
 //! platform; element i of a draw uses counter offset + i, so the frontend
@@ -220,6 +220,39 @@ fn dropout(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     let y = e.mul(v, m)?;
     let y = e.binary_scalar(BinaryOp::Mul, y, 1.0 / (1.0 - p))?;
     Ok(vec![e.convert(y, dt)?, keep])
+}
+
+/// rrelu_with_noise(x[, seed, offset]; lower = 1/8, upper = 1/3) -> (y,
+/// noise), rrelu in training: each element at most 0 times a slope drawn
+/// from U(lower, upper), that slope kept in `noise` (1 for the others) for
+/// the backward (grad · noise). In eval torch's rrelu is leaky_relu with
+/// the mean slope, which needs no draw and no op of its own.
+fn rrelu_with_noise(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let dt = need_float(e, x[0], "input")?;
+    let lower = a.float_or("lower", 1.0 / 8.0)?;
+    let upper = a.float_or("upper", 1.0 / 3.0)?;
+    if !(lower.is_finite() && upper.is_finite()) || lower > upper {
+        return Err(Error::invalid(format!(
+            "Lower bound should be less than or equal to the upper bound, got lower={lower} upper={upper}"
+        )));
+    }
+    if x.len() == 2 {
+        return Err(Error::invalid(
+            "takes x, or x with seed and offset as two scalar inputs",
+        ));
+    }
+    let cd = compute_dtype(dt)?;
+    let dims = e.dims(x[0]);
+    let keys = rng_keys(e, a, &x[1..])?;
+    let u = rng_draw(e, keys, RngDistribution::Uniform, cd, &dims)?;
+    let u = e.binary_scalar(BinaryOp::Mul, u, upper - lower)?;
+    let slope = e.binary_scalar(BinaryOp::Add, u, lower)?;
+    let v = e.convert(x[0], cd)?;
+    let negative = e.compare_scalar(CompareOp::Le, v, 0.0)?;
+    let one = e.full(cd, &dims, 1.0)?;
+    let noise = e.select(negative, slope, one)?;
+    let y = e.mul(v, noise)?;
+    Ok(vec![e.convert(y, dt)?, e.convert(noise, dt)?])
 }
 
 /// The dropout keep mask: uniform draws (in `cd`) below 1 - p.
@@ -511,6 +544,7 @@ pub(super) const OPS: &[OpDef] = &[
     def!("normal", Arity::Between(0, 2), normal),
     def!("bernoulli", Arity::Between(1, 3), bernoulli),
     def!("dropout", Arity::Between(1, 3), dropout),
+    def!("rrelu_with_noise", Arity::Between(1, 3), rrelu_with_noise),
     def!("randperm", Arity::Between(0, 2), randperm),
     def!("standard_gamma", Arity::Between(1, 3), standard_gamma),
     def!("poisson", Arity::Between(1, 3), poisson),

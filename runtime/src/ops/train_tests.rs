@@ -413,6 +413,69 @@ fn dropout_keeps_scales_and_reproduces() {
     assert!(e.contains("seed"), "{e}");
 }
 
+#[test]
+fn rrelu_draws_slopes_for_the_negative_elements() {
+    let n = 4000usize;
+    let mut r = Lcg(2);
+    let xv = r.vec(n);
+    let x = f64s(&[40, 100], &xv);
+    let a = at(&[
+        ("lower", float(0.1)),
+        ("upper", float(0.3)),
+        ("seed", int(5)),
+        ("offset", int(64)),
+    ]);
+    let out = runv("rrelu_with_noise", &[&x], &a);
+    // The slopes are the uniform draws at the same seed and offset, scaled.
+    let u = run1(
+        "uniform",
+        &[],
+        &a.clone()
+            .with("size", ints(&[40, 100]))
+            .with("dtype", Attr::DType(DType::F64)),
+    )
+    .to_f64_vec();
+    let (y, noise) = (out[0].to_f64_vec(), out[1].to_f64_vec());
+    let mut slopes = Vec::new();
+    for i in 0..n {
+        if xv[i] <= 0.0 {
+            let want = 0.1 + 0.2 * u[i];
+            assert!(
+                (noise[i] - want).abs() < 1e-12,
+                "{i}: {} vs {want}",
+                noise[i]
+            );
+            slopes.push(noise[i]);
+        } else {
+            assert_eq!(noise[i], 1.0, "{i}");
+        }
+        assert!((y[i] - xv[i] * noise[i]).abs() < 1e-15, "{i}");
+    }
+    let mean = slopes.iter().sum::<f64>() / slopes.len() as f64;
+    assert!((mean - 0.2).abs() < 0.01, "{mean}");
+    // Seed and offset as inputs give the same; bf16 keeps its dtype.
+    let again = runv(
+        "rrelu_with_noise",
+        &[&x, &scalar_i64(5), &scalar_i64(64)],
+        &at(&[("lower", float(0.1)), ("upper", float(0.3))]),
+    );
+    assert_eq!(again, out);
+    let h = t(DType::BF16, &[3], &[-1.0, 0.0, 2.0]);
+    let o = runv("rrelu_with_noise", &[&h], &at(&[("seed", int(1))]));
+    assert_eq!((o[0].dtype(), o[1].dtype()), (DType::BF16, DType::BF16));
+    assert_eq!(o[0].to_f64_vec()[2], 2.0);
+    let e = err(
+        "rrelu_with_noise",
+        &[&x],
+        &at(&[
+            ("lower", float(0.5)),
+            ("upper", float(0.2)),
+            ("seed", int(0)),
+        ]),
+    );
+    assert!(e.contains("Lower bound"), "{e}");
+}
+
 // ---------------------------------------------------------------- losses
 
 /// nll of f64 log-probs [n, c, inner] (inner = product of trailing dims).

@@ -245,6 +245,25 @@ impl Emitter {
         )
     }
 
+    /// A stable sort along `dimension`: (sorted values, their i64
+    /// positions).
+    pub fn sort(
+        &mut self,
+        x: ValueId,
+        dimension: usize,
+        descending: bool,
+    ) -> Result<(ValueId, ValueId)> {
+        let outs = self.g.node(
+            Prim::Sort {
+                dimension,
+                descending,
+                stable: true,
+            },
+            &[x],
+        )?;
+        Ok((outs[0], outs[1]))
+    }
+
     pub fn transpose(&mut self, x: ValueId, perm: &[usize]) -> Result<ValueId> {
         if perm.iter().enumerate().all(|(i, &p)| i == p) {
             return Ok(x);

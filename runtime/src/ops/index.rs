@@ -21,15 +21,8 @@ fn sort_values(
     let rank = e.rank(x);
     let d = wrap_dim(dim, rank)?;
     let v = if rank == 0 { e.reshape(x, &[1])? } else { x };
-    let outs = e.g.node(
-        Prim::Sort {
-            dimension: if rank == 0 { 0 } else { d },
-            descending,
-            stable: true,
-        },
-        &[v],
-    )?;
-    Ok((outs[0], outs[1], d))
+    let (values, positions) = e.sort(v, if rank == 0 { 0 } else { d }, descending)?;
+    Ok((values, positions, d))
 }
 
 /// sort(x; dim=-1, descending=false, stable=false) -> (values, indices i64).
@@ -1122,15 +1115,7 @@ fn nonzero_static(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<Value
     };
     let key = e.convert(nonzero, DType::I32)?;
     let key = e.unary(UnaryOp::Neg, key)?;
-    let sorted = e.g.node(
-        Prim::Sort {
-            dimension: 0,
-            descending: false,
-            stable: true,
-        },
-        &[key],
-    )?;
-    let positions = sorted[1];
+    let (_, positions) = e.sort(key, 0, false)?;
     let keep = size.min(n);
     let positions = e.op(
         Prim::Slice {

@@ -171,14 +171,9 @@ fn randperm(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     )?;
     let hi = e.reshape(hi, &[n])?;
     let lo = e.reshape(lo, &[n])?;
-    let sort = Prim::Sort {
-        dimension: 0,
-        descending: false,
-        stable: true,
-    };
-    let by_lo = e.g.node(sort.clone(), &[lo])?[1];
+    let (_, by_lo) = e.sort(lo, 0, false)?;
     let hi = e.op(Prim::Take { axis: 0 }, &[hi, by_lo])?;
-    let by_hi = e.g.node(sort, &[hi])?[1];
+    let (_, by_hi) = e.sort(hi, 0, false)?;
     let perm = e.op(Prim::Take { axis: 0 }, &[by_lo, by_hi])?;
     Ok(vec![e.convert(perm, dt)?])
 }

@@ -184,15 +184,8 @@ pub(super) fn lu_solve_left(
         // Uᵀ Lᵀ (x[perm]) = rhs: w = x[perm], so x = w[perm⁻¹].
         let z = triangular(e, lu, rhs, false, false, true)?;
         let w = triangular(e, lu, z, true, true, true)?;
-        let sorted = e.g.node(
-            Prim::Sort {
-                dimension: 1,
-                descending: false,
-                stable: true,
-            },
-            &[perm],
-        )?;
-        let inverse = spread(e, sorted[1])?;
+        let (_, positions) = e.sort(perm, 1, false)?;
+        let inverse = spread(e, positions)?;
         e.op(Prim::Gather { axis: 1 }, &[w, inverse])
     }
 }

@@ -212,15 +212,7 @@ fn row_grad(e: &mut Emitter, c: &Csr, grad: ValueId, v: u64, cd: DType) -> Resul
     // Sort by row; dead entries take row v, past every real row.
     let vv = e.scalar(DType::I64, v as f64)?;
     let key = e.select(c.live, c.ids, vv)?;
-    let sorted = e.g.node(
-        Prim::Sort {
-            dimension: 0,
-            descending: false,
-            stable: true,
-        },
-        &[key],
-    )?;
-    let (rows, perm) = (sorted[0], sorted[1]);
+    let (rows, perm) = e.sort(key, 0, false)?;
     let g = take_rows(e, g, perm)?;
     // A segment starts where the row differs from the previous one.
     let first = if n == 0 {

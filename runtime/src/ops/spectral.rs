@@ -27,15 +27,7 @@ fn sort_columns(
     mats: &[ValueId],
     descending: bool,
 ) -> Result<(ValueId, Vec<ValueId>)> {
-    let sorted = e.g.node(
-        Prim::Sort {
-            dimension: 1,
-            descending,
-            stable: true,
-        },
-        &[values],
-    )?;
-    let (vals, idx) = (sorted[0], sorted[1]);
+    let (vals, idx) = e.sort(values, 1, descending)?;
     let d = e.dims(idx);
     let mut out = Vec::new();
     for &m in mats {
@@ -216,15 +208,8 @@ pub(super) fn lstsq_by_svd(
     let x = product(e, second, false, y, false)?;
     let rank = e.convert(keep, DType::I64)?;
     let rank = e.reduce(ReduceOp::Sum, rank, &[1], false)?;
-    let sorted = e.g.node(
-        Prim::Sort {
-            dimension: 1,
-            descending: true,
-            stable: true,
-        },
-        &[s],
-    )?;
-    Ok((x, rank, sorted[0]))
+    let (sorted, _) = e.sort(s, 1, true)?;
+    Ok((x, rank, sorted))
 }
 
 pub(super) const OPS: &[OpDef] = &[

@@ -3297,12 +3297,12 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 
 
 // --- layers, losses and helpers ---------------------------------------------
-// Layers, losses and helpers. nonzero_static, renorm, pdist, max_unpool,
-// weight normalization, rrelu and the margin losses are the op library's;
-// embedding_renorm_ and kaiser_window are built here from aten ops that
-// each run on a tpu kernel (so they run natively, with the CPU fallback
-// off, on both platforms), and a C frontend does not get those through the
-// C ABI: each is a candidate for an op of its own in the library.
+// Layers, losses and helpers: nonzero_static, embedding_renorm_, renorm,
+// pdist, max_unpool, weight normalization, rrelu and the margin losses on
+// the op library's ops; kaiser_window (a dispatch stub) is built here from
+// aten ops that each run on a tpu kernel (so it runs natively, with the CPU
+// fallback off, on both platforms), and a C frontend does not get it
+// through the C ABI.
 
 namespace {
 
@@ -3312,20 +3312,17 @@ Tensor k_nonzero_static(const Tensor& x, int64_t size, int64_t fill) {
   return call1("nonzero_static", {x}, Attrs().i("size", size).i("fill_value", fill));
 }
 
-// embedding_renorm_ (nn.Embedding's max_norm): the rows `indices` names
-// whose norm exceeds max_norm scaled to max_norm / (norm + 1e-7), in
-// place; the rows read, rescaled and written back (a row named twice is
-// written twice with the same values).
+// embedding_renorm_ (nn.Embedding's max_norm): the op library's
+// embedding_renorm gives the rows `indices` names, those whose norm exceeds
+// max_norm scaled to max_norm / (norm + 1e-7); they are written back in
+// place (a row named twice is written twice with the same values).
 Tensor& k_embedding_renorm_(Tensor& self, const Tensor& indices, double max_norm, double norm_type) {
   TORCH_CHECK(self.dim() == 2, "embedding_renorm_(): expected a 2-D weight, got ", self.dim(), "-D");
   TORCH_CHECK(indices.scalar_type() == at::kLong || indices.scalar_type() == at::kInt,
               "embedding_renorm_(): Expected indices to have type int or long");
-  Tensor idx = indices.reshape({-1}).to(at::kLong);
-  if (idx.numel() == 0) return self;
-  Tensor rows = self.index_select(0, idx);
-  Tensor norms = at::linalg_vector_norm(rows, norm_type, at::IntArrayRef{1}, true, std::nullopt);
-  Tensor scale = at::where(norms > max_norm, at::reciprocal(norms + 1e-7) * max_norm, at::ones_like(norms));
-  self.index_put_({idx}, rows * scale);
+  if (indices.numel() == 0) return self;
+  Tensor rows = call1("embedding_renorm", {self, indices}, Attrs().f("max_norm", max_norm).f("norm_type", norm_type));
+  self.index_put_({indices.reshape({-1}).to(at::kLong)}, rows);
   return self;
 }
 

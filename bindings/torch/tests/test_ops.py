@@ -1914,6 +1914,14 @@ def test_nonzero_static_embedding_max_norm_and_renorm(mode, no_fallback):
         want = F.embedding(idx, w, max_norm=1.5, norm_type=norm_type)
         close(got, want)
         close(wt, w)
+    # int32 indices, and a bf16 table.
+    got = F.embedding(idx.int().to("tpu"), wt, max_norm=1.0)
+    close(got, F.embedding(idx.int(), w, max_norm=1.0))
+    close(wt, w)
+    wh = (torch.randn(6, 4) * 2).bfloat16()
+    wht = wh.to("tpu")
+    close(F.embedding(idx.to("tpu"), wht, max_norm=1.5), F.embedding(idx, wh, max_norm=1.5), tol=1e-2)
+    close(wht, wh, tol=1e-2)
     a = torch.randn(3, 4, 2) * 3
     for p, dim, maxnorm in ((2, 0, 2.0), (1, 1, 1.0), (3, -1, 0.5)):
         fwd_bwd(lambda t: torch.renorm(t, p, dim, maxnorm), a)

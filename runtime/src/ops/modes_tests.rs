@@ -1577,6 +1577,19 @@ fn linalg_cases() -> Vec<Case> {
             &[("output_size", is(&[3, 3]))],
         ),
         c(
+            "embedding_renorm",
+            vec![
+                range(F32, &[6, 3], 1976, -2.0, 2.0),
+                i64s(&[2, 2], &[0, 5, 5, 3]),
+            ],
+            &[("max_norm", f(1.0))],
+        ),
+        c(
+            "embedding_renorm",
+            vec![rnd(BF16, &[4, 3], 1977), idx(I32, &[3], &[1, 0, 3])],
+            &[("max_norm", f(0.5)), ("norm_type", f(1.0))],
+        ),
+        c(
             "rrelu_with_noise",
             vec![f32s(&[4, 5], 1974)],
             &[
@@ -3407,6 +3420,11 @@ fn zero_size_cases() -> Vec<Case> {
             "rrelu_with_noise",
             vec![f32s(&[0, 3], 1973)],
             &[("seed", i(3))],
+        ),
+        c(
+            "embedding_renorm",
+            vec![f32s(&[4, 0], 1978), i64s(&[2], &[1, 3])],
+            &[("max_norm", f(1.0))],
         ),
         c(
             "multi_margin_loss",

@@ -1,6 +1,6 @@
 //! Neural-network ops: softmax, log_softmax, layer_norm, rms_norm,
-//! batch_norm, and the norm rescalings renorm and weight normalization
-//! (with its backward). Half-precision inputs compute in f32 and round
+//! batch_norm, and the norm rescalings renorm, nn.Embedding's max_norm
+//! (embedding_renorm) and weight normalization (with its backward). Half-precision inputs compute in f32 and round
 //! once at the end, as PyTorch's kernels accumulate.
 
 use super::attrs::Attrs;
@@ -282,6 +282,20 @@ fn dims_except(rank: usize, dim: usize) -> Vec<usize> {
     (0..rank).filter(|&d| d != dim).collect()
 }
 
+/// `v` with each slice whose norm (`norm`, kept dims) exceeds `max`
+/// scaled by max / (norm + 1e-7), as torch's renorm and embedding_renorm_
+/// scale them.
+fn capped(e: &mut Emitter, v: ValueId, norm: ValueId, max: f64) -> Result<ValueId> {
+    let over = e.compare_scalar(CompareOp::Gt, norm, max)?;
+    let guarded = e.binary_scalar(BinaryOp::Add, norm, 1e-7)?;
+    let top = e.full_like(norm, max)?;
+    let scale = e.div(top, guarded)?;
+    let one = e.full_like(norm, 1.0)?;
+    let factor = e.select(over, scale, one)?;
+    let factor = e.broadcast_to(factor, &e.dims(v))?;
+    e.mul(v, factor)
+}
+
 /// renorm(x; p, dim, maxnorm) -> x with each slice along `dim` whose
 /// p-norm exceeds maxnorm scaled by maxnorm / (norm + 1e-7), as torch's
 /// kernel scales it.
@@ -308,14 +322,41 @@ fn renorm(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     let dt = e.dtype(x[0]);
     let v = e.convert(x[0], compute_dtype(dt)?)?;
     let norm = super::reduction::p_norm(e, v, p, &dims_except(rank, dim), true)?;
-    let over = e.compare_scalar(CompareOp::Gt, norm, maxnorm)?;
-    let guarded = e.binary_scalar(BinaryOp::Add, norm, 1e-7)?;
-    let top = e.full_like(norm, maxnorm)?;
-    let scale = e.div(top, guarded)?;
-    let one = e.full_like(norm, 1.0)?;
-    let factor = e.select(over, scale, one)?;
-    let factor = e.broadcast_to(factor, &e.dims(v))?;
-    let out = e.mul(v, factor)?;
+    let out = capped(e, v, norm, maxnorm)?;
+    Ok(vec![e.convert(out, dt)?])
+}
+
+/// embedding_renorm(weight [V, D], indices (int); max_norm, norm_type =
+/// 2) -> rows [K, D] (K = indices' element count, weight's dtype): the
+/// rows `indices` names, each whose norm exceeds max_norm scaled by
+/// max_norm / (norm + 1e-7), as nn.Embedding's max_norm rescales them in
+/// place. The frontend writes them back (a row named twice gets the same
+/// values twice), so a large table is not copied.
+fn embedding_renorm(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    let (w, idx) = (x[0], x[1]);
+    if e.rank(w) != 2 {
+        return Err(Error::invalid(format!(
+            "expected a 2-D weight, got {}",
+            e.ty(w)
+        )));
+    }
+    if !matches!(e.dtype(idx), DType::I32 | DType::I64) {
+        return Err(Error::invalid(format!(
+            "expected indices to have type int or long, got {}",
+            e.dtype(idx)
+        )));
+    }
+    let max_norm = a.float("max_norm")?;
+    let p = a.float_or("norm_type", 2.0)?;
+    let dt = e.dtype(w);
+    let k = e.ty(idx).numel();
+    let flat = e.reshape(idx, &[k])?;
+    let flat = e.convert(flat, DType::I64)?;
+    // An index outside 0..V is the take's error when the graph runs.
+    let rows = e.op(crate::ir::Prim::Take { axis: 0 }, &[w, flat])?;
+    let rows = e.convert(rows, compute_dtype(dt)?)?;
+    let norm = super::reduction::p_norm(e, rows, p, &[1], true)?;
+    let out = capped(e, rows, norm, max_norm)?;
     Ok(vec![e.convert(out, dt)?])
 }
 
@@ -406,6 +447,7 @@ pub(super) const OPS: &[OpDef] = &[
     def!("fused_rms_norm", Arity::Between(1, 2), fused_rms_norm),
     def!("batch_norm", Arity::Between(3, 5), batch_norm),
     def!("renorm", Arity::Exactly(1), renorm),
+    def!("embedding_renorm", Arity::Exactly(2), embedding_renorm),
     def!("weight_norm", Arity::Exactly(2), weight_norm),
     def!(
         "weight_norm_backward",

@@ -2493,6 +2493,26 @@ fn renorm_and_weight_norm_match_their_definitions() {
     let e = err("renorm", &[&f64s(&[3], &xv[..3])], &a);
     assert!(e.contains("at least 2 dimensions"), "{e}");
 
+    // embedding_renorm: the rows named (row 2 twice), each above max_norm
+    // 1.5 (its 1-norm) scaled to it.
+    let table = f64s(&[6, 4], &xv[..24]);
+    let idx = i64s(&[2, 2], &[0, 2, 2, 5]);
+    let a = at(&[("max_norm", float(1.5)), ("norm_type", float(1.0))]);
+    let got = run1("embedding_renorm", &[&table, &idx], &a);
+    assert_eq!(got.ty.dims, vec![4, 4]);
+    let want: Vec<f64> = [0usize, 2, 2, 5]
+        .iter()
+        .flat_map(|&r| {
+            let row = &xv[r * 4..r * 4 + 4];
+            let norm: f64 = row.iter().map(|v| v.abs()).sum();
+            let f = if norm > 1.5 { 1.5 / (norm + 1e-7) } else { 1.0 };
+            row.iter().map(move |v| v * f).collect::<Vec<_>>()
+        })
+        .collect();
+    close(&got, &want, 1e-12);
+    let e = err("embedding_renorm", &[&table, &f64s(&[1], &[0.0])], &a);
+    assert!(e.contains("int or long"), "{e}");
+
     // weight_norm over every dim but 0, and its backward.
     let v = f64s(&[3, 8], &xv);
     let gv = [0.5, -1.0, 2.0];

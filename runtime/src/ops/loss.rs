@@ -796,15 +796,9 @@ fn multilabel(
     let listed = e.compare(CompareOp::Lt, position, first)?;
     let zero_index = e.full(DType::I64, &[n, c], 0.0)?;
     let idx = e.select(listed, t, zero_index)?;
-    // One-hot [N, j, k] of each listed class.
     let jk = [n, c, c];
-    let idx3 = e.reshape(idx, &[n, c, 1])?;
-    let idx3 = e.broadcast_to(idx3, &jk)?;
-    let k = iota_of(e, DType::I64, &jk, 2)?;
-    let hit = e.compare(CompareOp::Eq, idx3, k)?;
     let listed3 = e.reshape(listed, &[n, c, 1])?;
     let listed3 = e.broadcast_to(listed3, &jk)?;
-    let hit = e.binary(BinaryOp::And, hit, listed3)?;
     let is_target = match is_target {
         Some(it) => {
             if e.dims(it) != e.dims(input) {
@@ -818,6 +812,12 @@ fn multilabel(
             e.convert(it, cd)?
         }
         None => {
+            // Any listed j naming class k: a one-hot [N, j, k] reduced.
+            let idx3 = e.reshape(idx, &[n, c, 1])?;
+            let idx3 = e.broadcast_to(idx3, &jk)?;
+            let k = iota_of(e, DType::I64, &jk, 2)?;
+            let hit = e.compare(CompareOp::Eq, idx3, k)?;
+            let hit = e.binary(BinaryOp::And, hit, listed3)?;
             let any = e.reduce(ReduceOp::Or, hit, &[1], false)?;
             e.convert(any, cd)?
         }

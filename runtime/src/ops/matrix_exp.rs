@@ -25,17 +25,16 @@ use crate::ir::{BinaryOp, CompareOp, DType, Prim, ReduceOp, UnaryOp, ValueId};
 const DEGREE: usize = 13;
 const THETA_13: f64 = 5.371920351148152;
 
-/// The dtype the exponential is computed in: f32 for the half types
-/// (torch's own CPU kernel gives garbage for them), f32 and f64 as they
-/// are; anything else is torch's error.
+/// The dtype the exponential is computed in (`support::compute_dtype`:
+/// f32 for the half types, whose results torch's own CPU kernel garbles;
+/// f32 and f64 as they are); anything else is torch's error.
 fn compute_dtype(e: &Emitter, x: ValueId) -> Result<DType> {
-    match e.dtype(x) {
-        DType::F32 | DType::F16 | DType::BF16 => Ok(DType::F32),
-        DType::F64 => Ok(DType::F64),
-        d => Err(Error::invalid(format!(
-            "A must be a floating point tensor, got {d}"
-        ))),
-    }
+    super::support::compute_dtype(e.dtype(x)).map_err(|_| {
+        Error::invalid(format!(
+            "A must be a floating point tensor, got {}",
+            e.dtype(x)
+        ))
+    })
 }
 
 /// The most squarings a finite matrix can need in `dt`: enough to bring

@@ -1,7 +1,8 @@
 //! Neural-network ops: softmax, log_softmax, layer_norm, rms_norm,
 //! batch_norm, and the norm rescalings renorm, nn.Embedding's max_norm
-//! (embedding_renorm) and weight normalization (with its backward). Half-precision inputs compute in f32 and round
-//! once at the end, as PyTorch's kernels accumulate.
+//! (embedding_renorm) and weight normalization (with its backward).
+//! Half-precision inputs compute in f32 and round once at the end, as
+//! PyTorch's kernels accumulate.
 
 use super::attrs::Attrs;
 use super::emit::{wrap_dim, Emitter};
@@ -360,10 +361,10 @@ fn embedding_renorm(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<Val
     Ok(vec![e.convert(out, dt)?])
 }
 
-/// The weight-norm dimension (`dim`, within v's rank) and the 2-norm of v
-/// over every other dimension, kept (g's shape), in f32 for half v as
-/// torch's kernel keeps it.
-fn weight_norms(e: &mut Emitter, v: ValueId, a: &Attrs) -> Result<(ValueId, ValueId)> {
+/// The dimensions weight normalization reduces over (every one but `dim`,
+/// which must lie within v's rank) and the shape its norms keep (g's: v's
+/// with 1 in those dimensions).
+fn weight_norm_dims(e: &Emitter, v: ValueId, a: &Attrs) -> Result<(Vec<usize>, Vec<u64>)> {
     let rank = e.rank(v);
     let dim = a.int("dim")?;
     if dim < 0 || dim as usize >= rank.max(1) {
@@ -371,29 +372,33 @@ fn weight_norms(e: &mut Emitter, v: ValueId, a: &Attrs) -> Result<(ValueId, Valu
             "dim {dim} out of range for a {rank}-d tensor"
         )));
     }
-    let cd = compute_dtype(e.dtype(v))?;
-    let vc = e.convert(v, cd)?;
     let others = dims_except(rank, dim as usize);
-    let norms = super::reduction::p_norm(e, vc, 2.0, &others, true)?;
-    Ok((vc, norms))
+    let mut kept = e.dims(v);
+    for &d in &others {
+        kept[d] = 1;
+    }
+    Ok((others, kept))
 }
 
-fn check_g(e: &Emitter, g: ValueId, norms: ValueId) -> Result<()> {
-    if e.dims(g) != e.dims(norms) {
+/// `t` (named `what`) has the norms' shape `kept`.
+fn check_kept(e: &Emitter, t: ValueId, kept: &[u64], what: &str) -> Result<()> {
+    if e.dims(t) != kept {
         return Err(Error::invalid(format!(
-            "g must have shape {:?} (v's, 1 but along dim), got {:?}",
-            e.dims(norms),
-            e.dims(g)
+            "{what} must have shape {kept:?} (v's, 1 but along dim), got {:?}",
+            e.dims(t)
         )));
     }
     Ok(())
 }
 
 /// weight_norm(v, g; dim) -> (w, norms): w = v g / ||v|| with the norm
-/// over every dimension but `dim` (torch's _weight_norm_interface).
+/// over every dimension but `dim` (torch's _weight_norm_interface), the
+/// norms in f32 for half v as torch's kernel keeps them.
 fn weight_norm(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
-    let (v, norms) = weight_norms(e, x[0], a)?;
-    check_g(e, x[1], norms)?;
+    let (others, kept) = weight_norm_dims(e, x[0], a)?;
+    check_kept(e, x[1], &kept, "g")?;
+    let v = e.convert(x[0], compute_dtype(e.dtype(x[0]))?)?;
+    let norms = super::reduction::p_norm(e, v, 2.0, &others, true)?;
     let g = e.convert(x[1], e.dtype(norms))?;
     let ratio = e.div(g, norms)?;
     let ratio = e.broadcast_to(ratio, &e.dims(v))?;
@@ -413,12 +418,12 @@ fn weight_norm_backward(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec
             e.dims(gw)
         )));
     }
-    let (vc, fresh) = weight_norms(e, v, a)?;
-    check_g(e, g, fresh)?;
-    check_g(e, norms, fresh)?;
-    let cd = e.dtype(vc);
+    let (others, kept) = weight_norm_dims(e, v, a)?;
+    check_kept(e, g, &kept, "g")?;
+    check_kept(e, norms, &kept, "norms")?;
+    let cd = compute_dtype(e.dtype(v))?;
+    let vc = e.convert(v, cd)?;
     let full = e.dims(v);
-    let others = dims_except(e.rank(v), a.int("dim")? as usize);
     let gwc = e.convert(gw, cd)?;
     let n = e.convert(norms, cd)?;
     let gc = e.convert(g, cd)?;

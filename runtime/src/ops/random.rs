@@ -1,7 +1,7 @@
 //! Random ops: uniform, normal, bernoulli, dropout, rrelu's training
-//! form, randperm, and the samplers standard_gamma and poisson. Every draw comes from
-//! the counter-based `Rng` primitive at a (seed, offset) the frontend
-//! supplies, so a seed gives the same numbers in every mode and on every
+//! form, randperm, and the samplers standard_gamma and poisson. Every draw
+//! comes from the counter-based `Rng` primitive at a (seed, offset) the
+//! frontend supplies, so a seed gives the same numbers in every mode and on every
 //! platform; element i of a draw uses counter offset + i, so the frontend
 //! advances the offset by the element count after each call. Draws are
 //! f32 for f16/bf16/f32 results and f64 for f64 (uniform and normal with

@@ -767,6 +767,22 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> k_linalg_slogdet(const Tensor& A) {
   auto r = call("linalg_slogdet", {use_A_T(A) ? A.mT() : A});
   return {r[0], r[1], r[2], r[3]};
 }
+// torch.special's Hermite, Laguerre and Legendre polynomials (the op
+// library's orthogonal.rs) unroll their recurrence to the largest degree,
+// read back when n is on the device and rounded up to a power of two so a
+// few graph sizes serve every n; the Chebyshev ones need no degree.
+constexpr int64_t kMaxPolynomialDegree = 256;  // the op library's MAX_STEPS
+
+static Tensor polynomial_recurrence(const char* op, const Tensor& x, const Tensor& n) {
+  double top = 0.0;
+  if (n.numel() > 0) top = at::amax(n).item<double>();
+  TORCH_CHECK(std::isnan(top) || top <= static_cast<double>(kMaxPolynomialDegree), "torch.special.", op,
+              ": degrees n up to ", kMaxPolynomialDegree, " run on tpu, got ", top);
+  int64_t steps = 1;
+  while (!std::isnan(top) && static_cast<double>(steps) < std::trunc(top)) steps *= 2;
+  return call1(op, {x, n}, Attrs().i("steps", steps));
+}
+
 // torch.linalg.matrix_exp (the op library's matrix_exp.rs): the squarings
 // the largest 1-norm needs (one read back, as torch's CUDA kernel reads its
 // norms), then the Padé approximant squared that many times. Its gradient
@@ -3139,6 +3155,48 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   });
   m.impl("special_i1e", [](const Tensor& x) { return call1("i1e", {x}); });
   m.impl("special_i1e.out", [](const Tensor& x, Tensor& out) -> Tensor& { return into(out, call1("i1e", {x})); });
+  // torch.special's Bessel functions (no gradient in torch); the modified
+  // I₀ and I₁ are i0 and i1 under other names.
+#define TPU_SPECIAL(m, name, op)                                                       \
+  m.impl("special_" name, [](const Tensor& x) { return call1(op, {x}); }); \
+  m.impl("special_" name ".out", [](const Tensor& x, Tensor& out) -> Tensor& { return into(out, call1(op, {x})); })
+  TPU_SPECIAL(m, "bessel_j0", "bessel_j0");
+  TPU_SPECIAL(m, "bessel_j1", "bessel_j1");
+  TPU_SPECIAL(m, "bessel_y0", "bessel_y0");
+  TPU_SPECIAL(m, "bessel_y1", "bessel_y1");
+  TPU_SPECIAL(m, "modified_bessel_i0", "i0");
+  TPU_SPECIAL(m, "modified_bessel_i1", "i1");
+  TPU_SPECIAL(m, "modified_bessel_k0", "modified_bessel_k0");
+  TPU_SPECIAL(m, "modified_bessel_k1", "modified_bessel_k1");
+  TPU_SPECIAL(m, "scaled_modified_bessel_k0", "scaled_modified_bessel_k0");
+  TPU_SPECIAL(m, "scaled_modified_bessel_k1", "scaled_modified_bessel_k1");
+  TPU_SPECIAL(m, "spherical_bessel_j0", "spherical_bessel_j0");
+#undef TPU_SPECIAL
+  // The Scalar x and Scalar n overloads are torch's composites over these.
+#define TPU_CHEBYSHEV(m, name)                                                                  \
+  m.impl("special_" name, [](const Tensor& x, const Tensor& n) { return call1(name, {x, n}); }); \
+  m.impl("special_" name ".out", [](const Tensor& x, const Tensor& n, Tensor& out) -> Tensor& {   \
+    return into(out, call1(name, {x, n}));                                                       \
+  })
+  TPU_CHEBYSHEV(m, "chebyshev_polynomial_t");
+  TPU_CHEBYSHEV(m, "chebyshev_polynomial_u");
+  TPU_CHEBYSHEV(m, "chebyshev_polynomial_v");
+  TPU_CHEBYSHEV(m, "chebyshev_polynomial_w");
+  TPU_CHEBYSHEV(m, "shifted_chebyshev_polynomial_t");
+  TPU_CHEBYSHEV(m, "shifted_chebyshev_polynomial_u");
+  TPU_CHEBYSHEV(m, "shifted_chebyshev_polynomial_v");
+  TPU_CHEBYSHEV(m, "shifted_chebyshev_polynomial_w");
+#undef TPU_CHEBYSHEV
+#define TPU_RECURRENCE(m, name)                                                                               \
+  m.impl("special_" name, [](const Tensor& x, const Tensor& n) { return polynomial_recurrence(name, x, n); }); \
+  m.impl("special_" name ".out", [](const Tensor& x, const Tensor& n, Tensor& out) -> Tensor& {                 \
+    return into(out, polynomial_recurrence(name, x, n));                                                       \
+  })
+  TPU_RECURRENCE(m, "hermite_polynomial_h");
+  TPU_RECURRENCE(m, "hermite_polynomial_he");
+  TPU_RECURRENCE(m, "laguerre_polynomial_l");
+  TPU_RECURRENCE(m, "legendre_polynomial_p");
+#undef TPU_RECURRENCE
   m.impl("polygamma", [](int64_t n, const Tensor& x) { return call1("polygamma", {x}, Attrs().i("n", n)); });
   m.impl("polygamma_", [](Tensor& x, int64_t n) -> Tensor& {
     return inplace(x, call1("polygamma", {x}, Attrs().i("n", n)));

@@ -2,7 +2,8 @@
 and logspace (the op library's special.rs, math.rs and shape.rs): values and
 gradients against torch on CPU in every eager mode and in f32, f64 and
 bf16 with the CPU fallback off, and the torch.distributions log densities
-built on them."""
+built on them; torch.special's Bessel functions (bessel.rs) against
+mpmath."""
 
 import math
 
@@ -202,3 +203,172 @@ def test_errors_name_the_problem(no_fallback):
         torch.polygamma(101, torch.ones(3, device="tpu"))
     with pytest.raises(RuntimeError, match="result type Float can't be cast"):
         torch.tensor([1, 2], device="tpu").copysign_(torch.tensor([1.0, -1.0], device="tpu"))
+
+
+# torch.special's Bessel functions (the op library's bessel.rs), against
+# mpmath: torch's own are the wrong reference (its f64 J and Y are 3e-7 off
+# near x = 5 and its f32 ones reduce large arguments badly: J₀(1e8) comes
+# out -2.9e-5 for 3.2e-5). mpmath comes with torch (through sympy).
+BESSEL = {
+    # name: (mpmath function, sign of the domain, absolute near zeros)
+    "bessel_j0": ("j0", 0, True),
+    "bessel_j1": ("j1", 0, True),
+    "bessel_y0": ("y0", 1, True),
+    "bessel_y1": ("y1", 1, True),
+    "modified_bessel_i0": ("i0", 0, False),
+    "modified_bessel_i1": ("i1", 0, False),
+    "modified_bessel_k0": ("k0", 1, False),
+    "modified_bessel_k1": ("k1", 1, False),
+    "scaled_modified_bessel_k0": ("k0e", 1, False),
+    "scaled_modified_bessel_k1": ("k1e", 1, False),
+    "spherical_bessel_j0": ("sj0", 0, True),
+}
+
+
+def bessel_reference(kind, x):
+    mpmath = pytest.importorskip("mpmath")
+    mpmath.mp.dps = 30
+    v = mpmath.mpf(x)
+    f = {
+        "j0": lambda: mpmath.besselj(0, v),
+        "j1": lambda: mpmath.besselj(1, v),
+        "y0": lambda: mpmath.bessely(0, v),
+        "y1": lambda: mpmath.bessely(1, v),
+        "i0": lambda: mpmath.besseli(0, v),
+        "i1": lambda: mpmath.besseli(1, v),
+        "k0": lambda: mpmath.besselk(0, v),
+        "k1": lambda: mpmath.besselk(1, v),
+        "k0e": lambda: mpmath.besselk(0, v) * mpmath.exp(v),
+        "k1e": lambda: mpmath.besselk(1, v) * mpmath.exp(v),
+        "sj0": lambda: mpmath.sin(v) / v,
+    }[kind]
+    return float(f())
+
+
+@pytest.mark.parametrize("name", sorted(BESSEL))
+def test_bessel_functions_match_mpmath(name, mode, no_fallback):
+    """Across the series, middle and large-argument ranges (switches at 1,
+    2, 9 for f32 and 18 for f64), out to 1e4, in f32 and f64; J and Y
+    absolutely where they are below 1 (near their zeros), the rest
+    relatively; the out= form, integer promotion and bf16 (computed in
+    f32; torch's CPU has no bf16 kernels for these); no gradient, as torch."""
+    kind, sign, absolute = BESSEL[name]
+    f = getattr(torch.special, name)
+    g = torch.Generator().manual_seed(3)
+    base = torch.cat([torch.rand(40, generator=g) * 40, torch.tensor([0.03, 0.99, 1.01, 1.99, 2.01, 8.99, 9.01,
+                                                                       17.99, 18.01, 250.5, 9999.0])])
+    x64 = base.double() + 0.01 if sign else torch.cat([base, -base]).double()
+    # I overflows f32 past 88, and its e^x magnifies x's last digit there.
+    growing = name.startswith("modified_bessel_i")
+    if growing:
+        x64 = x64.clamp(-80, 80)
+    for dtype, tol in ((torch.float64, 2e-14 if growing else 4e-15), (torch.float32, 6e-6 if growing else 6e-7)):
+        x = x64.to(dtype)
+        want = torch.tensor([bessel_reference(kind, v) for v in x.double().tolist()], dtype=torch.float64)
+        got = f(x.to("tpu"))
+        assert got.dtype == dtype and not got.requires_grad
+        got = got.cpu().double()
+        scale = want.abs().clamp(min=1.0) if absolute else want.abs().clamp(min=1e-300)
+        bad = ((got - want).abs() / scale > tol) & (want.abs() > torch.finfo(dtype).tiny)
+        assert not bad.any(), (name, dtype, x[bad], got[bad], want[bad])
+    out = torch.empty(0, device="tpu")
+    f(x64.float().to("tpu"), out=out)
+    torch.testing.assert_close(out.cpu(), f(x64.float().to("tpu")).cpu(), rtol=0, atol=0)
+    i = torch.tensor([1, 2, 5, 10])
+    got = f(i.to("tpu")).cpu()
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, f(i.to("tpu").float()).cpu(), rtol=0, atol=0)
+    b = f(x64.to(torch.bfloat16).to("tpu")).cpu()
+    assert b.dtype == torch.bfloat16
+    torch.testing.assert_close(b, f(x64.to(torch.bfloat16).float().to("tpu")).cpu().to(torch.bfloat16), rtol=0, atol=0)
+
+
+def test_bessel_edges_match_cpu():
+    """Signed zeros, negative arguments, infinities and NaN as torch's CPU
+    (strict mode: debug mode refuses the infinities and NaN these make from
+    finite values). torch's J(±inf) and Y(inf) are NaN, K(inf) 0."""
+    inf, nan = math.inf, math.nan
+    x = torch.tensor([0.0, -0.0, -1.0, -30.0, inf, -inf, nan, 1e-30, 1e30], dtype=torch.float64)
+    with torch.tpu.set_eager_mode(torch.tpu.EagerMode.DEFER_NEVER):
+        for name in sorted(BESSEL):
+            f = getattr(torch.special, name)
+            for dtype in (torch.float64, torch.float32):
+                v = x.to(dtype)
+                got, want = f(v.to("tpu")).cpu(), f(v)
+                if name.startswith("modified_bessel_i"):
+                    # The limits, where torch's I gives NaN (inf / inf
+                    # inside its formula; so does its torch.i0).
+                    assert got[4:6].tolist() == ([inf, inf] if name.endswith("0") else [inf, -inf]), got
+                    got[4:6], want[4:6] = 0.0, 0.0
+                # 1e30 and -30 are values, not edges: only whether finite.
+                torch.testing.assert_close(got[:7], want[:7], equal_nan=True, rtol=1e-6, atol=1e-30, msg=name)
+                assert torch.isfinite(got[7:]).tolist() == torch.isfinite(want[7:]).tolist(), (name, got, want)
+
+
+# torch.special's orthogonal polynomials (the op library's orthogonal.rs).
+POLYNOMIALS = [
+    "chebyshev_polynomial_t",
+    "chebyshev_polynomial_u",
+    "chebyshev_polynomial_v",
+    "chebyshev_polynomial_w",
+    "shifted_chebyshev_polynomial_t",
+    "shifted_chebyshev_polynomial_u",
+    "shifted_chebyshev_polynomial_v",
+    "shifted_chebyshev_polynomial_w",
+    "hermite_polynomial_h",
+    "hermite_polynomial_he",
+    "laguerre_polynomial_l",
+    "legendre_polynomial_p",
+]
+
+
+@pytest.mark.parametrize("name", POLYNOMIALS)
+def test_orthogonal_polynomials_match_cpu(name, mode, no_fallback):
+    """Inside, on and outside [-1, 1] (the shifted ones' [0, 1]) for
+    degrees -1 to 30, fractional ones truncated, against torch's CPU in f64
+    (relatively where large, absolutely near zero, scaled by the degree: the
+    Chebyshev closed forms round nθ); f32 against the same; the Scalar x and
+    Scalar n overloads, out=, integer promotion; no gradient, as torch."""
+    f = getattr(torch.special, name)
+    g = torch.Generator().manual_seed(5)
+    lo, hi = (-0.25, 1.25) if name.startswith("shifted") else (-1.5, 1.5)
+    x = torch.cat([torch.rand(60, generator=g, dtype=torch.float64) * (hi - lo) + lo,
+                   torch.tensor([-1.0, 1.0, 0.0, 0.5, -1.0, 1.0], dtype=torch.float64)])
+    n = torch.cat([torch.randint(-1, 31, (60,), generator=g), torch.tensor([3, 4, 7, 30, 12, 11])]).double()
+    n[::7] += 0.6  # truncated toward zero
+    want = f(x, n)
+    scale = want.abs().clamp(min=1.0) * (1.0 + n.clamp(min=0))
+    for dtype, tol in ((torch.float64, 1e-13), (torch.float32, 2e-6)):
+        got = f(x.to(dtype).to("tpu"), n.to(dtype).to("tpu"))
+        assert got.dtype == dtype and not got.requires_grad
+        # f32: against f64 at the argument f32 holds.
+        ref = f(x.to(dtype).double(), n) if dtype == torch.float32 else want
+        err = ((got.cpu().double() - ref) / scale).abs()
+        assert err.max() < tol, (name, dtype, x[err.argmax()], n[err.argmax()], got.cpu()[err.argmax()], ref[err.argmax()])
+    xt, nt = x.float().to("tpu"), n.to(torch.int64).to("tpu")
+    torch.testing.assert_close(f(xt, 5).cpu(), f(x.float(), 5), rtol=2e-5, atol=2e-5)
+    torch.testing.assert_close(f(0.25, nt).cpu(), f(0.25, n.to(torch.int64)), rtol=2e-5, atol=2e-5)
+    out = torch.empty(0, device="tpu")
+    f(xt, nt, out=out)
+    torch.testing.assert_close(out.cpu(), f(xt, nt).cpu(), rtol=0, atol=0)
+    i = torch.tensor([0, 1, 2, 3])
+    got = f(i.to("tpu"), i.to("tpu")).cpu()
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, f(i, i))
+
+
+def test_orthogonal_polynomials_at_high_degree(no_fallback):
+    """The Chebyshev closed forms at any degree: T_n(cos θ) = cos nθ at
+    n = 10⁵ (torch loops 10⁵ times per element), and outside [-1, 1] the
+    overflow is ±inf where torch's recurrence gives NaN; the recurrences
+    take degrees up to 256, and a larger one is an error naming the limit."""
+    theta = torch.tensor([0.1, 0.7, 2.0], dtype=torch.float64)
+    got = torch.special.chebyshev_polynomial_t(theta.cos().to("tpu"), 100000).cpu()
+    torch.testing.assert_close(got, (1e5 * theta).cos(), rtol=0, atol=1e-10)
+    got = torch.special.chebyshev_polynomial_t(torch.tensor([2.0, -2.0], device="tpu"), 2001).cpu()
+    assert got.tolist() == [math.inf, -math.inf]
+    x = torch.tensor([-0.9, 0.3, 0.99], dtype=torch.float64)
+    got = torch.special.legendre_polynomial_p(x.to("tpu"), 250).cpu()
+    torch.testing.assert_close(got, torch.special.legendre_polynomial_p(x, 250), rtol=1e-11, atol=1e-13)
+    with pytest.raises(RuntimeError, match="degrees n up to 256"):
+        torch.special.legendre_polynomial_p(x.to("tpu"), torch.tensor([300], device="tpu"))

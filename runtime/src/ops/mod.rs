@@ -25,6 +25,7 @@ mod activation;
 mod attention;
 mod attrs;
 mod backward;
+mod bessel;
 mod conv;
 mod emit;
 mod grid;
@@ -37,6 +38,7 @@ mod matrix_exp;
 mod modes_tests;
 mod nn;
 mod optim;
+mod orthogonal;
 mod pointwise;
 mod pool;
 pub mod promote;
@@ -122,6 +124,8 @@ fn registry() -> &'static Registry {
             (pointwise::OPS, false),
             (math::OPS, false),
             (special::OPS, false),
+            (bessel::OPS, false),
+            (orthogonal::OPS, false),
             (activation::OPS, false),
             (reduction::OPS, false),
             (shape::OPS, false),

@@ -4276,6 +4276,54 @@ fn math_and_activation_cases() -> Vec<Case> {
         c("i1", vec![range(F64, &[5, 7], 3048, -40.0, 40.0)], &[]),
         c("i1e", vec![range(BF16, &[5, 7], 3049, -30.0, 30.0)], &[]),
         c("i1", vec![whole(I64, &[6], 3050, -20, 20)], &[]),
+        // Every range of each (the switches at 2 and T = 9 at f32, 18 at
+        // f64; at 1 for K); Y and K are NaN below 0, so positive there.
+        c(
+            "bessel_j0",
+            vec![range(F32, &[5, 7], 3406, -30.0, 30.0)],
+            &[],
+        ),
+        c(
+            "bessel_j1",
+            vec![range(F64, &[5, 7], 3407, -40.0, 40.0)],
+            &[],
+        ),
+        c(
+            "bessel_y0",
+            vec![range(F64, &[5, 7], 3408, 0.01, 40.0)],
+            &[],
+        ),
+        c(
+            "bessel_y1",
+            vec![range(F32, &[5, 7], 3409, 0.01, 30.0)],
+            &[],
+        ),
+        c("bessel_j0", vec![whole(I64, &[6], 3410, -20, 20)], &[]),
+        c(
+            "modified_bessel_k0",
+            vec![range(F32, &[5, 7], 3411, 0.01, 30.0)],
+            &[],
+        ),
+        c(
+            "modified_bessel_k1",
+            vec![range(F64, &[5, 7], 3412, 0.01, 40.0)],
+            &[],
+        ),
+        c(
+            "scaled_modified_bessel_k0",
+            vec![range(F64, &[5, 7], 3413, 0.01, 40.0)],
+            &[],
+        ),
+        c(
+            "scaled_modified_bessel_k1",
+            vec![range(BF16, &[5, 7], 3414, 0.01, 30.0)],
+            &[],
+        ),
+        c(
+            "spherical_bessel_j0",
+            vec![range(F32, &[5, 7], 3415, -20.0, 20.0)],
+            &[],
+        ),
         c("erfcx", vec![range(F32, &[5, 7], 3051, -6.0, 40.0)], &[]),
         c("erfcx", vec![range(F64, &[5, 7], 3052, -20.0, 60.0)], &[]),
         c("log_ndtr", vec![range(F32, &[5, 7], 3053, -30.0, 8.0)], &[]),
@@ -4302,6 +4350,92 @@ fn math_and_activation_cases() -> Vec<Case> {
             "zeta",
             vec![range(F32, &[5, 7], 3061, 1.0, 12.0), scalar(F32, 2.5)],
             &[],
+        ),
+        // Inside, on and outside [-1, 1] (the shifted ones [0, 1]), with
+        // degrees to 12 and past them (NaN where the recurrence stops).
+        c(
+            "chebyshev_polynomial_t",
+            vec![
+                range(F32, &[5, 7], 3416, -1.5, 1.5),
+                whole(I64, &[5, 7], 3417, -1, 12),
+            ],
+            &[],
+        ),
+        c(
+            "chebyshev_polynomial_u",
+            vec![
+                range(F64, &[5, 7], 3418, -1.5, 1.5),
+                whole(I64, &[1, 7], 3419, 0, 30),
+            ],
+            &[],
+        ),
+        c(
+            "chebyshev_polynomial_v",
+            vec![range(F64, &[5, 7], 3420, -1.5, 1.5), scalar(F64, 7.0)],
+            &[],
+        ),
+        c(
+            "chebyshev_polynomial_w",
+            vec![
+                range(F32, &[5, 7], 3421, -1.5, 1.5),
+                whole(I64, &[5, 1], 3422, 0, 9),
+            ],
+            &[],
+        ),
+        c(
+            "shifted_chebyshev_polynomial_t",
+            vec![
+                range(F64, &[5, 7], 3423, -0.2, 1.2),
+                whole(I64, &[5, 7], 3424, 0, 12),
+            ],
+            &[],
+        ),
+        c(
+            "shifted_chebyshev_polynomial_u",
+            vec![range(F32, &[5, 7], 3425, -0.2, 1.2), scalar(F32, 5.0)],
+            &[],
+        ),
+        c(
+            "shifted_chebyshev_polynomial_v",
+            vec![range(BF16, &[5, 7], 3426, 0.0, 1.0), scalar(BF16, 3.0)],
+            &[],
+        ),
+        c(
+            "shifted_chebyshev_polynomial_w",
+            vec![
+                range(F64, &[5, 7], 3427, -0.2, 1.2),
+                whole(I64, &[5, 7], 3428, 0, 12),
+            ],
+            &[],
+        ),
+        c(
+            "hermite_polynomial_h",
+            vec![
+                range(F64, &[5, 7], 3429, -3.0, 3.0),
+                whole(I64, &[5, 7], 3430, -1, 9),
+            ],
+            &[("steps", i(8))],
+        ),
+        c(
+            "hermite_polynomial_he",
+            vec![
+                range(F32, &[5, 7], 3431, -3.0, 3.0),
+                whole(I64, &[5, 7], 3432, 0, 8),
+            ],
+            &[("steps", i(8))],
+        ),
+        c(
+            "laguerre_polynomial_l",
+            vec![range(F64, &[5, 7], 3433, -2.0, 8.0), scalar(F64, 6.0)],
+            &[("steps", i(8))],
+        ),
+        c(
+            "legendre_polynomial_p",
+            vec![
+                range(F32, &[5, 7], 3434, -1.2, 1.2),
+                whole(I64, &[5, 7], 3435, 0, 16),
+            ],
+            &[("steps", i(16))],
         ),
         c(
             "gcd",
@@ -4381,6 +4515,15 @@ fn math_and_activation_cases() -> Vec<Case> {
         "i0e",
         "i1",
         "i1e",
+        "bessel_j0",
+        "bessel_j1",
+        "bessel_y0",
+        "bessel_y1",
+        "modified_bessel_k0",
+        "modified_bessel_k1",
+        "scaled_modified_bessel_k0",
+        "scaled_modified_bessel_k1",
+        "spherical_bessel_j0",
         "erfcx",
         "log_ndtr",
         "ndtri",
@@ -4408,6 +4551,14 @@ fn math_and_activation_cases() -> Vec<Case> {
         "xlogy",
         "xlog1py",
         "zeta",
+        "chebyshev_polynomial_t",
+        "chebyshev_polynomial_u",
+        "chebyshev_polynomial_v",
+        "chebyshev_polynomial_w",
+        "shifted_chebyshev_polynomial_t",
+        "shifted_chebyshev_polynomial_u",
+        "shifted_chebyshev_polynomial_v",
+        "shifted_chebyshev_polynomial_w",
         "logaddexp",
         "logaddexp2",
         "hypot",
@@ -4425,6 +4576,14 @@ fn math_and_activation_cases() -> Vec<Case> {
         "hardshrink_backward",
     ] {
         cases.push(c(op, vec![z.clone(), z.clone()], &[]));
+    }
+    for op in [
+        "hermite_polynomial_h",
+        "hermite_polynomial_he",
+        "laguerre_polynomial_l",
+        "legendre_polynomial_p",
+    ] {
+        cases.push(c(op, vec![z.clone(), z.clone()], &[("steps", i(4))]));
     }
     cases.push(c("glu", vec![f32s(&[0, 4], 3041)], &[]));
     cases.push(c(

@@ -1,12 +1,13 @@
-//! erfc; the modified Bessel functions I₀ and I₁, plain and scaled (i0,
-//! i0e, i1, i1e: each one's gradient is built from the others); and the
-//! gamma family: lgamma, digamma and polygamma (every order), which
-//! torch's autograd chains (lgamma's gradient is digamma, digamma's is
-//! polygamma(1), polygamma(n)'s is polygamma(n + 1)), so the first brings
-//! the others. Each promotes as torch does (integers to the default float)
-//! and computes at f32 for bf16 and f16, rounding once.
+//! Special functions: the complementary error function and its relatives
+//! (erfc, erfcx, log_ndtr, the normal quantile ndtri), the Hurwitz zeta
+//! function, and the gamma family: lgamma, digamma and polygamma (every
+//! order), which torch's autograd chains (lgamma's gradient is digamma,
+//! digamma's is polygamma(1), polygamma(n)'s is polygamma(n + 1)), so the
+//! first brings the others. Each promotes as torch does (integers to the
+//! default float) and computes at f32 for bf16 and f16, rounding once. The
+//! Bessel functions are in bessel.rs.
 //!
-//! All three work on arguments of at least 1/2: smaller ones go through
+//! The gamma family works on arguments of at least 1/2: smaller ones go through
 //! the reflection formulas, whose trigonometric factor takes its argument
 //! reduced to r = x - round(x) in [-1/2, 1/2] (exact in floating point), so
 //! large negative arguments keep their accuracy and the poles at the
@@ -489,97 +490,6 @@ fn log_ndtr(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     })
 }
 
-/// The modified Bessel function of the first kind of order `nu` (0 or
-/// 1), I_ν(x), or e^-|x| I_ν(x) when `scaled`. Below T (12 at f32, 20 at
-/// f64) the power series I_ν(x) = (x/2)^ν Σ_k (x²/4)^k / (k! (k + ν)!),
-/// whose terms are all positive (nothing cancels), summed until the first
-/// omitted term at T is below the dtype's rounding; from T the asymptotic
-/// series e^|x| / sqrt(2π|x|) Σ_k (-1)^k a_k / |x|^k with
-/// a_k = Π_{j ≤ k} (4ν² - (2j - 1)²) / (k! 8^k), cut where its terms at T
-/// are below the rounding (the series diverges past its smallest term,
-/// near k = 2|x|, which T keeps small enough). The exponential is taken as
-/// one e^(|x| - ln(2π|x|)/2), so I overflows only where it should. I₁ is
-/// odd.
-fn bessel_i(e: &mut Emitter, v: ValueId, ct: DType, nu: u32, scaled: bool) -> Result<ValueId> {
-    let (t, k_series, k_asym) = if ct == DType::F64 {
-        (20.0, 36, 28)
-    } else {
-        (12.0, 19, 9)
-    };
-    let nu_f = f64::from(nu);
-    // 1 / (k! (k + ν)!), and (-1)^k a_k.
-    let mut series = Vec::with_capacity(k_series);
-    let mut c = 1.0;
-    for k in 0..k_series {
-        series.push(c);
-        let k1 = (k + 1) as f64;
-        c /= k1 * (k1 + nu_f);
-    }
-    let mut asym = Vec::with_capacity(k_asym);
-    let mut a = 1.0;
-    for k in 0..k_asym {
-        asym.push(a);
-        let j = (k + 1) as f64;
-        a *= -(4.0 * nu_f * nu_f - (2.0 * j - 1.0).powi(2)) / (j * 8.0);
-    }
-    let av = e.unary(UnaryOp::Abs, v)?;
-    let small = e.compare_scalar(CompareOp::Lt, av, t)?;
-    // The series at min(|x|, T), the asymptotic one at max(|x|, T), so the
-    // branch not taken stays finite.
-    let ws = e.binary_scalar(BinaryOp::Min, av, t)?;
-    let q = e.mul(ws, ws)?;
-    let q = e.binary_scalar(BinaryOp::Mul, q, 0.25)?;
-    let mut near = polynomial(e, q, &series)?;
-    if nu == 1 {
-        let half = e.binary_scalar(BinaryOp::Mul, ws, 0.5)?;
-        near = e.mul(near, half)?;
-    }
-    if scaled {
-        let m = e.unary(UnaryOp::Neg, ws)?;
-        let decay = e.unary(UnaryOp::Exp, m)?;
-        near = e.mul(near, decay)?;
-    }
-    let wa = e.binary_scalar(BinaryOp::Max, av, t)?;
-    let inv = e.full_like(wa, 1.0)?;
-    let inv = e.div(inv, wa)?;
-    let sum = polynomial(e, inv, &asym)?;
-    let two_pi_w = e.binary_scalar(BinaryOp::Mul, wa, 2.0 * PI)?;
-    let far = if scaled {
-        let r = e.unary(UnaryOp::Rsqrt, two_pi_w)?;
-        e.mul(sum, r)?
-    } else {
-        let l = e.unary(UnaryOp::Log, two_pi_w)?;
-        let l = e.binary_scalar(BinaryOp::Mul, l, 0.5)?;
-        let p = e.sub(wa, l)?;
-        let g = e.unary(UnaryOp::Exp, p)?;
-        let far = e.mul(sum, g)?;
-        // At infinity that exponent is inf - inf.
-        let infinite = e.compare_scalar(CompareOp::Eq, av, f64::INFINITY)?;
-        let inf = e.full_like(av, f64::INFINITY)?;
-        e.select(infinite, inf, far)?
-    };
-    let y = e.select(small, near, far)?;
-    if nu == 0 {
-        return Ok(y);
-    }
-    let negative = e.compare_scalar(CompareOp::Lt, v, 0.0)?;
-    let ny = e.unary(UnaryOp::Neg, y)?;
-    e.select(negative, ny, y)
-}
-
-fn i0(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
-    unary_in(e, x[0], a, |e, v, ct| bessel_i(e, v, ct, 0, false))
-}
-fn i0e(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
-    unary_in(e, x[0], a, |e, v, ct| bessel_i(e, v, ct, 0, true))
-}
-fn i1(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
-    unary_in(e, x[0], a, |e, v, ct| bessel_i(e, v, ct, 1, false))
-}
-fn i1e(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
-    unary_in(e, x[0], a, |e, v, ct| bessel_i(e, v, ct, 1, true))
-}
-
 /// Abramowitz and Stegun's 26.2.23: the lower-tail normal quantile at
 /// probability r ≤ 1/2 is -(t - N(t)/D(t)), t = √(-2 ln r), within 4.5e-4.
 const QUANTILE_START_NUM: [f64; 3] = [2.515_517, 0.802_853, 0.010_328];
@@ -737,10 +647,6 @@ fn zeta(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
 }
 
 pub(super) const OPS: &[OpDef] = &[
-    def!("i0", Arity::Exactly(1), i0),
-    def!("i0e", Arity::Exactly(1), i0e),
-    def!("i1", Arity::Exactly(1), i1),
-    def!("i1e", Arity::Exactly(1), i1e),
     def!("lgamma", Arity::Exactly(1), lgamma),
     def!("digamma", Arity::Exactly(1), digamma),
     def!("polygamma", Arity::Exactly(1), polygamma),
@@ -753,25 +659,9 @@ pub(super) const OPS: &[OpDef] = &[
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{close, run, run1, t};
+    use super::super::tests::{close, matches, run, run1, t};
     use crate::ir::DType;
     use crate::ops::attrs::{Attr, Attrs};
-
-    /// `op` over `xs` in f64 (within `tol64`) and f32 (within `tol32`)
-    /// against reference values (mpmath at 30 digits), each error relative
-    /// to max(|want|, floor): a floor of 1 makes it absolute near a zero of
-    /// the function.
-    fn matches(op: &str, attrs: Attrs, xs: &[f64], want: &[f64], floor: f64, tols: [f64; 2]) {
-        let n = [xs.len() as u64];
-        for (dt, tol) in [(DType::F64, tols[0]), (DType::F32, tols[1])] {
-            let got = run1(op, &[&t(dt, &n, xs)], attrs.clone());
-            assert_eq!(got.ty.dtype, dt);
-            for (i, (g, w)) in got.to_f64_vec().iter().zip(want).enumerate() {
-                let err = (g - w).abs() / w.abs().max(floor);
-                assert!(err <= tol, "{op} {dt:?} at {}: got {g}, want {w}", xs[i]);
-            }
-        }
-    }
 
     /// The normal quantile against mpmath (30 digits) at probabilities
     /// f32 holds exactly, from 2^-100 to 1 - 2^-20, p = ½ ± small keeping
@@ -879,68 +769,6 @@ mod tests {
             assert!(got[3].is_nan() && got[4].is_nan(), "{got:?}");
             assert_eq!(got[5..], [0.0, 1.0], "{got:?}");
         }
-    }
-
-    /// I₀ and I₁, plain and scaled, on both sides of the switch to the
-    /// asymptotic series (12 at f32, 20 at f64) and far past it, against
-    /// the power series summed to 400 terms in f64 (all terms positive, so
-    /// accurate to a few roundings up to |x| = 60); the plain ones overflow
-    /// to infinity only past f32's and f64's range; NaN stays NaN.
-    #[test]
-    fn bessel_i_matches_its_series() {
-        let xs = [
-            -45.0, -19.9, -3.0, -1e-3, 0.0, 0.5, 1.0, 5.0, 11.9, 12.1, 19.99, 20.01, 33.0, 60.0,
-        ];
-        let series = |x: f64, nu: i32| {
-            let q = x * x / 4.0;
-            let (mut term, mut sum) = (if nu == 1 { x / 2.0 } else { 1.0 }, 0.0);
-            for k in 0..400 {
-                sum += term;
-                let k1 = f64::from(k + 1);
-                term *= q / (k1 * (k1 + f64::from(nu)));
-            }
-            sum
-        };
-        for (op, nu, scaled) in [
-            ("i0", 0, false),
-            ("i0e", 0, true),
-            ("i1", 1, false),
-            ("i1e", 1, true),
-        ] {
-            let want: Vec<f64> = xs
-                .iter()
-                .map(|&x| series(x, nu) * if scaled { (-x.abs()).exp() } else { 1.0 })
-                .collect();
-            matches(
-                op,
-                Attrs::new(),
-                &xs[..13],
-                &want[..13],
-                1e-300,
-                [1e-14, 2e-6],
-            );
-            // x = 60: I is 5.8e24, within f32's range.
-            matches(
-                op,
-                Attrs::new(),
-                &xs[13..],
-                &want[13..],
-                1e-300,
-                [1e-14, 2e-6],
-            );
-        }
-        let big = t(DType::F32, &[4], &[100.0, -100.0, f64::INFINITY, f64::NAN]);
-        let i1 = run1("i1", &[&big], Attrs::new()).to_f64_vec();
-        assert!(i1[0] == f64::INFINITY && i1[1] == f64::NEG_INFINITY && i1[2] == f64::INFINITY);
-        assert!(i1[3].is_nan());
-        let i0e = run1("i0e", &[&big], Attrs::new()).to_f64_vec();
-        assert!(
-            (i0e[0] - 0.039_944_379_299_096_68).abs() < 1e-8 && i0e[2] == 0.0,
-            "{i0e:?}"
-        );
-        let f64_big = t(DType::F64, &[2], &[700.0, 713.0]);
-        let i0 = run1("i0", &[&f64_big], Attrs::new()).to_f64_vec();
-        assert!(i0.iter().all(|v| v.is_finite()), "{i0:?}");
     }
 
     /// erfcx and log_ndtr against mpmath (30 digits; 80 for log_ndtr(10),

@@ -36,6 +36,29 @@ pub(super) fn close(got: &HostTensor, want: &[f64], tol: f64) {
     }
 }
 
+/// `op` over `xs` in f64 (within `tol64`) and f32 (within `tol32`)
+/// against reference values (mpmath at 30 digits), each error relative
+/// to max(|want|, floor): a floor of 1 makes it absolute near a zero of
+/// the function.
+pub(super) fn matches(
+    op: &str,
+    attrs: Attrs,
+    xs: &[f64],
+    want: &[f64],
+    floor: f64,
+    tols: [f64; 2],
+) {
+    let n = [xs.len() as u64];
+    for (dt, tol) in [(DType::F64, tols[0]), (DType::F32, tols[1])] {
+        let got = run1(op, &[&t(dt, &n, xs)], attrs.clone());
+        assert_eq!(got.ty.dtype, dt);
+        for (i, (g, w)) in got.to_f64_vec().iter().zip(want).enumerate() {
+            let err = (g - w).abs() / w.abs().max(floor);
+            assert!(err <= tol, "{op} {dt:?} at {}: got {g}, want {w}", xs[i]);
+        }
+    }
+}
+
 fn int(v: i64) -> Attr {
     Attr::Int(v)
 }

@@ -63,6 +63,34 @@ fn sign(k: usize) -> f64 {
     }
 }
 
+/// c_k times (-1)^k.
+fn alternating<'a>(c: impl Iterator<Item = &'a f64>) -> Vec<f64> {
+    c.enumerate().map(|(k, c)| sign(k) * c).collect()
+}
+
+/// The power series of order ν (0 or 1) in q = x²/4, n terms, alternating
+/// for J and Y and not for I and K (J_ν(x) is I_ν's series at -q):
+/// (1 / (k! (k + ν)!), and the logarithmic solutions' H_k / k!² for ν = 0
+/// or (H_k + H_(k+1) - 2γ) / (k! (k + 1)!) for ν = 1), each times (-1)^k
+/// when `alternate`.
+fn series_coefficients(nu: u32, n: usize, alternate: bool) -> (Vec<f64>, Vec<f64>) {
+    let (f, h) = factorials_and_harmonics(n + 1);
+    let s = |k: usize| if alternate { sign(k) } else { 1.0 };
+    let nu = nu as usize;
+    let plain = (0..n).map(|k| s(k) / (f[k] * f[k + nu])).collect();
+    let logarithmic = (0..n)
+        .map(|k| {
+            let top = if nu == 0 {
+                h[k]
+            } else {
+                h[k] + h[k + 1] - 2.0 * EULER_GAMMA
+            };
+            s(k) * top / (f[k] * f[k + nu])
+        })
+        .collect();
+    (plain, logarithmic)
+}
+
 /// Where the series for J, Y and K stop (J's and Y's at 2, K's at 1).
 const JY_SERIES_TO: f64 = 2.0;
 const K_SERIES_TO: f64 = 1.0;
@@ -131,34 +159,28 @@ impl Kind {
 /// Nothing cancels much: the terms are below 1 in size and the functions
 /// above 0.2 in size where they are not near a zero.
 fn jy_series(e: &mut Emitter, w: ValueId, n: usize, kind: Kind) -> Result<ValueId> {
-    let (f, h) = factorials_and_harmonics(n + 1);
+    let (plain, logarithmic) = series_coefficients(kind.order(), n, true);
     let q = e.mul(w, w)?;
     let q = e.binary_scalar(BinaryOp::Mul, q, 0.25)?;
     let half = e.binary_scalar(BinaryOp::Mul, w, 0.5)?;
-    let j = if kind.order() == 0 {
-        let c: Vec<f64> = (0..n).map(|k| sign(k) / (f[k] * f[k])).collect();
-        polynomial(e, q, &c)?
-    } else {
-        let c: Vec<f64> = (0..n).map(|k| sign(k) / (f[k] * f[k + 1])).collect();
-        let s = polynomial(e, q, &c)?;
-        e.mul(s, half)?
-    };
+    let mut j = polynomial(e, q, &plain)?;
+    if kind.order() == 1 {
+        j = e.mul(j, half)?;
+    }
     if !kind.second() {
         return Ok(j);
     }
     let log = e.unary(UnaryOp::Log, half)?;
     Ok(if kind == Kind::Y0 {
-        let c: Vec<f64> = (0..n).map(|k| -sign(k) * h[k] / (f[k] * f[k])).collect();
-        let s = polynomial(e, q, &c)?;
+        // The sum is subtracted: added with its coefficients negated.
+        let minus: Vec<f64> = logarithmic.iter().map(|c| -c).collect();
+        let s = polynomial(e, q, &minus)?;
         let l = e.binary_scalar(BinaryOp::Add, log, EULER_GAMMA)?;
         let lj = e.mul(l, j)?;
         let y = e.add(lj, s)?;
         e.binary_scalar(BinaryOp::Mul, y, 2.0 / PI)?
     } else {
-        let c: Vec<f64> = (0..n)
-            .map(|k| sign(k) * (h[k] + h[k + 1] - 2.0 * EULER_GAMMA) / (f[k] * f[k + 1]))
-            .collect();
-        let s = polynomial(e, q, &c)?;
+        let s = polynomial(e, q, &logarithmic)?;
         let s = e.mul(s, w)?;
         let s = e.binary_scalar(BinaryOp::Mul, s, 1.0 / (2.0 * PI))?;
         let lj = e.mul(log, j)?;
@@ -181,6 +203,7 @@ fn jy_series(e: &mut Emitter, w: ValueId, n: usize, kind: Kind) -> Result<ValueI
 /// Every eighth step rescales the running values by 1/(|J_k| + |J_(k+1)|),
 /// so they grow no more than (2N/2)^8 between rescalings.
 fn jy_recurrence(e: &mut Emitter, m: ValueId, top: u32, kind: Kind) -> Result<ValueId> {
+    let one = e.full_like(m, 1.0)?;
     let two = e.full_like(m, 2.0)?;
     let inv = e.div(two, m)?;
     let mut above = e.full_like(m, 0.0)?; // J_(k+1)
@@ -212,7 +235,6 @@ fn jy_recurrence(e: &mut Emitter, m: ValueId, top: u32, kind: Kind) -> Result<Va
             let a = e.unary(UnaryOp::Abs, at)?;
             let b = e.unary(UnaryOp::Abs, above)?;
             let size = e.add(a, b)?;
-            let one = e.full_like(m, 1.0)?;
             let r = e.div(one, size)?;
             at = e.mul(at, r)?;
             above = e.mul(above, r)?;
@@ -223,7 +245,6 @@ fn jy_recurrence(e: &mut Emitter, m: ValueId, top: u32, kind: Kind) -> Result<Va
     // at = J₀ and above = J₁, both times the unknown factor.
     let twice = e.binary_scalar(BinaryOp::Mul, evens, 2.0)?;
     let norm = e.add(at, twice)?;
-    let one = e.full_like(m, 1.0)?;
     let scale = e.div(one, norm)?;
     let j0 = e.mul(at, scale)?;
     if kind == Kind::J0 {
@@ -259,19 +280,8 @@ fn jy_recurrence(e: &mut Emitter, m: ValueId, top: u32, kind: Kind) -> Result<Va
 /// sin χ = -(sin h + cos h)/√2.
 fn jy_hankel(e: &mut Emitter, h: ValueId, n: usize, kind: Kind) -> Result<ValueId> {
     let a = hankel_coefficients(kind.order(), n);
-    let even: Vec<f64> = a
-        .iter()
-        .step_by(2)
-        .enumerate()
-        .map(|(k, c)| sign(k) * c)
-        .collect();
-    let odd: Vec<f64> = a
-        .iter()
-        .skip(1)
-        .step_by(2)
-        .enumerate()
-        .map(|(k, c)| sign(k) * c)
-        .collect();
+    let even = alternating(a.iter().step_by(2));
+    let odd = alternating(a.iter().skip(1).step_by(2));
     let one = e.full_like(h, 1.0)?;
     let inv = e.div(one, h)?;
     let inv2 = e.mul(inv, inv)?;
@@ -352,27 +362,19 @@ fn half_line_edges(e: &mut Emitter, v: ValueId, y: ValueId, at_zero: f64) -> Res
 /// K₀ = -(ln(w/2) + γ) I₀ + Σ H_k q^k / k!²,
 /// K₁ = 1/w + ln(w/2) I₁ - (w/4) Σ (H_k + H_(k+1) - 2γ) q^k / (k! (k + 1)!).
 fn k_series(e: &mut Emitter, w: ValueId, n: usize, nu: u32) -> Result<ValueId> {
-    let (f, h) = factorials_and_harmonics(n + 1);
+    let (plain, logarithmic) = series_coefficients(nu, n, false);
     let q = e.mul(w, w)?;
     let q = e.binary_scalar(BinaryOp::Mul, q, 0.25)?;
     let half = e.binary_scalar(BinaryOp::Mul, w, 0.5)?;
     let log = e.unary(UnaryOp::Log, half)?;
+    let i = polynomial(e, q, &plain)?;
+    let s = polynomial(e, q, &logarithmic)?;
     let k = if nu == 0 {
-        let c: Vec<f64> = (0..n).map(|k| 1.0 / (f[k] * f[k])).collect();
-        let i0 = polynomial(e, q, &c)?;
-        let c: Vec<f64> = (0..n).map(|k| h[k] / (f[k] * f[k])).collect();
-        let s = polynomial(e, q, &c)?;
         let l = e.binary_scalar(BinaryOp::Add, log, EULER_GAMMA)?;
-        let li = e.mul(l, i0)?;
+        let li = e.mul(l, i)?;
         e.sub(s, li)?
     } else {
-        let c: Vec<f64> = (0..n).map(|k| 1.0 / (f[k] * f[k + 1])).collect();
-        let i1 = polynomial(e, q, &c)?;
-        let i1 = e.mul(i1, half)?;
-        let c: Vec<f64> = (0..n)
-            .map(|k| (h[k] + h[k + 1] - 2.0 * EULER_GAMMA) / (f[k] * f[k + 1]))
-            .collect();
-        let s = polynomial(e, q, &c)?;
+        let i1 = e.mul(i, half)?;
         let s = e.mul(s, w)?;
         let s = e.binary_scalar(BinaryOp::Mul, s, 0.25)?;
         let one = e.full_like(w, 1.0)?;
@@ -419,7 +421,8 @@ fn k_asymptotic(e: &mut Emitter, g: ValueId, n: usize, nu: u32) -> Result<ValueI
 
 /// K_ν(v), or e^v K_ν(v) when `scaled`: the series below 1 (for K), the
 /// trapezoidal rule up to T and the asymptotic series from T (for e^v K;
-/// K is it times e^-v, which underflows only where K does). As torch's: +inf at ±0, NaN below 0; NaN stays NaN.
+/// K is it times e^-v, which underflows only where K does). As torch's:
+/// +inf at ±0, NaN below 0; NaN stays NaN.
 fn bessel_k(e: &mut Emitter, v: ValueId, ct: DType, nu: u32, scaled: bool) -> Result<ValueId> {
     let sz = sizes(ct);
     // The plain value times e^w, the scaled ones times e^-m and e^-g.
@@ -455,11 +458,7 @@ fn spherical_j0(e: &mut Emitter, v: ValueId, ct: DType) -> Result<ValueId> {
     let mut c = Vec::with_capacity(n);
     let mut f = 1.0;
     for k in 0..n {
-        c.push(if k.is_multiple_of(2) {
-            1.0 / f
-        } else {
-            -1.0 / f
-        });
+        c.push(sign(k) / f);
         f *= ((2 * k + 2) * (2 * k + 3)) as f64;
     }
     let x2 = e.mul(v, v)?;
@@ -500,11 +499,7 @@ fn bessel_i(e: &mut Emitter, v: ValueId, ct: DType, nu: u32, scaled: bool) -> Re
         let k1 = (k + 1) as f64;
         c /= k1 * (k1 + nu_f);
     }
-    let asym: Vec<f64> = hankel_coefficients(nu, k_asym)
-        .iter()
-        .enumerate()
-        .map(|(k, a)| if k.is_multiple_of(2) { *a } else { -a })
-        .collect();
+    let asym = alternating(hankel_coefficients(nu, k_asym).iter());
     let av = e.unary(UnaryOp::Abs, v)?;
     let small = e.compare_scalar(CompareOp::Lt, av, t)?;
     // The series at min(|x|, T), the asymptotic one at max(|x|, T), so the

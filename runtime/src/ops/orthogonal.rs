@@ -1,13 +1,14 @@
 //! The classical orthogonal polynomials of torch.special, each an op of
 //! (x, n) with n an integer degree (a float n is truncated toward zero, as
-//! torch's; a degree below 0, or a NaN n, gives 0): the Chebyshev polynomials of the
-//! four kinds T, U, V and W (chebyshev_polynomial_t, _u, _v, _w), their
-//! shifted forms on [0, 1] (shifted_chebyshev_polynomial_t, ...: T*_n(x) =
-//! T_n(2x - 1)), Hermite's physicists' H and probabilists' He
-//! (hermite_polynomial_h, hermite_polynomial_he), Laguerre's L
-//! (laguerre_polynomial_l) and Legendre's P (legendre_polynomial_p). x and
-//! n promote together as torch's (integers to the default float), broadcast,
-//! and compute at f32 for bf16 and f16. torch gives them no gradient.
+//! torch's; a degree below 0, or a NaN n, gives 0): the Chebyshev
+//! polynomials of the four kinds T, U, V and W (chebyshev_polynomial_t,
+//! _u, _v, _w), their shifted forms on [0, 1]
+//! (shifted_chebyshev_polynomial_t, ...: T*_n(x) = T_n(2x - 1)), Hermite's
+//! physicists' H and probabilists' He (hermite_polynomial_h,
+//! hermite_polynomial_he), Laguerre's L (laguerre_polynomial_l) and
+//! Legendre's P (legendre_polynomial_p). x and n promote together as
+//! torch's (integers to the default float), broadcast, and compute at f32
+//! for bf16 and f16. torch gives them no gradient.
 //!
 //! The Chebyshev ones need no loop over the degree: with x = cos θ inside
 //! [-1, 1] and |x| = cosh t outside,
@@ -283,13 +284,14 @@ fn recurrence_op(
     binary_in(e, x, a, |e, v, n, _| {
         let (d, valid) = degree(e, n)?;
         let mut before = e.full_like(v, 1.0)?;
+        // What every step multiplies by (-x for Laguerre, to which it adds
+        // 2k + 1), built once: the first degree's value but for Laguerre.
+        let twice = e.binary_scalar(BinaryOp::Mul, v, 2.0)?;
+        let minus = e.unary(UnaryOp::Neg, v)?;
         let mut at = match kind {
-            Recurrence::HermiteH => e.binary_scalar(BinaryOp::Mul, v, 2.0)?,
-            Recurrence::HermiteHe | Recurrence::Legendre => e.identity(v)?,
-            Recurrence::Laguerre => {
-                let m = e.unary(UnaryOp::Neg, v)?;
-                e.binary_scalar(BinaryOp::Add, m, 1.0)?
-            }
+            Recurrence::HermiteH => twice,
+            Recurrence::HermiteHe | Recurrence::Legendre => v,
+            Recurrence::Laguerre => e.binary_scalar(BinaryOp::Add, minus, 1.0)?,
         };
         // Degrees past `steps` stay NaN.
         let mut y = e.full_like(v, f64::NAN)?;
@@ -301,19 +303,17 @@ fn recurrence_op(
             let kf = k as f64;
             let next = match kind {
                 Recurrence::HermiteH | Recurrence::HermiteHe => {
-                    let (m, c) = if kind == Recurrence::HermiteH {
-                        (2.0, 2.0 * kf)
+                    let (xv, c) = if kind == Recurrence::HermiteH {
+                        (twice, 2.0 * kf)
                     } else {
-                        (1.0, kf)
+                        (v, kf)
                     };
-                    let xv = e.binary_scalar(BinaryOp::Mul, v, m)?;
                     let grown = e.mul(xv, at)?;
                     let back = e.binary_scalar(BinaryOp::Mul, before, c)?;
                     e.sub(grown, back)?
                 }
                 Recurrence::Laguerre => {
-                    let m = e.unary(UnaryOp::Neg, v)?;
-                    let f = e.binary_scalar(BinaryOp::Add, m, 2.0 * kf + 1.0)?;
+                    let f = e.binary_scalar(BinaryOp::Add, minus, 2.0 * kf + 1.0)?;
                     let grown = e.mul(f, at)?;
                     let back = e.binary_scalar(BinaryOp::Mul, before, kf)?;
                     let s = e.sub(grown, back)?;

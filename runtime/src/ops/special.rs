@@ -7,11 +7,11 @@
 //! default float) and computes at f32 for bf16 and f16, rounding once. The
 //! Bessel functions are in bessel.rs.
 //!
-//! The gamma family works on arguments of at least 1/2: smaller ones go through
-//! the reflection formulas, whose trigonometric factor takes its argument
-//! reduced to r = x - round(x) in [-1/2, 1/2] (exact in floating point), so
-//! large negative arguments keep their accuracy and the poles at the
-//! non-positive integers come out exactly (r = 0). On [1/2, ∞) each shifts
+//! The gamma family works on arguments of at least 1/2: smaller ones go
+//! through the reflection formulas, whose trigonometric factor takes its
+//! argument reduced to r = x - round(x) in [-1/2, 1/2] (exact in floating
+//! point), so large negative arguments keep their accuracy and the poles at
+//! the non-positive integers come out exactly (r = 0). On [1/2, ∞) each shifts
 //! its argument up by a fixed count with the recurrence and then sums an
 //! asymptotic series: Stirling's for lgamma, its derivative for digamma,
 //! and Euler–Maclaurin's for the Hurwitz zeta function behind polygamma.

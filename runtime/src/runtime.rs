@@ -2,7 +2,7 @@
 //! a SparseCore executor, and a default stream. Everything a frontend does
 //! goes through here.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use std::collections::HashMap;
 
@@ -110,7 +110,11 @@ struct OpEntry {
     graph: Arc<Graph>,
     /// The graph's result types.
     outputs: Vec<TensorType>,
-    exe: std::sync::OnceLock<Arc<dyn Executable>>,
+    /// Its executable while the compile cache (or a launch) keeps it: the
+    /// memo must not, or executables the cache evicted would stay loaded
+    /// past its bound (on xla each holds JIT-mapped code; unbounded, they
+    /// ran the process out of memory mappings).
+    exe: Mutex<Option<Weak<dyn Executable>>>,
 }
 
 /// The fast front of the compile cache for eager ops: skips building and
@@ -515,7 +519,7 @@ impl Runtime {
             graph: Arc::new(graph),
             inputs: types,
             attrs: attrs.clone(),
-            exe: std::sync::OnceLock::new(),
+            exe: Mutex::new(None),
         });
         let mut memo = self.op_memo.lock().unwrap_or_else(|e| e.into_inner());
         if memo.len() >= OP_MEMO_ENTRIES {
@@ -526,11 +530,15 @@ impl Runtime {
     }
 
     fn entry_executable(&self, entry: &OpEntry) -> Result<Arc<dyn Executable>> {
-        if let Some(e) = entry.exe.get() {
-            return Ok(Arc::clone(e));
+        let mut held = entry.exe.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(exe) = held.as_ref().and_then(Weak::upgrade) {
+            return Ok(exe);
         }
+        // Compiled (or found in the cache) under the lock, so that callers
+        // of one entry share the lookup.
         let exe = self.compile(&entry.graph)?;
-        Ok(Arc::clone(entry.exe.get_or_init(|| exe)))
+        *held = Some(Arc::downgrade(&exe));
+        Ok(exe)
     }
 
     /// The result types of `op` for these input types and attributes.
@@ -1009,6 +1017,89 @@ mod tests {
             .op_entry_of(clamp, dtypes_and_dims(std::slice::from_ref(&x)), &lo(0.0))
             .unwrap();
         assert!(Arc::ptr_eq(&a, &via_tensors));
+    }
+
+    fn rt_caching(entries: usize) -> Runtime {
+        Runtime::new(&RuntimeOptions {
+            platform: Some("host".into()),
+            host_chips: Some(1),
+            host_topology: None,
+            host_hbm_bytes: Some(64 << 20),
+            cache: Some(crate::compile::CacheConfig::memory_only(entries)),
+        })
+        .unwrap()
+    }
+
+    /// The compile cache's bound is the bound on loaded executables: the op
+    /// memo does not keep one the cache evicted or cleared. (It did: on
+    /// xla, a long test run kept ~20,000 JIT-compiled programs loaded and
+    /// ran the process out of memory mappings, and XLA's next compile left
+    /// stale unwind tables behind that crashed the following exception.)
+    #[test]
+    fn the_op_memo_holds_no_executable_the_cache_let_go() {
+        let r = rt_caching(2);
+        let neg = ops::lookup("neg").unwrap();
+        let f32s = |n: u64| vec![TensorType::new(DType::F32, &[n])];
+        let none = Attrs::new();
+        let first = r.op_executable(neg, &f32s(1), &none).unwrap();
+        let again = r.op_executable(neg, &f32s(1), &none).unwrap();
+        assert!(Arc::ptr_eq(&first, &again), "a live executable is reused");
+        let weak = Arc::downgrade(&first);
+        drop((first, again));
+        for n in 2..=4 {
+            r.op_executable(neg, &f32s(n), &none).unwrap();
+        }
+        assert!(r.compile_cache_stats().evictions >= 1);
+        assert!(weak.upgrade().is_none(), "evicted, so unloaded");
+        // Asked again, the entry compiles it anew, and it runs.
+        let s = r.default_stream(0).unwrap();
+        let x = upload(&r, 0, &[1], &[2.5]);
+        let y = r.call_op_alloc(neg, &[x], &none, &s).unwrap();
+        assert_eq!(download(&r, &y[0]), vec![-2.5]);
+        // Clearing the cache's memory unloads what only the memo knew.
+        let kept = Arc::downgrade(&r.op_executable(neg, &f32s(4), &none).unwrap());
+        r.compile_cache().clear(true, false).unwrap();
+        assert!(kept.upgrade().is_none(), "cleared, so unloaded");
+        // One a caller still holds is found again without the cache.
+        let held = r.op_executable(neg, &f32s(3), &none).unwrap();
+        r.compile_cache().clear(true, false).unwrap();
+        let requests = r.compile_cache_stats().requests;
+        let again = r.op_executable(neg, &f32s(3), &none).unwrap();
+        assert!(Arc::ptr_eq(&held, &again));
+        assert_eq!(r.compile_cache_stats().requests, requests);
+    }
+
+    /// As above for defer-and-fuse's memo of compiled recordings: a
+    /// recording seen before is looked up in the cache again once the
+    /// cache let its program go (before, the memo kept it loaded).
+    #[test]
+    fn the_flush_memo_holds_no_executable_the_cache_let_go() {
+        let r = rt_caching(64);
+        let s = r.default_stream(0).unwrap();
+        let neg = ops::lookup("neg").unwrap();
+        let x = upload(&r, 0, &[2], &[1., -2.]);
+        let step = || {
+            crate::eager::push_mode(EagerMode::DeferAndFuse).unwrap();
+            let y = r.call_op_alloc(neg, std::slice::from_ref(&x), &Attrs::new(), &s);
+            crate::eager::pop_mode().unwrap();
+            let y = y.unwrap();
+            s.flush().unwrap();
+            download(&r, &y[0])
+        };
+        assert_eq!(step(), vec![-1., 2.]);
+        let requests = r.compile_cache_stats().requests;
+        assert_eq!(step(), vec![-1., 2.]);
+        assert_eq!(
+            r.compile_cache_stats().requests,
+            requests,
+            "a repeat recording is a memo hit"
+        );
+        let misses = r.compile_cache_stats().misses;
+        r.compile_cache().clear(true, false).unwrap();
+        assert_eq!(step(), vec![-1., 2.]);
+        let stats = r.compile_cache_stats();
+        assert_eq!(stats.requests, requests + 1, "the cache was asked again");
+        assert_eq!(stats.misses, misses + 1, "and compiled it again");
     }
 
     #[test]

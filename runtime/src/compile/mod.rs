@@ -21,6 +21,9 @@
 //! 4. **Bounded memory.** At most `memory_entries` executables stay in
 //!    memory; the least recently used goes first, and each such eviction is
 //!    counted. Callers holding an evicted `Arc` keep a working executable.
+//!    The runtime's memos in front of the cache (eager ops' entries,
+//!    defer-and-fuse's compiled recordings) hold executables weakly, so
+//!    this is also the bound on what the runtime keeps loaded.
 //! 5. **Shared, untrusted disk.** Several processes may share one directory.
 //!    An entry is written to a uniquely named temp file in that directory
 //!    and renamed into place, so a reader sees a whole old file or a whole

@@ -32,7 +32,7 @@
 //!   so a repeated step makes the same graphs (compile cache hits).
 
 use crate::fxhash::{FxHashMap, FxHashSet};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use crate::compile::Compiler;
 use crate::error::{Error, Result};
@@ -270,7 +270,10 @@ impl ViewState {
 /// training step records the same ops on the same kinds of views every
 /// time, so its graph is built and looked up once.
 pub(crate) struct MemoEntry {
-    exe: Arc<dyn Executable>,
+    /// While the compile cache (or a launch) keeps it alive: the memo does
+    /// not hold executables past the cache's bound (see `Runtime`'s
+    /// `OpEntry`). Once it is gone the entry is rebuilt.
+    exe: Weak<dyn Executable>,
     /// (op, input) of each parameter, in order.
     params: Vec<(usize, usize)>,
     /// (op, output) of each stored result, in order.
@@ -412,8 +415,8 @@ pub(crate) fn prepare(
             ops[ops.len() - 1].name
         )
     };
-    let flush = |e: &MemoEntry| Flush {
-        exe: Arc::clone(&e.exe),
+    let flush = |e: &MemoEntry, exe: Arc<dyn Executable>| Flush {
+        exe,
         inputs: e
             .params
             .iter()
@@ -427,7 +430,9 @@ pub(crate) fn prepare(
         name: name.clone(),
     };
     if let Some(e) = memo.get(&key) {
-        return Ok(Some(flush(e)));
+        if let Some(exe) = e.exe.upgrade() {
+            return Ok(Some(flush(e, exe)));
+        }
     }
     // Build the combined graph: parameters, then each op inlined with its
     // inputs wired to the latest value of their view.
@@ -513,13 +518,14 @@ pub(crate) fn prepare(
             outputs.len()
         );
     }
+    let exe = compiler.compile(&graph)?;
     let entry = MemoEntry {
-        exe: compiler.compile(&graph)?,
+        exe: Arc::downgrade(&exe),
         params,
         outputs: outputs.iter().map(|&(_, tensor)| tensor).collect(),
         _graphs: ops.iter().map(|d| Arc::clone(&d.graph)).collect(),
     };
-    let result = flush(&entry);
+    let result = flush(&entry, exe);
     if memo.len() >= MEMO_ENTRIES {
         memo.clear();
     }

@@ -2398,6 +2398,48 @@ mod tests {
         assert!(p.name == "cpu" || !p.zero_copy, "{:?}", p.transfer_stats());
     }
 
+    /// Programs the compile cache evicts are unloaded: the process's
+    /// memory mappings (each XLA CPU executable maps about three regions of
+    /// JIT code and data) stay bounded however many programs compile. They
+    /// did not while the op memo held every executable it had seen: a long
+    /// run reached `vm.max_map_count`, and XLA, failing to map its next
+    /// program, left unwind tables registered over unmapped memory, which
+    /// the next C++ exception walked into (SIGSEGV).
+    #[test]
+    fn evicted_programs_are_unloaded() {
+        let maps = || std::fs::read_to_string("/proc/self/maps").map(|m| m.lines().count());
+        let p = XlaPlatform::load(&find_plugin().unwrap(), 1).unwrap();
+        let r = crate::runtime::Runtime::with_platform_and_cache(
+            p,
+            crate::compile::CacheConfig::memory_only(4),
+        )
+        .unwrap();
+        let neg = crate::ops::lookup("neg").unwrap();
+        let none = crate::ops::Attrs::new();
+        let compile = |n: u64| {
+            r.op_executable(
+                neg,
+                &[crate::ir::TensorType::new(crate::ir::DType::F32, &[n])],
+                &none,
+            )
+            .unwrap();
+        };
+        compile(1);
+        let Ok(before) = maps() else {
+            return; // no /proc: nothing to count
+        };
+        const PROGRAMS: u64 = 150;
+        for n in 2..=PROGRAMS + 1 {
+            compile(n);
+        }
+        assert_eq!(r.compile_cache_stats().misses, PROGRAMS + 1);
+        let grown = maps().unwrap().saturating_sub(before);
+        assert!(
+            grown < PROGRAMS as usize,
+            "{grown} more mappings after {PROGRAMS} programs through a cache of 4"
+        );
+    }
+
     #[test]
     fn the_cpu_plugin_stands_in_for_one_host_of_a_slice() {
         let plugin = find_plugin().unwrap();

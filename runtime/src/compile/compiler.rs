@@ -41,16 +41,29 @@ impl Compiler {
             options = format!("{options};compiler_options={asked}");
         }
         let key = CacheKey::for_graph(graph, platform.name(), platform.version(), options);
-        self.cache.get_or_compile(
+        // After a compile or load, the platform may be short of room for
+        // loaded programs: the cache then lets its older half go (what
+        // nobody else holds is unloaded).
+        let pressed = std::cell::Cell::new(false);
+        let exe = self.cache.get_or_compile(
             &key,
             || graph.to_string(),
             || {
                 let exe = platform.compile(graph)?;
+                pressed.set(platform.loaded_code_pressure());
                 let bytes = exe.serialize();
                 Ok((exe, bytes))
             },
-            |bytes| platform.load_executable(bytes),
-        )
+            |bytes| {
+                let exe = platform.load_executable(bytes)?;
+                pressed.set(platform.loaded_code_pressure());
+                Ok(exe)
+            },
+        )?;
+        if pressed.get() {
+            self.cache.evict_older_half();
+        }
+        Ok(exe)
     }
 }
 
@@ -123,5 +136,36 @@ mod tests {
         compiler.compile(&graph).unwrap();
         let st = compiler.cache().stats();
         assert_eq!((st.misses, st.memory_hits), (2, 1));
+    }
+
+    /// A platform that reports pressure after a compile has the cache let
+    /// its older half go; the program just made stays.
+    #[test]
+    fn pressure_after_a_compile_lets_the_older_half_go() {
+        use std::sync::atomic::Ordering;
+        let platform = Arc::new(Tweaked::over(HostPlatform::new(HostConfig::default())));
+        let compiler = Compiler::new(platform.clone(), CacheConfig::memory_only(64));
+        let graph = |n: u64| {
+            let mut b = GraphBuilder::new();
+            let x = b.param(TensorType::new(DType::F32, &[n]));
+            let y = b.binary(BinaryOp::Add, x, x).unwrap();
+            b.build(&[y]).unwrap()
+        };
+        for n in 1..=6 {
+            compiler.compile(&graph(n)).unwrap();
+        }
+        assert_eq!(compiler.cache().stats().evictions, 0);
+        platform.pressed.store(true, Ordering::Relaxed);
+        compiler.compile(&graph(7)).unwrap();
+        let st = compiler.cache().stats();
+        assert_eq!((st.evictions, st.memory_entries), (4, 3));
+        // A hit asks nothing of the platform.
+        compiler.compile(&graph(7)).unwrap();
+        assert_eq!(compiler.cache().stats().evictions, 4);
+        platform.pressed.store(false, Ordering::Relaxed);
+        compiler.compile(&graph(6)).unwrap();
+        compiler.compile(&graph(1)).unwrap();
+        let st = compiler.cache().stats();
+        assert_eq!((st.memory_hits, st.misses), (2, 8), "6 stayed, 1 went");
     }
 }

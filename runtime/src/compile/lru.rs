@@ -81,6 +81,20 @@ impl<K: Clone + Eq + Hash, V: Clone> Lru<K, V> {
         evicted
     }
 
+    /// Drops the `n` least recently used entries (fewer if there are
+    /// fewer); returns how many it dropped.
+    pub fn evict_oldest(&mut self, n: usize) -> u64 {
+        let mut evicted = 0;
+        while evicted < n as u64 {
+            let Some((_, k)) = self.order.pop_first() else {
+                break;
+            };
+            self.entries.remove(&k);
+            evicted += 1;
+        }
+        evicted
+    }
+
     pub fn clear(&mut self) {
         self.entries.clear();
         self.order.clear();

@@ -23,7 +23,11 @@
 //!    counted. Callers holding an evicted `Arc` keep a working executable.
 //!    The runtime's memos in front of the cache (eager ops' entries,
 //!    defer-and-fuse's compiled recordings) hold executables weakly, so
-//!    this is also the bound on what the runtime keeps loaded.
+//!    this is also the bound on what the runtime keeps loaded. A platform
+//!    whose programs strain a resource the count does not see (XLA CPU's
+//!    JIT code takes 3 to 60 memory mappings a program, and the process
+//!    has `vm.max_map_count` of them) says so after a compile or load, and
+//!    the least recently used half is evicted ([`Compiler`]).
 //! 5. **Shared, untrusted disk.** Several processes may share one directory.
 //!    An entry is written to a uniquely named temp file in that directory
 //!    and renamed into place, so a reader sees a whole old file or a whole
@@ -520,6 +524,21 @@ impl<E: ?Sized + Send + Sync> CompileCache<E> {
         self.counters
             .evictions
             .fetch_add(evicted, Ordering::Relaxed);
+    }
+
+    /// Evicts the least recently used half of the entries in memory
+    /// (counted as evictions), for a platform short of room for loaded
+    /// programs ([`crate::platform::Platform::loaded_code_pressure`]);
+    /// returns how many it evicted.
+    pub fn evict_older_half(&self) -> u64 {
+        let mut memory = lock(&self.memory);
+        let half = memory.entries.len().div_ceil(2);
+        let evicted = memory.entries.evict_oldest(half);
+        drop(memory);
+        self.counters
+            .evictions
+            .fetch_add(evicted, Ordering::Relaxed);
+        evicted
     }
 
     /// Drops the entries in memory and/or on disk. Only entry and temp

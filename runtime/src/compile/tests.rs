@@ -205,6 +205,27 @@ fn memory_is_least_recently_used_out() {
     assert_eq!(cache.stats().evictions, 0);
 }
 
+/// A platform short of room has the older half let go, least recently
+/// used first, counted as evictions.
+#[test]
+fn the_older_half_is_let_go_on_demand() {
+    let cache = Cache::new(CacheConfig::memory_only(8));
+    for k in ["a", "b", "c", "d", "e"] {
+        get(&cache, &key(k), k);
+    }
+    get(&cache, &key("a"), "a"); // now the most recent
+    assert_eq!(cache.evict_older_half(), 3);
+    let s = cache.stats();
+    assert_eq!((s.memory_entries, s.evictions), (2, 3));
+    get(&cache, &key("a"), "a");
+    get(&cache, &key("e"), "e");
+    assert_eq!(cache.stats().memory_hits, 3, "a and e stayed");
+    get(&cache, &key("b"), "b");
+    assert_eq!(cache.stats().memory_hits, 3, "b went");
+    cache.clear(true, false).unwrap();
+    assert_eq!(cache.evict_older_half(), 0);
+}
+
 #[test]
 fn zero_capacity_keeps_nothing_in_memory() {
     let cache = Cache::new(CacheConfig::memory_only(0));

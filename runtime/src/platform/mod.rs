@@ -134,6 +134,14 @@ pub trait Platform: Send + Sync + std::fmt::Debug {
             self.name()
         )))
     }
+    /// Whether the programs loaded now strain a process resource that the
+    /// compile cache's entry count does not see, so that it should unload
+    /// some. Asked after each compile or load; the compiler then evicts the
+    /// cache's least recently used half. (On xla: memory mappings, see
+    /// `xla::mappings`.)
+    fn loaded_code_pressure(&self) -> bool {
+        false
+    }
 }
 
 /// Check that tensors fit an executable's parameter and result types.
@@ -188,6 +196,8 @@ pub(crate) mod testing {
         pub options: Option<&'static str>,
         pub defer_max_ops: Option<usize>,
         pub compiled: std::sync::Mutex<Vec<Graph>>,
+        /// What `loaded_code_pressure` answers.
+        pub pressed: std::sync::atomic::AtomicBool,
     }
 
     impl Tweaked {
@@ -197,6 +207,7 @@ pub(crate) mod testing {
                 options: None,
                 defer_max_ops: None,
                 compiled: Default::default(),
+                pressed: Default::default(),
             }
         }
     }
@@ -234,6 +245,9 @@ pub(crate) mod testing {
         }
         fn load_executable(&self, bytes: &[u8]) -> Result<Arc<dyn Executable>> {
             self.inner.load_executable(bytes)
+        }
+        fn loaded_code_pressure(&self) -> bool {
+            self.pressed.load(std::sync::atomic::Ordering::Relaxed)
         }
     }
 }

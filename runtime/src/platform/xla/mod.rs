@@ -27,6 +27,7 @@ mod sys {
 }
 
 pub mod lower;
+mod mappings;
 pub mod options;
 mod resident;
 
@@ -131,6 +132,8 @@ pub struct XlaPlatform {
     /// device (`relayout`), by what they do; None for a relayout seen once
     /// (compiled when seen again).
     relayouts: std::sync::Mutex<std::collections::HashMap<RelayoutKey, Option<usize>>>,
+    /// The process's memory mappings, which loaded programs use up.
+    mappings: mappings::MapWatch,
 }
 
 /// What a relayout program does: a value of `dtype` and `from` dims read
@@ -488,6 +491,7 @@ impl XlaPlatform {
             views: std::sync::Mutex::new(ViewCache::default()),
             settings: compile_settings(|name| std::env::var_os(name)),
             relayouts: Default::default(),
+            mappings: mappings::MapWatch::from_system(),
         };
         let mut init = args!(PJRT_Plugin_Initialize_Args {});
         platform.call(
@@ -636,6 +640,13 @@ impl XlaPlatform {
     }
 
     /// Counts of inputs read in place and of copies made, since load.
+    /// How many memory mappings the process may hold before the compile
+    /// cache is asked to let programs go (see `mappings`); 0 never asks.
+    /// The default is half of `vm.max_map_count`.
+    pub fn set_mapping_budget(&self, mappings: usize) {
+        self.mappings.set_budget(mappings);
+    }
+
     pub fn transfer_stats(&self) -> TransferStats {
         use std::sync::atomic::Ordering::Relaxed;
         let c = &self.transfers;
@@ -1072,6 +1083,10 @@ impl Platform for XlaPlatform {
             checks,
             slots,
         )))
+    }
+
+    fn loaded_code_pressure(&self) -> bool {
+        self.mappings.pressed()
     }
 
     fn load_executable(&self, bytes: &[u8]) -> Result<Arc<dyn Executable>> {
@@ -2438,6 +2453,42 @@ mod tests {
             grown < PROGRAMS as usize,
             "{grown} more mappings after {PROGRAMS} programs through a cache of 4"
         );
+    }
+
+    /// Short of memory mappings, the platform has the compile cache let
+    /// its older half go, whatever its entry bound: programs keep
+    /// compiling, and the mappings stay near the budget.
+    #[test]
+    fn programs_are_let_go_when_mappings_run_short() {
+        if mappings::count().is_none() {
+            return; // no /proc: nothing to count
+        }
+        let p = XlaPlatform::load(&find_plugin().unwrap(), 1).unwrap();
+        let r = crate::runtime::Runtime::with_platform_and_cache(
+            p.clone(),
+            crate::compile::CacheConfig::memory_only(4096),
+        )
+        .unwrap();
+        const HEADROOM: usize = 240;
+        let before = mappings::count().unwrap();
+        p.set_mapping_budget(before + HEADROOM);
+        let neg = crate::ops::lookup("neg").unwrap();
+        let none = crate::ops::Attrs::new();
+        const PROGRAMS: u64 = 200;
+        for n in 1..=PROGRAMS {
+            r.op_executable(
+                neg,
+                &[crate::ir::TensorType::new(crate::ir::DType::F32, &[n])],
+                &none,
+            )
+            .unwrap();
+        }
+        let stats = r.compile_cache_stats();
+        assert_eq!(stats.misses, PROGRAMS);
+        assert!(stats.evictions > 0, "{stats:?}");
+        assert!(stats.memory_entries < PROGRAMS, "{stats:?}");
+        let grown = mappings::count().unwrap().saturating_sub(before);
+        assert!(grown < 2 * HEADROOM, "{grown} more mappings");
     }
 
     #[test]

@@ -3239,6 +3239,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("fmin.out",
          [](const Tensor& a, const Tensor& b, Tensor& out) -> Tensor& { return into(out, call1("fmin", {a, b})); });
   TPU_BINARY_PLAIN(m, "hypot", "hypot");
+  TPU_BINARY_PLAIN(m, "igamma", "igamma");
+  TPU_BINARY_PLAIN(m, "igammac", "igammac");
   TPU_BINARY_PLAIN(m, "heaviside", "heaviside");
 
   m.impl("elu", k_elu);

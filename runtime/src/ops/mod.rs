@@ -29,6 +29,7 @@ mod bessel;
 mod conv;
 mod emit;
 mod grid;
+mod incomplete_gamma;
 mod index;
 mod linalg;
 mod loss;
@@ -125,6 +126,7 @@ fn registry() -> &'static Registry {
             (math::OPS, false),
             (special::OPS, false),
             (bessel::OPS, false),
+            (incomplete_gamma::OPS, false),
             (orthogonal::OPS, false),
             (activation::OPS, false),
             (reduction::OPS, false),

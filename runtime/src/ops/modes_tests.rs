@@ -4351,6 +4351,34 @@ fn math_and_activation_cases() -> Vec<Case> {
             vec![range(F32, &[5, 7], 3061, 1.0, 12.0), scalar(F32, 2.5)],
             &[],
         ),
+        // Every piece of the incomplete gamma functions: small x, the
+        // series, the fraction and (a above 20) Temme's band.
+        c(
+            "igamma",
+            vec![
+                range(F64, &[5, 7], 3436, 0.01, 60.0),
+                range(F64, &[5, 7], 3437, 0.0, 80.0),
+            ],
+            &[],
+        ),
+        c(
+            "igammac",
+            vec![
+                range(F64, &[5, 7], 3438, 0.01, 60.0),
+                range(F64, &[5, 7], 3439, 0.0, 80.0),
+            ],
+            &[],
+        ),
+        c(
+            "igamma",
+            vec![range(F32, &[5, 7], 3440, 0.0, 40.0), scalar(F32, 25.0)],
+            &[],
+        ),
+        c(
+            "igammac",
+            vec![scalar(F32, 2.5), range(F32, &[5, 7], 3441, 0.0, 9.0)],
+            &[],
+        ),
         // Inside, on and outside [-1, 1] (the shifted ones [0, 1]), with
         // degrees to 12 and past them (NaN where the recurrence stops).
         c(
@@ -4551,6 +4579,8 @@ fn math_and_activation_cases() -> Vec<Case> {
         "xlogy",
         "xlog1py",
         "zeta",
+        "igamma",
+        "igammac",
         "chebyshev_polynomial_t",
         "chebyshev_polynomial_u",
         "chebyshev_polynomial_v",

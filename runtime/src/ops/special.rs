@@ -38,7 +38,7 @@ const MAX_ORDER: u32 = 100;
 
 /// B(2k) / (2k (2k - 1)): the coefficients of z^-(2k-1) in Stirling's
 /// series, k = 1, 2, ... At z = 8 the eighth is 8e-16 of lgamma(8) = 8.5.
-const STIRLING: [f64; 8] = [
+pub(super) const STIRLING: [f64; 8] = [
     1.0 / 12.0,
     -1.0 / 360.0,
     1.0 / 1260.0,
@@ -62,7 +62,7 @@ const DIGAMMA: [f64; 7] = [
 ];
 
 /// B(2k) / (2k)!: Euler–Maclaurin's coefficients, k = 1, 2, ...
-const EULER_MACLAURIN: [f64; 8] = [
+pub(super) const EULER_MACLAURIN: [f64; 8] = [
     1.0 / 6.0 / 2.0,
     -1.0 / 30.0 / 24.0,
     1.0 / 42.0 / 720.0,
@@ -380,7 +380,7 @@ fn erfc_fraction(e: &mut Emitter, w: ValueId, ct: DType) -> Result<ValueId> {
     e.div(one, den)
 }
 
-fn erfc_of(e: &mut Emitter, v: ValueId, ct: DType) -> Result<ValueId> {
+pub(super) fn erfc_of(e: &mut Emitter, v: ValueId, ct: DType) -> Result<ValueId> {
     {
         let f64_compute = ct == DType::F64;
         let av = e.unary(UnaryOp::Abs, v)?;

@@ -2392,6 +2392,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("normal.Tensor_Tensor", k_normal_tt);
   m.impl("_standard_gamma", k_standard_gamma);
   m.impl("_sample_dirichlet", k_sample_dirichlet);
+  m.impl("_standard_gamma_grad", [](const Tensor& alpha, const Tensor& sample) {
+    return call1("standard_gamma_grad", {alpha, sample});
+  });
   m.impl("poisson", k_poisson);
   m.impl("normal.Tensor_float", k_normal_tf);
   m.impl("normal.float_Tensor", k_normal_ft);

@@ -4379,6 +4379,22 @@ fn math_and_activation_cases() -> Vec<Case> {
             vec![scalar(F32, 2.5), range(F32, &[5, 7], 3441, 0.0, 9.0)],
             &[],
         ),
+        c(
+            "standard_gamma_grad",
+            vec![
+                range(F64, &[5, 7], 3442, 0.05, 60.0),
+                range(F64, &[5, 7], 3443, 0.01, 80.0),
+            ],
+            &[],
+        ),
+        c(
+            "standard_gamma_grad",
+            vec![
+                range(F32, &[5, 7], 3444, 0.05, 60.0),
+                range(F32, &[5, 7], 3445, 0.0, 80.0),
+            ],
+            &[],
+        ),
         // Inside, on and outside [-1, 1] (the shifted ones [0, 1]), with
         // degrees to 12 and past them (NaN where the recurrence stops).
         c(
@@ -4581,6 +4597,7 @@ fn math_and_activation_cases() -> Vec<Case> {
         "zeta",
         "igamma",
         "igammac",
+        "standard_gamma_grad",
         "chebyshev_polynomial_t",
         "chebyshev_polynomial_u",
         "chebyshev_polynomial_v",

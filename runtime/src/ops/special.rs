@@ -51,7 +51,7 @@ pub(super) const STIRLING: [f64; 8] = [
 
 /// B(2k) / (2k): the coefficients of z^-2k in digamma's series (with a
 /// minus sign), k = 1, 2, ...
-const DIGAMMA: [f64; 7] = [
+pub(super) const DIGAMMA: [f64; 7] = [
     1.0 / 12.0,
     -1.0 / 120.0,
     1.0 / 252.0,
@@ -168,7 +168,7 @@ fn lgamma(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
 
 /// ψ(w) for w ≥ 1/2: ψ(w + n) - Σ_{k<n} 1/(w + k) with n = 6 (f32) or
 /// 10 (f64), and at z = w + n, ln z - 1/(2z) - Σ B(2k)/(2k z^2k).
-fn digamma_half_up(e: &mut Emitter, w: ValueId, ct: DType) -> Result<ValueId> {
+pub(super) fn digamma_half_up(e: &mut Emitter, w: ValueId, ct: DType) -> Result<ValueId> {
     let n = terms(ct, 6, 10);
     let mut acc = e.full_like(w, 0.0)?;
     for k in 0..n {

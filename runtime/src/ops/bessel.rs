@@ -21,7 +21,7 @@
 use super::attrs::Attrs;
 use super::emit::Emitter;
 use super::math::unary_in;
-use super::support::polynomial;
+use super::support::{polynomial, sign};
 use super::{Arity, OpDef};
 use crate::error::Result;
 use crate::ir::{BinaryOp, CompareOp, DType, UnaryOp, ValueId};
@@ -52,15 +52,6 @@ fn factorials_and_harmonics(n: usize) -> (Vec<f64>, Vec<f64>) {
         h.push(h[k - 1] + 1.0 / k as f64);
     }
     (f, h)
-}
-
-/// (-1)^k.
-fn sign(k: usize) -> f64 {
-    if k.is_multiple_of(2) {
-        1.0
-    } else {
-        -1.0
-    }
 }
 
 /// c_k times (-1)^k.

@@ -42,7 +42,7 @@ use super::math::binary_in;
 use super::special::{
     digamma_half_up, erfc_of, lgamma_half_up, DIGAMMA, EULER_MACLAURIN, STIRLING,
 };
-use super::support::polynomial;
+use super::support::{polynomial, sign};
 use super::{Arity, OpDef};
 use crate::error::Result;
 use crate::ir::{BinaryOp, CompareOp, DType, UnaryOp, ValueId};
@@ -102,15 +102,6 @@ fn sizes(ct: DType) -> Sizes {
             small_x: 11,
             atanh: 7,
         }
-    }
-}
-
-/// (-1)^k.
-fn sign(k: usize) -> f64 {
-    if k.is_multiple_of(2) {
-        1.0
-    } else {
-        -1.0
     }
 }
 
@@ -330,6 +321,37 @@ fn temme(
     Ok((p, q))
 }
 
+/// η = sign(μ) √(2 gap): Temme's variable, with gap = λ - 1 - ln λ.
+fn temme_eta(e: &mut Emitter, gap: ValueId, mu: ValueId) -> Result<ValueId> {
+    let g2 = e.binary_scalar(BinaryOp::Mul, gap, 2.0)?;
+    let g2 = e.binary_scalar(BinaryOp::Max, g2, 0.0)?;
+    let eta = e.unary(UnaryOp::Sqrt, g2)?;
+    let below = e.compare_scalar(CompareOp::Lt, mu, 0.0)?;
+    let neta = e.unary(UnaryOp::Neg, eta)?;
+    e.select(below, neta, eta)
+}
+
+/// Where Temme's expansion serves (a > 20, λ in its band), and where the
+/// continued fraction does (x > 1.1 and x ≥ a + 1 = `a1`); the series
+/// elsewhere.
+fn regions(
+    e: &mut Emitter,
+    a: ValueId,
+    x: ValueId,
+    a1: ValueId,
+    lambda: ValueId,
+) -> Result<(ValueId, ValueId)> {
+    let a_big = e.compare_scalar(CompareOp::Gt, a, TEMME_FROM)?;
+    let lo = e.compare_scalar(CompareOp::Ge, lambda, TEMME_BAND.0)?;
+    let hi = e.compare_scalar(CompareOp::Le, lambda, TEMME_BAND.1)?;
+    let band = e.binary(BinaryOp::And, lo, hi)?;
+    let in_temme = e.binary(BinaryOp::And, a_big, band)?;
+    let past = e.compare_scalar(CompareOp::Gt, x, FRACTION_FROM)?;
+    let a1x = e.compare(CompareOp::Ge, x, a1)?;
+    let in_fraction = e.binary(BinaryOp::And, past, a1x)?;
+    Ok((in_temme, in_fraction))
+}
+
 /// P (or Q, `upper`) at compute dtype `ct`, a and x broadcast together.
 fn incomplete_gamma(
     e: &mut Emitter,
@@ -371,27 +393,14 @@ fn incomplete_gamma(
     let q_fraction = e.mul(q_fraction, fraction)?;
     let q_small_x = upper_small_x(e, a, x, &s)?;
 
-    // Temme: η = sign(μ) √(2 gap), weight e^(-a gap) / √(2πa).
-    let g2 = e.binary_scalar(BinaryOp::Mul, gap, 2.0)?;
-    let g2 = e.binary_scalar(BinaryOp::Max, g2, 0.0)?;
-    let eta = e.unary(UnaryOp::Sqrt, g2)?;
-    let below = e.compare_scalar(CompareOp::Lt, mu, 0.0)?;
-    let neta = e.unary(UnaryOp::Neg, eta)?;
-    let eta = e.select(below, neta, eta)?;
+    // Temme: η, and the weight e^(-a gap) / √(2πa).
+    let eta = temme_eta(e, gap, mu)?;
     let nag = e.unary(UnaryOp::Neg, agap)?;
     let weight = e.unary(UnaryOp::Exp, nag)?;
     let weight = e.mul(weight, root)?;
     let (p_temme, q_temme) = temme(e, a, eta, weight, ct, &s)?;
 
-    // The regions.
-    let a_big = e.compare_scalar(CompareOp::Gt, a, TEMME_FROM)?;
-    let lo = e.compare_scalar(CompareOp::Ge, lambda, TEMME_BAND.0)?;
-    let hi = e.compare_scalar(CompareOp::Le, lambda, TEMME_BAND.1)?;
-    let band = e.binary(BinaryOp::And, lo, hi)?;
-    let in_temme = e.binary(BinaryOp::And, a_big, band)?;
-    let past = e.compare_scalar(CompareOp::Gt, x, FRACTION_FROM)?;
-    let a1x = e.compare(CompareOp::Ge, x, a1)?;
-    let in_fraction = e.binary(BinaryOp::And, past, a1x)?;
+    let (in_temme, in_fraction) = regions(e, a, x, a1, lambda)?;
     // Q small at small x: a (-ln x) ≤ 0.4 up to x = 1/2, a ≤ 1.1 x to 1.1.
     let nalx = e.unary(UnaryOp::Neg, alx)?;
     let low_a = e.compare_scalar(CompareOp::Le, nalx, 0.4)?;
@@ -545,12 +554,7 @@ fn gamma_sample_grad(e: &mut Emitter, a: ValueId, x: ValueId, ct: DType) -> Resu
     let g_fraction = e.mul(g_fraction, x)?;
 
     // Temme: η' = -(μ/η)/a, with μ/η = Σ b_(n+1) η^n (1 at λ = 1).
-    let g2 = e.binary_scalar(BinaryOp::Mul, gap, 2.0)?;
-    let g2 = e.binary_scalar(BinaryOp::Max, g2, 0.0)?;
-    let eta = e.unary(UnaryOp::Sqrt, g2)?;
-    let below = e.compare_scalar(CompareOp::Lt, mu, 0.0)?;
-    let neta = e.unary(UnaryOp::Neg, eta)?;
-    let eta = e.select(below, neta, eta)?;
+    let eta = temme_eta(e, gap, mu)?;
     let b = lambda_coefficients(s.temme_n + 1);
     let ratio = polynomial(e, eta, &b[1..])?;
     let deta = e.mul(ratio, inv_a)?;
@@ -604,15 +608,8 @@ fn gamma_sample_grad(e: &mut Emitter, a: ValueId, x: ValueId, ct: DType) -> Resu
     let g_temme = e.mul(g_temme, x_over_a)?;
     let g_temme = e.unary(UnaryOp::Neg, g_temme)?;
 
-    let a_big = e.compare_scalar(CompareOp::Gt, a, TEMME_FROM)?;
-    let lo = e.compare_scalar(CompareOp::Ge, lambda, TEMME_BAND.0)?;
-    let hi = e.compare_scalar(CompareOp::Le, lambda, TEMME_BAND.1)?;
-    let band = e.binary(BinaryOp::And, lo, hi)?;
-    let in_temme = e.binary(BinaryOp::And, a_big, band)?;
-    let past = e.compare_scalar(CompareOp::Gt, x, FRACTION_FROM)?;
     let a1 = e.binary_scalar(BinaryOp::Add, a, 1.0)?;
-    let a1x = e.compare(CompareOp::Ge, x, a1)?;
-    let in_fraction = e.binary(BinaryOp::And, past, a1x)?;
+    let (in_temme, in_fraction) = regions(e, a, x, a1, lambda)?;
     let y = e.select(in_fraction, g_fraction, g_series)?;
     let y = e.select(in_temme, g_temme, y)?;
     // x = 0: 0 (a sample that underflowed); NaN outside a > 0, x ≥ 0

@@ -178,7 +178,15 @@ pub(super) fn i64_constant(e: &mut Emitter, v: i64) -> Result<ValueId> {
     )
 }
 
-/// An i64 vector constant (index lists made when the graph is built).
+/// (-1)^k: a series' alternating sign.
+pub(super) fn sign(k: usize) -> f64 {
+    if k.is_multiple_of(2) {
+        1.0
+    } else {
+        -1.0
+    }
+}
+
 /// Σ c[k] x^k by Horner's rule (coefficients lowest power first), each
 /// step a multiply and an add in x's dtype.
 pub(super) fn polynomial(e: &mut Emitter, x: ValueId, c: &[f64]) -> Result<ValueId> {
@@ -193,6 +201,7 @@ pub(super) fn polynomial(e: &mut Emitter, x: ValueId, c: &[f64]) -> Result<Value
     Ok(p)
 }
 
+/// An i64 vector constant (index lists made when the graph is built).
 pub(super) fn i64_vector(e: &mut Emitter, v: &[i64]) -> Result<ValueId> {
     e.op(
         Prim::Constant {

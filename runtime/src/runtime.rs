@@ -113,8 +113,10 @@ struct OpEntry {
     /// Its executable while the compile cache (or a launch) keeps it: the
     /// memo must not, or executables the cache evicted would stay loaded
     /// past its bound (on xla each holds JIT-mapped code; unbounded, they
-    /// ran the process out of memory mappings).
-    exe: Mutex<Option<Weak<dyn Executable>>>,
+    /// ran the process out of memory mappings). Set once, so a hit is a
+    /// load and an upgrade; once the program is gone a fresh entry takes
+    /// this one's place in the memo (`renew_entry`).
+    exe: std::sync::OnceLock<Weak<dyn Executable>>,
 }
 
 /// The fast front of the compile cache for eager ops: skips building and
@@ -519,7 +521,7 @@ impl Runtime {
             graph: Arc::new(graph),
             inputs: types,
             attrs: attrs.clone(),
-            exe: Mutex::new(None),
+            exe: std::sync::OnceLock::new(),
         });
         let mut memo = self.op_memo.lock().unwrap_or_else(|e| e.into_inner());
         if memo.len() >= OP_MEMO_ENTRIES {
@@ -530,15 +532,43 @@ impl Runtime {
     }
 
     fn entry_executable(&self, entry: &OpEntry) -> Result<Arc<dyn Executable>> {
-        let mut held = entry.exe.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(exe) = held.as_ref().and_then(Weak::upgrade) {
+        if let Some(exe) = entry.exe.get().and_then(Weak::upgrade) {
             return Ok(exe);
         }
-        // Compiled (or found in the cache) under the lock, so that callers
-        // of one entry share the lookup.
         let exe = self.compile(&entry.graph)?;
-        *held = Some(Arc::downgrade(&exe));
+        if entry.exe.set(Arc::downgrade(&exe)).is_err() {
+            self.renew_entry(entry, &exe);
+        }
         Ok(exe)
+    }
+
+    /// Puts a fresh entry holding `exe` in the memo in place of `old`,
+    /// whose executable the compile cache let go.
+    fn renew_entry(&self, old: &OpEntry, exe: &Arc<dyn Executable>) {
+        let key = signature_hash(
+            old.op,
+            old.inputs.iter().map(|t| (t.dtype, &t.dims[..])),
+            &old.attrs,
+            old.precision,
+            old.options,
+        );
+        let fresh = Arc::new(OpEntry {
+            op: old.op,
+            inputs: old.inputs.clone(),
+            attrs: old.attrs.clone(),
+            precision: old.precision,
+            options: old.options,
+            graph: Arc::clone(&old.graph),
+            outputs: old.outputs.clone(),
+            exe: Arc::downgrade(exe).into(),
+        });
+        let mut memo = self.op_memo.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(slot) = memo
+            .get_mut(&key)
+            .and_then(|l| l.iter_mut().find(|e| std::ptr::eq(Arc::as_ptr(e), old)))
+        {
+            *slot = fresh;
+        }
     }
 
     /// The result types of `op` for these input types and attributes.
@@ -1056,6 +1086,11 @@ mod tests {
         let x = upload(&r, 0, &[1], &[2.5]);
         let y = r.call_op_alloc(neg, &[x], &none, &s).unwrap();
         assert_eq!(download(&r, &y[0]), vec![-2.5]);
+        // The renewed entry holds the new one: a repeat asks no cache.
+        let requests = r.compile_cache_stats().requests;
+        let renewed = r.op_executable(neg, &f32s(1), &none).unwrap();
+        assert_eq!(r.compile_cache_stats().requests, requests);
+        drop(renewed);
         // Clearing the cache's memory unloads what only the memo knew.
         let kept = Arc::downgrade(&r.op_executable(neg, &f32s(4), &none).unwrap());
         r.compile_cache().clear(true, false).unwrap();

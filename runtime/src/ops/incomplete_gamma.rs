@@ -200,9 +200,7 @@ fn log_gap(e: &mut Emitter, mu: ValueId, lambda: ValueId, terms: usize) -> Resul
 }
 
 /// Stirling's series S(a) = ln Γ*(a) for a ≥ 10.
-fn stirling_series(e: &mut Emitter, a: ValueId) -> Result<ValueId> {
-    let one = e.full_like(a, 1.0)?;
-    let inv = e.div(one, a)?;
+fn stirling_series(e: &mut Emitter, inv: ValueId) -> Result<ValueId> {
     let inv2 = e.mul(inv, inv)?;
     let s = polynomial(e, inv2, &STIRLING)?;
     e.mul(s, inv)
@@ -293,14 +291,13 @@ fn upper_small_x(e: &mut Emitter, a: ValueId, x: ValueId, s: &Sizes) -> Result<V
 fn temme(
     e: &mut Emitter,
     a: ValueId,
+    inv: ValueId,
     eta: ValueId,
     weight: ValueId,
     ct: DType,
     s: &Sizes,
 ) -> Result<(ValueId, ValueId)> {
     let coefficients = temme_coefficients(s.temme_k, s.temme_n);
-    let one = e.full_like(a, 1.0)?;
-    let inv = e.div(one, a)?;
     let mut sum = e.full_like(a, 0.0)?;
     for c in coefficients.iter().rev() {
         let ck = polynomial(e, eta, c)?;
@@ -352,6 +349,33 @@ fn regions(
     Ok((in_temme, in_fraction))
 }
 
+/// What the pieces of P, Q and the sample gradient all read.
+struct Shared {
+    /// 1/a.
+    inv: ValueId,
+    /// λ = x/a, x - a, μ = (x - a)/a and the gap λ - 1 - ln λ.
+    lambda: ValueId,
+    xma: ValueId,
+    mu: ValueId,
+    gap: ValueId,
+}
+
+fn shared(e: &mut Emitter, a: ValueId, x: ValueId, s: &Sizes) -> Result<Shared> {
+    let one = e.full_like(a, 1.0)?;
+    let inv = e.div(one, a)?;
+    let lambda = e.div(x, a)?;
+    let xma = e.sub(x, a)?;
+    let mu = e.div(xma, a)?;
+    let gap = log_gap(e, mu, lambda, s.atanh)?;
+    Ok(Shared {
+        inv,
+        lambda,
+        xma,
+        mu,
+        gap,
+    })
+}
+
 /// P (or Q, `upper`) at compute dtype `ct`, a and x broadcast together.
 fn incomplete_gamma(
     e: &mut Emitter,
@@ -361,13 +385,16 @@ fn incomplete_gamma(
     upper: bool,
 ) -> Result<ValueId> {
     let s = sizes(ct);
-    let lambda = e.div(x, a)?;
-    let xma = e.sub(x, a)?;
-    let mu = e.div(xma, a)?;
-    let gap = log_gap(e, mu, lambda, s.atanh)?;
+    let Shared {
+        inv,
+        lambda,
+        mu,
+        gap,
+        ..
+    } = shared(e, a, x, &s)?;
     // a (λ - 1 - ln λ) and Stirling's factor e^(-a gap - S(a)) / √(2πa).
     let agap = e.mul(a, gap)?;
-    let st = stirling_series(e, a)?;
+    let st = stirling_series(e, inv)?;
     let expo = e.add(agap, st)?;
     let expo = e.unary(UnaryOp::Neg, expo)?;
     let big = e.unary(UnaryOp::Exp, expo)?;
@@ -398,7 +425,7 @@ fn incomplete_gamma(
     let nag = e.unary(UnaryOp::Neg, agap)?;
     let weight = e.unary(UnaryOp::Exp, nag)?;
     let weight = e.mul(weight, root)?;
-    let (p_temme, q_temme) = temme(e, a, eta, weight, ct, &s)?;
+    let (p_temme, q_temme) = temme(e, a, inv, eta, weight, ct, &s)?;
 
     let (in_temme, in_fraction) = regions(e, a, x, a1, lambda)?;
     // Q small at small x: a (-ln x) ≤ 0.4 up to x = 1/2, a ≤ 1.1 x to 1.1.
@@ -462,11 +489,10 @@ fn log_factor_slope(
     e: &mut Emitter,
     a: ValueId,
     x: ValueId,
+    inv: ValueId,
     lambda: ValueId,
     ct: DType,
 ) -> Result<ValueId> {
-    let one = e.full_like(a, 1.0)?;
-    let inv = e.div(one, a)?;
     let inv2 = e.mul(inv, inv)?;
     let tail = polynomial(e, inv2, &DIGAMMA)?;
     let tail = e.mul(tail, inv2)?;
@@ -493,13 +519,15 @@ fn log_factor_slope(
 /// -x e^S(a) (√(2a) z' - (w'/w) Σ - Σ') / a (see `incomplete_gamma`).
 fn gamma_sample_grad(e: &mut Emitter, a: ValueId, x: ValueId, ct: DType) -> Result<ValueId> {
     let s = sizes(ct);
-    let lambda = e.div(x, a)?;
-    let xma = e.sub(x, a)?;
-    let mu = e.div(xma, a)?;
-    let gap = log_gap(e, mu, lambda, s.atanh)?;
-    let slope = log_factor_slope(e, a, x, lambda, ct)?;
+    let Shared {
+        inv: inv_a,
+        lambda,
+        xma,
+        mu,
+        gap,
+    } = shared(e, a, x, &s)?;
+    let slope = log_factor_slope(e, a, x, inv_a, lambda, ct)?;
     let one = e.full_like(a, 1.0)?;
-    let inv_a = e.div(one, a)?;
     let x_over_a = e.mul(x, inv_a)?;
 
     // The series: t_k = t_(k-1) x / (a + k), t_k' = t_(k-1)' x/(a + k) - t_k/(a + k).
@@ -602,7 +630,7 @@ fn gamma_sample_grad(e: &mut Emitter, a: ValueId, x: ValueId, ct: DType) -> Resu
     let dws = e.mul(dw, sig)?;
     let bracket = e.sub(bracket, dws)?;
     let bracket = e.sub(bracket, dsig)?;
-    let st = stirling_series(e, a)?;
+    let st = stirling_series(e, inv_a)?;
     let est = e.unary(UnaryOp::Exp, st)?;
     let g_temme = e.mul(bracket, est)?;
     let g_temme = e.mul(g_temme, x_over_a)?;

@@ -882,12 +882,17 @@ mod tests {
     use crate::ErrorCode;
 
     fn rt(chips: u32, hbm: u64) -> Runtime {
+        rt_caching(chips, hbm, 64)
+    }
+
+    /// A host runtime whose compile cache keeps `entries` programs.
+    fn rt_caching(chips: u32, hbm: u64, entries: usize) -> Runtime {
         Runtime::new(&RuntimeOptions {
             platform: Some("host".into()),
             host_chips: Some(chips),
             host_topology: None,
             host_hbm_bytes: Some(hbm),
-            cache: Some(crate::compile::CacheConfig::memory_only(64)),
+            cache: Some(crate::compile::CacheConfig::memory_only(entries)),
         })
         .unwrap()
     }
@@ -1049,17 +1054,6 @@ mod tests {
         assert!(Arc::ptr_eq(&a, &via_tensors));
     }
 
-    fn rt_caching(entries: usize) -> Runtime {
-        Runtime::new(&RuntimeOptions {
-            platform: Some("host".into()),
-            host_chips: Some(1),
-            host_topology: None,
-            host_hbm_bytes: Some(64 << 20),
-            cache: Some(crate::compile::CacheConfig::memory_only(entries)),
-        })
-        .unwrap()
-    }
-
     /// The compile cache's bound is the bound on loaded executables: the op
     /// memo does not keep one the cache evicted or cleared. (It did: on
     /// xla, a long test run kept ~20,000 JIT-compiled programs loaded and
@@ -1067,7 +1061,7 @@ mod tests {
     /// stale unwind tables behind that crashed the following exception.)
     #[test]
     fn the_op_memo_holds_no_executable_the_cache_let_go() {
-        let r = rt_caching(2);
+        let r = rt_caching(1, 64 << 20, 2);
         let neg = ops::lookup("neg").unwrap();
         let f32s = |n: u64| vec![TensorType::new(DType::F32, &[n])];
         let none = Attrs::new();
@@ -1109,7 +1103,7 @@ mod tests {
     /// cache let its program go (before, the memo kept it loaded).
     #[test]
     fn the_flush_memo_holds_no_executable_the_cache_let_go() {
-        let r = rt_caching(64);
+        let r = rt(1, 64 << 20);
         let s = r.default_stream(0).unwrap();
         let neg = ops::lookup("neg").unwrap();
         let x = upload(&r, 0, &[2], &[1., -2.]);

@@ -32,6 +32,13 @@ pub(super) struct MapWatch {
     until_count: AtomicI64,
 }
 
+/// The system's limit on a process's mappings, if it says.
+fn system_limit() -> Option<usize> {
+    std::fs::read_to_string(LIMIT_FILE)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+}
+
 /// The process's mappings now, if the system says.
 pub(super) fn count() -> Option<usize> {
     let maps = std::fs::read("/proc/self/maps").ok()?;
@@ -40,14 +47,10 @@ pub(super) fn count() -> Option<usize> {
 
 impl MapWatch {
     /// Half of this system's limit, or never pressed where there is none
-    /// to read.
+    /// to read (nor where the mappings cannot be counted: the first count
+    /// turns the watch off).
     pub fn from_system() -> Self {
-        let limit = std::fs::read_to_string(LIMIT_FILE)
-            .ok()
-            .and_then(|s| s.trim().parse::<usize>().ok())
-            .filter(|_| count().is_some())
-            .unwrap_or(0);
-        MapWatch::with_budget(limit / 2)
+        MapWatch::with_budget(system_limit().unwrap_or(0) / 2)
     }
 
     pub fn with_budget(budget: usize) -> Self {
@@ -111,10 +114,7 @@ mod tests {
     #[test]
     fn the_budget_is_half_the_system_limit() {
         let w = MapWatch::from_system();
-        let limit = std::fs::read_to_string(LIMIT_FILE)
-            .ok()
-            .and_then(|s| s.trim().parse::<usize>().ok());
-        match limit {
+        match system_limit() {
             Some(l) => assert_eq!(w.budget.load(Ordering::Relaxed), l / 2),
             None => assert_eq!(w.budget.load(Ordering::Relaxed), 0),
         }

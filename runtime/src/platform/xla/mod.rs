@@ -2420,35 +2420,33 @@ mod tests {
     /// run reached `vm.max_map_count`, and XLA, failing to map its next
     /// program, left unwind tables registered over unmapped memory, which
     /// the next C++ exception walked into (SIGSEGV).
+    /// Compiles (through `r`'s cache) neg over f32[n] for each n: one
+    /// program each.
+    fn neg_programs(r: &crate::runtime::Runtime, ns: std::ops::RangeInclusive<u64>) {
+        let neg = crate::ops::lookup("neg").unwrap();
+        let none = crate::ops::Attrs::new();
+        for n in ns {
+            let f32s = [crate::ir::TensorType::new(crate::ir::DType::F32, &[n])];
+            r.op_executable(neg, &f32s, &none).unwrap();
+        }
+    }
+
     #[test]
     fn evicted_programs_are_unloaded() {
-        let maps = || std::fs::read_to_string("/proc/self/maps").map(|m| m.lines().count());
         let p = XlaPlatform::load(&find_plugin().unwrap(), 1).unwrap();
         let r = crate::runtime::Runtime::with_platform_and_cache(
             p,
             crate::compile::CacheConfig::memory_only(4),
         )
         .unwrap();
-        let neg = crate::ops::lookup("neg").unwrap();
-        let none = crate::ops::Attrs::new();
-        let compile = |n: u64| {
-            r.op_executable(
-                neg,
-                &[crate::ir::TensorType::new(crate::ir::DType::F32, &[n])],
-                &none,
-            )
-            .unwrap();
-        };
-        compile(1);
-        let Ok(before) = maps() else {
+        neg_programs(&r, 1..=1);
+        let Some(before) = mappings::count() else {
             return; // no /proc: nothing to count
         };
         const PROGRAMS: u64 = 150;
-        for n in 2..=PROGRAMS + 1 {
-            compile(n);
-        }
+        neg_programs(&r, 2..=PROGRAMS + 1);
         assert_eq!(r.compile_cache_stats().misses, PROGRAMS + 1);
-        let grown = maps().unwrap().saturating_sub(before);
+        let grown = mappings::count().unwrap().saturating_sub(before);
         assert!(
             grown < PROGRAMS as usize,
             "{grown} more mappings after {PROGRAMS} programs through a cache of 4"
@@ -2472,17 +2470,8 @@ mod tests {
         const HEADROOM: usize = 240;
         let before = mappings::count().unwrap();
         p.set_mapping_budget(before + HEADROOM);
-        let neg = crate::ops::lookup("neg").unwrap();
-        let none = crate::ops::Attrs::new();
         const PROGRAMS: u64 = 200;
-        for n in 1..=PROGRAMS {
-            r.op_executable(
-                neg,
-                &[crate::ir::TensorType::new(crate::ir::DType::F32, &[n])],
-                &none,
-            )
-            .unwrap();
-        }
+        neg_programs(&r, 1..=PROGRAMS);
         let stats = r.compile_cache_stats();
         assert_eq!(stats.misses, PROGRAMS);
         assert!(stats.evictions > 0, "{stats:?}");

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::collections::HashMap;
 
 use crate::buffer::Buffer;
-use crate::compile::{CacheConfig, CacheStats, CompileCache, Compiler};
+use crate::compile::{CacheConfig, CacheStats, CompileCache, Compiler, UseMark};
 use crate::copy::{for_each_run, Layout};
 use crate::eager::{current_mode, EagerMode};
 use crate::error::{Error, Result};
@@ -115,8 +115,9 @@ struct OpEntry {
     /// past its bound (on xla each holds JIT-mapped code; unbounded, they
     /// ran the process out of memory mappings). Set once, so a hit is a
     /// load and an upgrade; once the program is gone a fresh entry takes
-    /// this one's place in the memo (`renew_entry`).
-    exe: std::sync::OnceLock<Weak<dyn Executable>>,
+    /// this one's place in the memo (`renew_entry`). Its mark tells the
+    /// cache of each hit, so the cache lets go of it last.
+    exe: std::sync::OnceLock<(Weak<dyn Executable>, UseMark)>,
 }
 
 /// The fast front of the compile cache for eager ops: skips building and
@@ -532,19 +533,22 @@ impl Runtime {
     }
 
     fn entry_executable(&self, entry: &OpEntry) -> Result<Arc<dyn Executable>> {
-        if let Some(exe) = entry.exe.get().and_then(Weak::upgrade) {
-            return Ok(exe);
+        if let Some((weak, mark)) = entry.exe.get() {
+            if let Some(exe) = weak.upgrade() {
+                mark.mark();
+                return Ok(exe);
+            }
         }
-        let exe = self.compile(&entry.graph)?;
-        if entry.exe.set(Arc::downgrade(&exe)).is_err() {
-            self.renew_entry(entry, &exe);
+        let (exe, mark) = self.compiler.compile_marked(&entry.graph)?;
+        if let Err((_, mark)) = entry.exe.set((Arc::downgrade(&exe), mark)) {
+            self.renew_entry(entry, &exe, mark);
         }
         Ok(exe)
     }
 
     /// Puts a fresh entry holding `exe` in the memo in place of `old`,
     /// whose executable the compile cache let go.
-    fn renew_entry(&self, old: &OpEntry, exe: &Arc<dyn Executable>) {
+    fn renew_entry(&self, old: &OpEntry, exe: &Arc<dyn Executable>, mark: UseMark) {
         let key = signature_hash(
             old.op,
             old.inputs.iter().map(|t| (t.dtype, &t.dims[..])),
@@ -560,7 +564,7 @@ impl Runtime {
             options: old.options,
             graph: Arc::clone(&old.graph),
             outputs: old.outputs.clone(),
-            exe: Arc::downgrade(exe).into(),
+            exe: (Arc::downgrade(exe), mark).into(),
         });
         let mut memo = self.op_memo.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(slot) = memo
@@ -1070,7 +1074,9 @@ mod tests {
         assert!(Arc::ptr_eq(&first, &again), "a live executable is reused");
         let weak = Arc::downgrade(&first);
         drop((first, again));
-        for n in 2..=4 {
+        // The memo's hit above counts as a use: it outlasts one more
+        // eviction than the others.
+        for n in 2..=5 {
             r.op_executable(neg, &f32s(n), &none).unwrap();
         }
         assert!(r.compile_cache_stats().evictions >= 1);
@@ -1096,6 +1102,30 @@ mod tests {
         let again = r.op_executable(neg, &f32s(3), &none).unwrap();
         assert!(Arc::ptr_eq(&held, &again));
         assert_eq!(r.compile_cache_stats().requests, requests);
+    }
+
+    /// An eager op run again and again through the memo stays in the
+    /// cache while other programs come and go: its hits reach the cache
+    /// as uses. Before, the cache saw only its first compile, so it was
+    /// the first evicted and compiled (or loaded from disk) again.
+    #[test]
+    fn a_hot_eager_op_outlasts_the_programs_around_it() {
+        let r = rt_caching(1, 64 << 20, 4);
+        let neg = ops::lookup("neg").unwrap();
+        let f32s = |n: u64| vec![TensorType::new(DType::F32, &[n])];
+        let none = Attrs::new();
+        let hot = Arc::downgrade(&r.op_executable(neg, &f32s(1), &none).unwrap());
+        for n in 2..40 {
+            r.op_executable(neg, &f32s(n), &none).unwrap();
+            assert!(r.op_executable(neg, &f32s(1), &none).is_ok());
+        }
+        let stats = r.compile_cache_stats();
+        assert!(stats.evictions >= 30, "{stats:?}");
+        assert!(hot.upgrade().is_some(), "the hot op was never let go");
+        assert_eq!(stats.misses, 39, "compiled once each: {stats:?}");
+        // So too when the platform asks for half to go.
+        r.compile_cache().evict_older_half();
+        assert!(hot.upgrade().is_some());
     }
 
     /// As above for defer-and-fuse's memo of compiled recordings: a
@@ -1129,6 +1159,32 @@ mod tests {
         let stats = r.compile_cache_stats();
         assert_eq!(stats.requests, requests + 1, "the cache was asked again");
         assert_eq!(stats.misses, misses + 1, "and compiled it again");
+    }
+
+    /// As for eager ops: a recording flushed again and again through the
+    /// memo is not the one the cache lets go while others come and go.
+    #[test]
+    fn a_hot_recording_outlasts_the_programs_around_it() {
+        let r = rt_caching(1, 64 << 20, 4);
+        let s = r.default_stream(0).unwrap();
+        let neg = ops::lookup("neg").unwrap();
+        let step = |n: u64| {
+            let x = upload(&r, 0, &[n], &vec![1.0; n as usize]);
+            crate::eager::push_mode(EagerMode::DeferAndFuse).unwrap();
+            let y = r.call_op_alloc(neg, std::slice::from_ref(&x), &Attrs::new(), &s);
+            crate::eager::pop_mode().unwrap();
+            let y = y.unwrap();
+            s.flush().unwrap();
+            download(&r, &y[0])
+        };
+        assert_eq!(step(1), vec![-1.]);
+        for n in 2..40 {
+            assert_eq!(step(n)[0], -1.);
+            assert_eq!(step(1), vec![-1.]);
+        }
+        let stats = r.compile_cache_stats();
+        assert!(stats.evictions >= 30, "{stats:?}");
+        assert_eq!(stats.misses, 39, "compiled once each: {stats:?}");
     }
 
     #[test]

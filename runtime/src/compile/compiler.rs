@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::{CacheConfig, CacheKey, CompileCache};
+use super::{CacheConfig, CacheKey, CompileCache, UseMark};
 use crate::error::Result;
 use crate::ir::Graph;
 use crate::platform::{Executable, Platform};
@@ -32,6 +32,17 @@ impl Compiler {
 
     /// An executable for `graph`, from the cache (built on a miss).
     pub fn compile(&self, graph: &Graph) -> Result<Arc<dyn Executable>> {
+        self.compile_keyed(graph).map(|(exe, _)| exe)
+    }
+
+    /// [`Compiler::compile`], with the mark through which a memo that
+    /// keeps the executable (weakly) reports its uses to the cache.
+    pub fn compile_marked(&self, graph: &Graph) -> Result<(Arc<dyn Executable>, UseMark)> {
+        let (exe, key) = self.compile_keyed(graph)?;
+        Ok((exe, self.cache.use_mark(&key)))
+    }
+
+    fn compile_keyed(&self, graph: &Graph) -> Result<(Arc<dyn Executable>, CacheKey)> {
         let platform = &self.platform;
         // The frontend's compiler options join the platform's settings in
         // the key (only when there are any: keys made without them hold).
@@ -63,7 +74,7 @@ impl Compiler {
         if pressed.get() {
             self.cache.evict_older_half();
         }
-        Ok(exe)
+        Ok((exe, key))
     }
 }
 

@@ -23,7 +23,8 @@
 //!    counted. Callers holding an evicted `Arc` keep a working executable.
 //!    The runtime's memos in front of the cache (eager ops' entries,
 //!    defer-and-fuse's compiled recordings) hold executables weakly, so
-//!    this is also the bound on what the runtime keeps loaded. A platform
+//!    this is also the bound on what the runtime keeps loaded; they report
+//!    their hits through a [`UseMark`], so what they use counts as used. A platform
 //!    whose programs strain a resource the count does not see (XLA CPU's
 //!    JIT code takes 3 to 60 memory mappings a program, and the process
 //!    has `vm.max_map_count` of them) says so after a compile or load, and
@@ -94,6 +95,7 @@ pub use buckets::BucketPolicy;
 pub use compiler::Compiler;
 pub use disk::{ENTRY_SUFFIX, FORMAT_VERSION, MAGIC};
 pub use key::{canonical_options, CacheKey};
+pub use lru::UseMark;
 pub use stats::CacheStats;
 
 use crate::error::{Error, Result};
@@ -524,6 +526,17 @@ impl<E: ?Sized + Send + Sync> CompileCache<E> {
         self.counters
             .evictions
             .fetch_add(evicted, Ordering::Relaxed);
+    }
+
+    /// A mark through which a memo in front of the cache reports its hits
+    /// on `key`'s entry, so that a program used only through the memo is
+    /// not the first evicted; detached (marking nothing) when the entry is
+    /// not in memory.
+    pub fn use_mark(&self, key: &CacheKey) -> UseMark {
+        lock(&self.memory)
+            .entries
+            .use_mark(key)
+            .unwrap_or_else(UseMark::detached)
     }
 
     /// Evicts the least recently used half of the entries in memory

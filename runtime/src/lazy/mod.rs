@@ -34,7 +34,7 @@
 use crate::fxhash::{FxHashMap, FxHashSet};
 use std::sync::{Arc, Weak};
 
-use crate::compile::Compiler;
+use crate::compile::{Compiler, UseMark};
 use crate::error::{Error, Result};
 use crate::ir::{Graph, GraphBuilder, ValueId};
 use crate::platform::Executable;
@@ -274,6 +274,8 @@ pub(crate) struct MemoEntry {
     /// not hold executables past the cache's bound (see `Runtime`'s
     /// `OpEntry`). Once it is gone the entry is rebuilt.
     exe: Weak<dyn Executable>,
+    /// Tells the cache of each hit, so the cache lets go of it last.
+    mark: UseMark,
     /// (op, input) of each parameter, in order.
     params: Vec<(usize, usize)>,
     /// (op, output) of each stored result, in order.
@@ -431,6 +433,7 @@ pub(crate) fn prepare(
     };
     if let Some(e) = memo.get(&key) {
         if let Some(exe) = e.exe.upgrade() {
+            e.mark.mark();
             return Ok(Some(flush(e, exe)));
         }
     }
@@ -518,9 +521,10 @@ pub(crate) fn prepare(
             outputs.len()
         );
     }
-    let exe = compiler.compile(&graph)?;
+    let (exe, mark) = compiler.compile_marked(&graph)?;
     let entry = MemoEntry {
         exe: Arc::downgrade(&exe),
+        mark,
         params,
         outputs: outputs.iter().map(|&(_, tensor)| tensor).collect(),
         _graphs: ops.iter().map(|d| Arc::clone(&d.graph)).collect(),

@@ -640,11 +640,13 @@ Tensor k_normal_ft(double mean, const Tensor& std, std::optional<at::Generator> 
   return out.mul_(std).add_(mean);
 }
 // torch._standard_gamma (what torch.distributions' Gamma, Chi2, StudentT,
-// Beta and Dirichlet sample through) and torch.poisson: the op library's
-// samplers, whose elements each use a fixed number of counters (the op
-// library's GAMMA_COUNTERS and POISSON_COUNTERS; a runtime test pins them).
+// Beta and Dirichlet sample through), torch.poisson and torch.binomial:
+// the op library's samplers, whose elements each use a fixed number of
+// counters (the op library's GAMMA_COUNTERS, POISSON_COUNTERS and
+// BINOMIAL_COUNTERS; a runtime test pins them).
 constexpr uint64_t kGammaCounters = 33;
 constexpr uint64_t kPoissonCounters = 96;
+constexpr uint64_t kBinomialCounters = 96;
 Tensor k_standard_gamma(const Tensor& alpha, std::optional<at::Generator> gen) {
   if (alpha.numel() == 0) return empty(alpha.sizes(), alpha.scalar_type(), dev(alpha));
   auto keys = rng_inputs(gen, dev(alpha), alpha.numel() * kGammaCounters);
@@ -664,6 +666,14 @@ Tensor k_poisson(const Tensor& rate, std::optional<at::Generator> gen) {
   TORCH_CHECK(at::ge(rate, 0).all().item<bool>(), "invalid Poisson rate, expected rate to be non-negative");
   auto keys = rng_inputs(gen, dev(rate), rate.numel() * kPoissonCounters);
   return call1("poisson", {rate, keys[0], keys[1]});
+}
+// As torch's CPU kernel: draws in count's shape and dtype, prob broadcast
+// to it; no check of the ranges (a count or prob not above 0 gives 0, a
+// prob from 1 gives count).
+Tensor k_binomial(const Tensor& count, const Tensor& prob, std::optional<at::Generator> gen) {
+  if (count.numel() == 0) return empty(count.sizes(), count.scalar_type(), dev(count));
+  auto keys = rng_inputs(gen, dev(count), count.numel() * kBinomialCounters);
+  return call1("binomial", {count, prob, keys[0], keys[1]});
 }
 Tensor& k_bernoulli_f(Tensor& self, double p, std::optional<at::Generator> gen) {
   TORCH_CHECK(0 <= p && p <= 1, "bernoulli_ expects p to be in [0, 1], but got p=", p);
@@ -2396,6 +2406,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
     return call1("standard_gamma_grad", {alpha, sample});
   });
   m.impl("poisson", k_poisson);
+  m.impl("binomial", k_binomial);
   m.impl("normal.Tensor_float", k_normal_tf);
   m.impl("normal.float_Tensor", k_normal_ft);
   m.impl("normal.Tensor_Tensor_out", [](const Tensor& m, const Tensor& s, std::optional<at::Generator> g,

@@ -2288,6 +2288,24 @@ fn random_cases() -> Vec<Case> {
             &[],
         ),
         c(
+            "binomial",
+            vec![
+                h(F32, &[8], &[0.0, 1.0, 5.0, 20.0, 30.0, 50.0, 400.0, 1e5]),
+                h(F32, &[8], &[0.5, 0.5, 0.9, 0.4, 0.95, 0.3, 0.7, 0.25]),
+            ],
+            &[("seed", i(14))],
+        ),
+        c(
+            "binomial",
+            vec![
+                range(F64, &[2, 5], 508, 0.0, 80.0),
+                range(F64, &[5], 509, 0.0, 1.0),
+                scalar(I64, 4.0),
+                scalar(I64, 2.0),
+            ],
+            &[],
+        ),
+        c(
             "bernoulli",
             vec![
                 range(BF16, &[6, 7], 502, 0.0, 1.0),
@@ -3542,6 +3560,7 @@ fn zero_size_cases() -> Vec<Case> {
         c("bernoulli", vec![z.clone()], &[("seed", i(4))]),
         c("standard_gamma", vec![z.clone()], &[("seed", i(4))]),
         c("poisson", vec![z.clone()], &[("seed", i(4))]),
+        c("binomial", vec![z.clone(), z.clone()], &[("seed", i(4))]),
         c(
             "addmm",
             vec![f32s(&[4], 1507), f32s(&[0, 5], 1508), f32s(&[5, 4], 1509)],

@@ -1,5 +1,5 @@
 //! Random ops: uniform, normal, bernoulli, dropout, rrelu's training
-//! form, randperm, and the samplers standard_gamma and poisson. Every draw
+//! form, randperm, and the samplers standard_gamma, poisson and binomial. Every draw
 //! comes from the counter-based `Rng` primitive at a (seed, offset) the
 //! frontend supplies, so a seed gives the same numbers in every mode and on every
 //! platform; element i of a draw uses counter offset + i, so the frontend
@@ -534,6 +534,231 @@ fn poisson(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     Ok(vec![e.convert(out, dt)?])
 }
 
+/// Geometric waits in binomial's inversion, used where count·p is below
+/// 10: the count exceeds 47 with probability below 1e-17, as for Poisson.
+const BINOMIAL_WAITS: u64 = 48;
+/// Rounds of Hörmann's BTRS, where count·p is at least 10: each accepts
+/// with probability above 0.85 (a candidate outside [0, count] included),
+/// so all fail with probability below 1e-19.
+const BINOMIAL_ROUNDS: u64 = 24;
+/// Counters one binomial element uses (each draws for both methods).
+pub(super) const BINOMIAL_COUNTERS: u64 = BINOMIAL_WAITS + 2 * BINOMIAL_ROUNDS;
+
+/// ln k! less Stirling's form, (k + 1/2) ln(k + 1) - (k + 1) + ln √(2π),
+/// for a count k: exact at 0 and 1, where the series is not, else the
+/// series in 1/(k+1) to its fourth term (below 1e-7 off from k = 2).
+fn stirling_tail(e: &mut Emitter, k: ValueId) -> Result<ValueId> {
+    let half_ln_2pi = 0.5 * (2.0 * std::f64::consts::PI).ln();
+    let exact = |j: u32| {
+        let ln_fact: f64 = (1..=j).map(|i| f64::from(i).ln()).sum();
+        let x = f64::from(j) + 1.0;
+        ln_fact - (x - 0.5) * x.ln() + x - half_ln_2pi
+    };
+    let x = e.binary_scalar(BinaryOp::Add, k, 1.0)?;
+    let x2 = e.mul(x, x)?;
+    let inv2 = e.full_like(x2, 1.0)?;
+    let inv2 = e.div(inv2, x2)?;
+    // 1/12 - 1/(360 x²) + 1/(1260 x⁴) - 1/(1680 x⁶), over x.
+    let mut t = e.binary_scalar(BinaryOp::Mul, inv2, -1.0 / 1680.0)?;
+    t = e.binary_scalar(BinaryOp::Add, t, 1.0 / 1260.0)?;
+    t = e.mul(t, inv2)?;
+    t = e.binary_scalar(BinaryOp::Sub, t, 1.0 / 360.0)?;
+    t = e.mul(t, inv2)?;
+    t = e.binary_scalar(BinaryOp::Add, t, 1.0 / 12.0)?;
+    let mut t = e.div(t, x)?;
+    for j in [1, 0] {
+        let at = e.compare_scalar(CompareOp::Eq, k, f64::from(j))?;
+        let v = e.full_like(k, exact(j))?;
+        t = e.select(at, v, t)?;
+    }
+    Ok(t)
+}
+
+/// binomial(count, prob, seed, offset): Binomial(count, prob) draws in
+/// count's dtype and shape (prob broadcast to it; torch.binomial, under
+/// torch.distributions' Binomial), by torch's choice of method: on the
+/// smaller of prob and 1 - prob (p; the count of the other outcome is
+/// count less the draw), where count·p is below 10 the inversion that
+/// counts geometric waits, ⌈ln U / ln(1 - p)⌉, until they pass count
+/// (BINOMIAL_WAITS of them); from 10, Hörmann's transformed rejection,
+/// BTRS ("The generation of binomial random variates", 1993), the first
+/// accepted of BINOMIAL_ROUNDS candidates, whose acceptance bound is
+/// written with ln(1 + x) around the mode so that its terms do not cancel
+/// in f32. A count or prob not above 0 gives 0, prob from 1 gives count,
+/// NaN gives NaN. Each element uses BINOMIAL_COUNTERS counters.
+fn binomial(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
+    if x.len() == 3 {
+        return Err(Error::invalid(
+            "takes count and prob, or those with seed and offset as two scalar inputs",
+        ));
+    }
+    let dt = need_float(e, x[0], "count")?;
+    let dp = need_float(e, x[1], "prob")?;
+    if dt != dp {
+        return Err(Error::invalid(format!(
+            "count and prob must have the same dtype, got {dt} and {dp}"
+        )));
+    }
+    let keys = rng_keys(e, a, &x[2..])?;
+    let dims = e.dims(x[0]);
+    let prob = e.broadcast_to(x[1], &dims).map_err(|_| {
+        Error::invalid(format!(
+            "prob of shape {:?} does not broadcast to count's shape {dims:?}",
+            e.dims(x[1])
+        ))
+    })?;
+    let cd = compute_dtype(dt)?;
+    let n = e.convert(x[0], cd)?;
+    let prob = e.convert(prob, cd)?;
+    let u = draw_rows(
+        e,
+        keys,
+        0,
+        RngDistribution::Uniform,
+        cd,
+        BINOMIAL_COUNTERS,
+        &dims,
+    )?;
+    let flip = e.compare_scalar(CompareOp::Gt, prob, 0.5)?;
+    let one = e.full_like(prob, 1.0)?;
+    let other = e.sub(one, prob)?;
+    let p = e.select(flip, other, prob)?;
+    let q = e.sub(one, p)?;
+    let zero = e.full_like(p, 0.0)?;
+
+    // Inversion: how many geometric waits' running sums stay within n.
+    let neg_p = e.unary(UnaryOp::Neg, p)?;
+    let log_q = e.unary(UnaryOp::Log1p, neg_p)?;
+    let mut sum = zero;
+    let mut waited = zero;
+    for i in 0..BINOMIAL_WAITS {
+        let ui = draw_row(e, u, i)?;
+        let lu = e.unary(UnaryOp::Log, ui)?;
+        let g = e.div(lu, log_q)?;
+        let g = e.unary(UnaryOp::Ceil, g)?;
+        sum = e.add(sum, g)?;
+        let within = e.compare(CompareOp::Le, sum, n)?;
+        let within = e.convert(within, cd)?;
+        waited = e.add(waited, within)?;
+    }
+
+    // BTRS's constants.
+    let np = e.mul(n, p)?;
+    let var = e.mul(np, q)?;
+    let sd = e.unary(UnaryOp::Sqrt, var)?;
+    let b = e.binary_scalar(BinaryOp::Mul, sd, 2.53)?;
+    let b = e.binary_scalar(BinaryOp::Add, b, 1.15)?;
+    let aa = e.binary_scalar(BinaryOp::Mul, b, 0.0248)?;
+    let p100 = e.binary_scalar(BinaryOp::Mul, p, 0.01)?;
+    let aa = e.add(aa, p100)?;
+    let aa = e.binary_scalar(BinaryOp::Sub, aa, 0.0873)?;
+    let two_a = e.binary_scalar(BinaryOp::Mul, aa, 2.0)?;
+    let c = e.binary_scalar(BinaryOp::Add, np, 0.5)?;
+    let inv_b = e.div(one, b)?;
+    let vr = e.binary_scalar(BinaryOp::Mul, inv_b, -4.2)?;
+    let vr = e.binary_scalar(BinaryOp::Add, vr, 0.92)?;
+    let alpha = e.binary_scalar(BinaryOp::Mul, inv_b, 5.1)?;
+    let alpha = e.binary_scalar(BinaryOp::Add, alpha, 2.83)?;
+    let alpha = e.mul(alpha, sd)?;
+    let log_alpha = e.unary(UnaryOp::Log, alpha)?;
+    let n1 = e.binary_scalar(BinaryOp::Add, n, 1.0)?;
+    let m = e.mul(n1, p)?;
+    let m = e.unary(UnaryOp::Floor, m)?;
+    // p (n + 2), shared by the mode's term and each candidate's, so that
+    // its rounding moves both alike (a shift of the mean) and cancels.
+    let n2 = e.binary_scalar(BinaryOp::Add, n, 2.0)?;
+    let pn2 = e.mul(p, n2)?;
+    // (m + 1/2) ln((m + 1) q / (p (n - m + 1))), the ratio less 1 being
+    // (m + 1 - p (n + 2)) / (p (n - m + 1)); and the mode's tails.
+    let nm1 = e.sub(n1, m)?;
+    let m1 = e.binary_scalar(BinaryOp::Add, m, 1.0)?;
+    let num = e.sub(m1, pn2)?;
+    let den = e.mul(p, nm1)?;
+    let r = e.div(num, den)?;
+    let r = e.unary(UnaryOp::Log1p, r)?;
+    let mh = e.binary_scalar(BinaryOp::Add, m, 0.5)?;
+    let mode_term = e.mul(mh, r)?;
+    let nm = e.sub(n, m)?;
+    let tm = stirling_tail(e, m)?;
+    let tnm = stirling_tail(e, nm)?;
+    let mode_term = e.add(mode_term, tm)?;
+    let mode_term = e.add(mode_term, tnm)?;
+
+    let mut out = m;
+    for r in (0..BINOMIAL_ROUNDS).rev() {
+        let u1 = draw_row(e, u, BINOMIAL_WAITS + 2 * r)?;
+        let v = draw_row(e, u, BINOMIAL_WAITS + 2 * r + 1)?;
+        let uu = e.binary_scalar(BinaryOp::Sub, u1, 0.5)?;
+        let au = e.unary(UnaryOp::Abs, uu)?;
+        let us = e.full_like(p, 0.5)?;
+        let us = e.sub(us, au)?;
+        // k = floor((2a / us + b) U + c)
+        let t = e.div(two_a, us)?;
+        let t = e.add(t, b)?;
+        let t = e.mul(t, uu)?;
+        let t = e.add(t, c)?;
+        let k = e.unary(UnaryOp::Floor, t)?;
+        let below = e.compare_scalar(CompareOp::Lt, k, 0.0)?;
+        let above = e.compare(CompareOp::Gt, k, n)?;
+        let outside = e.binary(BinaryOp::Or, below, above)?;
+        let wide = e.compare_scalar(CompareOp::Ge, us, 0.07)?;
+        let low_v = e.compare(CompareOp::Le, v, vr)?;
+        let quick = e.binary(BinaryOp::And, wide, low_v)?;
+        // ln(V α / (a / us² + b)) against the bound.
+        let lv = e.unary(UnaryOp::Log, v)?;
+        let us2 = e.mul(us, us)?;
+        let h = e.div(aa, us2)?;
+        let h = e.add(h, b)?;
+        let lh = e.unary(UnaryOp::Log, h)?;
+        let lhs = e.add(lv, log_alpha)?;
+        let lhs = e.sub(lhs, lh)?;
+        // (n + 1) ln((n - m + 1) / (n - k + 1)) = (n + 1) ln(1 + (k - m) / (n - k + 1))
+        let nk1 = e.sub(n1, k)?;
+        let km = e.sub(k, m)?;
+        let t1 = e.div(km, nk1)?;
+        let t1 = e.unary(UnaryOp::Log1p, t1)?;
+        let t1 = e.mul(n1, t1)?;
+        // (k + 1/2) ln(p (n - k + 1) / (q (k + 1))), the ratio less 1 being
+        // (p (n + 2) - k - 1) / (q (k + 1))
+        let k1 = e.binary_scalar(BinaryOp::Add, k, 1.0)?;
+        let num = e.sub(pn2, k1)?;
+        let den = e.mul(q, k1)?;
+        let t2 = e.div(num, den)?;
+        let t2 = e.unary(UnaryOp::Log1p, t2)?;
+        let kh = e.binary_scalar(BinaryOp::Add, k, 0.5)?;
+        let t2 = e.mul(kh, t2)?;
+        let nk = e.sub(n, k)?;
+        let tk = stirling_tail(e, k)?;
+        let tnk = stirling_tail(e, nk)?;
+        let bound = e.add(mode_term, t1)?;
+        let bound = e.add(bound, t2)?;
+        let bound = e.sub(bound, tk)?;
+        let bound = e.sub(bound, tnk)?;
+        let full = e.compare(CompareOp::Le, lhs, bound)?;
+        let accept = e.binary(BinaryOp::Or, quick, full)?;
+        let inside = e.unary(UnaryOp::Not, outside)?;
+        let accept = e.binary(BinaryOp::And, inside, accept)?;
+        out = e.select(accept, k, out)?;
+    }
+    let small = e.compare_scalar(CompareOp::Lt, np, 10.0)?;
+    let draw = e.select(small, waited, out)?;
+    let rest = e.sub(n, draw)?;
+    let draw = e.select(flip, rest, draw)?;
+    // The edges, in torch's order, and NaN.
+    let none = e.compare_scalar(CompareOp::Le, n, 0.0)?;
+    let never = e.compare_scalar(CompareOp::Le, prob, 0.0)?;
+    let none = e.binary(BinaryOp::Or, none, never)?;
+    let all = e.compare_scalar(CompareOp::Ge, prob, 1.0)?;
+    let draw = e.select(all, n, draw)?;
+    let draw = e.select(none, zero, draw)?;
+    let nan_n = e.compare(CompareOp::Ne, n, n)?;
+    let nan_p = e.compare(CompareOp::Ne, prob, prob)?;
+    let nan = e.binary(BinaryOp::Or, nan_n, nan_p)?;
+    let nans = e.full_like(n, f64::NAN)?;
+    let draw = e.select(nan, nans, draw)?;
+    Ok(vec![e.convert(draw, dt)?])
+}
+
 pub(super) const OPS: &[OpDef] = &[
     def!("uniform", Arity::Between(0, 2), uniform),
     def!("normal", Arity::Between(0, 2), normal),
@@ -543,4 +768,5 @@ pub(super) const OPS: &[OpDef] = &[
     def!("randperm", Arity::Between(0, 2), randperm),
     def!("standard_gamma", Arity::Between(1, 3), standard_gamma),
     def!("poisson", Arity::Between(1, 3), poisson),
+    def!("binomial", Arity::Between(2, 4), binomial),
 ];

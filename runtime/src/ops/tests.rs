@@ -2053,11 +2053,132 @@ fn gamma_and_poisson_draws_have_their_moments() {
     assert_eq!(zero.to_f64_vec(), [0.0; 3]);
 }
 
+/// Binomial(n, p) draws over 40000 each: mean np and variance npq (within
+/// 5 standard errors; the variance's from the fourth central moment
+/// npq(1 + 3(n - 2)pq)), on both sides of the method switch at np = 10
+/// and of p = 1/2, where the draw is n less one of the other outcome;
+/// and the whole distribution by a chi-square test against its pmf, for
+/// one case of each method. Draws are whole numbers in [0, n].
+#[test]
+fn binomial_draws_have_their_distribution() {
+    let draws = 40_000usize;
+    let moments = |v: &[f64]| {
+        let m = v.iter().sum::<f64>() / v.len() as f64;
+        let var = v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len() - 1) as f64;
+        (m, var)
+    };
+    let cases = [
+        (DType::F32, 5.0, 0.3),
+        (DType::F64, 20.0, 0.4),
+        (DType::F32, 30.0, 0.8),
+        (DType::F32, 50.0, 0.4),
+        (DType::F64, 100.0, 0.3),
+        (DType::F32, 1000.0, 0.9),
+        (DType::F32, 100_000.0, 0.5),
+        (DType::F64, 3.0e6, 0.01),
+    ];
+    for (k, (dt, n, p)) in cases.into_iter().enumerate() {
+        let count = t(dt, &[draws as u64], &vec![n; draws]);
+        let prob = t(dt, &[1], &[p]);
+        let seed = Attrs::new().with("seed", int(300 + k as i64));
+        let out = run1("binomial", &[&count, &prob], seed);
+        assert_eq!(out.ty.dtype, dt);
+        let v = out.to_f64_vec();
+        assert!(
+            v.iter().all(|&x| (0.0..=n).contains(&x) && x == x.floor()),
+            "B({n}, {p})"
+        );
+        let q = 1.0 - p;
+        let (mean, var) = moments(&v);
+        let (em, ev) = (n * p, n * p * q);
+        let m4 = ev * (1.0 + 3.0 * (n - 2.0) * p * q);
+        let se_m = (ev / draws as f64).sqrt();
+        let se_v = ((m4 - ev * ev) / draws as f64).sqrt();
+        assert!((mean - em).abs() < 5.0 * se_m, "B({n}, {p}): mean {mean}");
+        assert!((var - ev).abs() < 5.0 * se_v, "B({n}, {p}): variance {var}");
+        if n == 50.0 || n == 20.0 {
+            // pmf by its ratio recurrence; bins with 5 or more expected,
+            // the tails pooled into the end bins.
+            let mut pmf = vec![q.powf(n)];
+            for j in 0..n as usize {
+                let j = j as f64;
+                pmf.push(pmf[pmf.len() - 1] * (n - j) / (j + 1.0) * p / q);
+            }
+            let mut seen = vec![0f64; pmf.len()];
+            for &x in &v {
+                seen[x as usize] += 1.0;
+            }
+            let expect: Vec<f64> = pmf.iter().map(|f| f * draws as f64).collect();
+            let lo = expect.iter().position(|&x| x >= 5.0).unwrap();
+            let hi = expect.iter().rposition(|&x| x >= 5.0).unwrap();
+            let pool = |r: std::ops::RangeInclusive<usize>, a: &[f64]| a[r].iter().sum::<f64>();
+            let mut bins = vec![(pool(0..=lo, &seen), pool(0..=lo, &expect))];
+            bins.extend((lo + 1..hi).map(|j| (seen[j], expect[j])));
+            bins.push((
+                pool(hi..=pmf.len() - 1, &seen),
+                pool(hi..=pmf.len() - 1, &expect),
+            ));
+            let chi2: f64 = bins.iter().map(|(o, e)| (o - e).powi(2) / e).sum();
+            let df = (bins.len() - 1) as f64;
+            assert!(
+                chi2 < df + 6.0 * (2.0 * df).sqrt(),
+                "B({n}, {p}): chi-square {chi2} over {df} degrees of freedom"
+            );
+        }
+    }
+    // The edges: no trials or p = 0 give 0, p = 1 gives n, NaN gives NaN;
+    // prob broadcasts to count's shape.
+    let count = t(
+        DType::F32,
+        &[2, 4],
+        &[0.0, 7.0, 7.0, 7.0, 7.0, f64::NAN, -3.0, 1.0],
+    );
+    let prob = t(
+        DType::F32,
+        &[2, 4],
+        &[0.5, 0.0, 1.0, f64::NAN, 0.5, 0.5, 0.5, 1.0],
+    );
+    let v = run1(
+        "binomial",
+        &[&count, &prob],
+        Attrs::new().with("seed", int(9)),
+    )
+    .to_f64_vec();
+    assert_eq!(&v[..3], [0.0, 0.0, 7.0]);
+    assert!(v[3].is_nan() && v[5].is_nan());
+    assert!((0.0..=7.0).contains(&v[4]));
+    assert_eq!(&v[6..], [0.0, 1.0]);
+    let err = build_graph(
+        lookup("binomial").unwrap(),
+        &[
+            TensorType::new(DType::F32, &[3]),
+            TensorType::new(DType::F32, &[4]),
+        ],
+        &Attrs::new().with("seed", int(1)),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("does not broadcast to count's shape"), "{err}");
+    let err = build_graph(
+        lookup("binomial").unwrap(),
+        &[
+            TensorType::new(DType::F32, &[3]),
+            TensorType::new(DType::F64, &[3]),
+        ],
+        &Attrs::new().with("seed", int(1)),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("same dtype"), "{err}");
+}
+
 /// The counters a sampler's element uses are the frontend's to skip: the
 /// torch binding advances its generator by these (kGammaCounters and
-/// kPoissonCounters in bindings/torch/csrc/ops.cpp). Change both together.
+/// kPoissonCounters and kBinomialCounters in bindings/torch/csrc/ops.cpp).
+/// Change both together.
 #[test]
 fn sampler_counter_counts_are_the_bindings() {
     assert_eq!(super::random::GAMMA_COUNTERS, 33);
     assert_eq!(super::random::POISSON_COUNTERS, 96);
+    assert_eq!(super::random::BINOMIAL_COUNTERS, 96);
 }

@@ -98,7 +98,10 @@ struct Chip {
 
 /// An op's graph for one signature (op, input types, attributes), and its
 /// executable once compiled.
+#[derive(Clone)]
 struct OpEntry {
+    /// Its key in the memo ([`signature_hash`]).
+    key: u64,
     op: OpId,
     inputs: Vec<TensorType>,
     attrs: Attrs,
@@ -515,6 +518,7 @@ impl Runtime {
         let types: Vec<TensorType> = inputs.map(|(d, dims)| TensorType::new(d, dims)).collect();
         let graph = ops::build_graph_at(op, &types, attrs, precision)?;
         let entry = Arc::new(OpEntry {
+            key,
             op,
             precision,
             options,
@@ -549,26 +553,13 @@ impl Runtime {
     /// Puts a fresh entry holding `exe` in the memo in place of `old`,
     /// whose executable the compile cache let go.
     fn renew_entry(&self, old: &OpEntry, exe: &Arc<dyn Executable>, mark: UseMark) {
-        let key = signature_hash(
-            old.op,
-            old.inputs.iter().map(|t| (t.dtype, &t.dims[..])),
-            &old.attrs,
-            old.precision,
-            old.options,
-        );
         let fresh = Arc::new(OpEntry {
-            op: old.op,
-            inputs: old.inputs.clone(),
-            attrs: old.attrs.clone(),
-            precision: old.precision,
-            options: old.options,
-            graph: Arc::clone(&old.graph),
-            outputs: old.outputs.clone(),
             exe: (Arc::downgrade(exe), mark).into(),
+            ..old.clone()
         });
         let mut memo = self.op_memo.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(slot) = memo
-            .get_mut(&key)
+            .get_mut(&old.key)
             .and_then(|l| l.iter_mut().find(|e| std::ptr::eq(Arc::as_ptr(e), old)))
         {
             *slot = fresh;

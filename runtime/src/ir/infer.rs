@@ -159,6 +159,17 @@ pub(super) fn infer(prim: &Prim, ins: &[TensorType]) -> Result<Vec<TensorType>> 
             arity(ins, 1)?;
             one(TensorType::new(*to, &ins[0].dims))
         }
+        Prim::BitcastConvert { to } => {
+            arity(ins, 1)?;
+            let from = ins[0].dtype;
+            if from.size() != to.size() || from == DType::Bool || *to == DType::Bool {
+                return err(format!(
+                    "bitcast_convert reads the bytes of one element as another of the same \
+                     width (not bool): {from} to {to} is not that"
+                ));
+            }
+            one(TensorType::new(*to, &ins[0].dims))
+        }
         Prim::BroadcastInDim { dims, mapping } => {
             arity(ins, 1)?;
             let x = &ins[0];

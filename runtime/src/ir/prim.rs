@@ -171,6 +171,9 @@ pub enum Prim {
     Clamp,
     /// (x) -> x's dims in `to`.
     Convert { to: DType },
+    /// (x) -> x's dims in `to`, the same bytes read as `to` (of x's byte
+    /// width; not bool): a float's bits as an integer and back.
+    BitcastConvert { to: DType },
     /// (x) -> dims; operand dimension i maps to result dimension mapping[i]
     /// and has size 1 or dims[mapping[i]].
     BroadcastInDim { dims: Vec<u64>, mapping: Vec<usize> },
@@ -364,6 +367,7 @@ impl Prim {
             Prim::Select => "select".into(),
             Prim::Clamp => "clamp".into(),
             Prim::Convert { .. } => "convert".into(),
+            Prim::BitcastConvert { .. } => "bitcast_convert".into(),
             Prim::BroadcastInDim { .. } => "broadcast_in_dim".into(),
             Prim::Reshape { .. } => "reshape".into(),
             Prim::Transpose { .. } => "transpose".into(),

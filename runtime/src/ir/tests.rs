@@ -315,3 +315,27 @@ fn product_precision_is_canonical_only_below_highest() {
     // A graph written before precisions existed reads as HIGHEST.
     assert_eq!(Graph::from_canonical(&full.canonical()).unwrap(), full);
 }
+
+/// bitcast_convert reads an element's bytes as another type of the same
+/// width; anything else is an error that says so.
+#[test]
+fn bitcast_convert_needs_the_same_width() {
+    let mut g = GraphBuilder::new();
+    let x = g.param(TensorType::new(DType::F32, &[2, 3]));
+    let i = g.op(Prim::BitcastConvert { to: DType::I32 }, &[x]).unwrap();
+    assert_eq!(
+        g.value_type(i).unwrap(),
+        &TensorType::new(DType::I32, &[2, 3])
+    );
+    for to in [DType::I64, DType::F16, DType::Bool] {
+        let e = g
+            .op(Prim::BitcastConvert { to }, &[x])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("of the same width"), "{e}");
+    }
+    // And it survives the canonical form.
+    let graph = g.build(&[i]).unwrap();
+    let back = Graph::from_canonical(&graph.canonical()).unwrap();
+    assert_eq!(back, graph);
+}

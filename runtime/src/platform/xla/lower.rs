@@ -1016,6 +1016,10 @@ fn lower_module(graph: &Graph, slots: &[OutputSlot]) -> Result<(String, Vec<Inde
                 ins[0], ins[1], ins[2], its[0], its[1], its[2]
             )),
             Prim::Convert { .. } => w(format!("{o} = stablehlo.convert {} : ({}) -> {ot}", ins[0], its[0])),
+            Prim::BitcastConvert { .. } => w(format!(
+                "{o} = stablehlo.bitcast_convert {} : ({}) -> {ot}",
+                ins[0], its[0]
+            )),
             Prim::BroadcastInDim { mapping, .. } => w(format!(
                 "{o} = stablehlo.broadcast_in_dim {}, dims = [{}] : ({}) -> {ot}",
                 ins[0],

@@ -465,6 +465,10 @@ pub fn eval(prim: &Prim, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>> {
         Prim::Select => one(elementwise::select(inputs[0], inputs[1], inputs[2])),
         Prim::Clamp => one(elementwise::clamp(inputs[0], inputs[1], inputs[2])),
         Prim::Convert { to } => one(elementwise::convert(inputs[0], *to)),
+        Prim::BitcastConvert { .. } => one(HostTensor::from_bytes(
+            out_types[0].clone(),
+            inputs[0].bytes(),
+        )),
         Prim::Reduce { op, dimensions } => {
             one(reduce::reduce(*op, dimensions, inputs[0], &out_types[0]))
         }

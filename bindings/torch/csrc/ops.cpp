@@ -3253,6 +3253,17 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("fmin.out",
          [](const Tensor& a, const Tensor& b, Tensor& out) -> Tensor& { return into(out, call1("fmin", {a, b})); });
   TPU_BINARY_PLAIN(m, "hypot", "hypot");
+  TPU_BINARY_PLAIN(m, "nextafter", "nextafter");
+  m.impl("frexp.Tensor", [](const Tensor& x) -> std::tuple<Tensor, Tensor> {
+    auto r = call("frexp", {x});
+    return {r[0], r[1]};
+  });
+  m.impl("frexp.Tensor_out", [](const Tensor& x, Tensor& m, Tensor& e) -> std::tuple<Tensor&, Tensor&> {
+    auto r = call("frexp", {x});
+    into(m, r[0]);
+    into(e, r[1]);
+    return {m, e};
+  });
   TPU_BINARY_PLAIN(m, "igamma", "igamma");
   TPU_BINARY_PLAIN(m, "igammac", "igammac");
   TPU_BINARY_PLAIN(m, "heaviside", "heaviside");

@@ -2057,6 +2057,38 @@ def test_binomial_sampler(mode, no_fallback):
     assert torch.binomial(count[:0], prob[:0]).shape == (0,)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_nextafter_and_frexp_bit_for_bit(mode, no_fallback, dtype):
+    """torch.nextafter and torch.frexp as torch's CPU, bit for bit, over
+    zeros of both signs, subnormals, the largest finite numbers,
+    infinities and NaN; frexp's out form and its i32 exponent."""
+    vals = [0.0, -0.0, 1.0, -1.0, 0.75, 3.0, -1e-3, 6e-5, 1e-40, -1e-41, 5e-324, 6e-8,
+            65504.0, 3.0e38, 1e300, float("inf"), float("-inf"), float("nan"), 2.0, -0.25]
+    dirs = [1.0, -1.0, 0.0, -0.0, float("inf"), float("-inf"), float("nan")]
+    x = torch.tensor(vals, dtype=torch.float64).to(dtype)
+    xs, ys = x.repeat_interleave(len(dirs)), torch.tensor(dirs, dtype=torch.float64).to(dtype).repeat(len(vals))
+    want = torch.nextafter(xs, ys)
+    got = torch.nextafter(xs.to("tpu"), ys.to("tpu")).cpu()
+    assert got.dtype == dtype
+    assert torch.equal(got.view(-1).double().isnan(), want.double().isnan())
+    fin = ~want.isnan()
+    assert torch.equal(torch.signbit(got[fin]), torch.signbit(want[fin])) and torch.equal(got[fin], want[fin])
+    m, e = torch.frexp(x.to("tpu"))
+    wm, we = torch.frexp(x)
+    assert m.dtype == dtype and e.dtype == torch.int32
+    m, e = m.cpu(), e.cpu()
+    assert torch.equal(m.isnan(), wm.isnan()) and torch.equal(e, we)
+    fin = ~wm.isnan()
+    assert torch.equal(m[fin], wm[fin]) and torch.equal(torch.signbit(m[fin]), torch.signbit(wm[fin]))
+    om, oe = torch.empty_like(x, device="tpu"), torch.empty(x.shape, dtype=torch.int32, device="tpu")
+    torch.frexp(x.to("tpu"), out=(om, oe))
+    assert torch.equal(oe.cpu(), we)
+    y = x.to("tpu").clone()
+    y.nextafter_(torch.ones_like(y))
+    w = torch.nextafter(x, torch.ones_like(x))
+    assert torch.equal(y.cpu().isnan(), w.isnan()) and torch.equal(y.cpu()[~w.isnan()], w[~w.isnan()])
+
+
 def test_bessel_i_and_kaiser_window(mode, no_fallback):
     """i0, i0e, i1 and i1e against torch's CPU on both sides of the
     asymptotic switch, f32 and f64, with gradients (each one's is built

@@ -28,6 +28,7 @@ mod backward;
 mod bessel;
 mod conv;
 mod emit;
+mod float_bits;
 mod grid;
 mod incomplete_gamma;
 mod index;
@@ -124,6 +125,7 @@ fn registry() -> &'static Registry {
         for (group, with_products) in [
             (pointwise::OPS, false),
             (math::OPS, false),
+            (float_bits::OPS, false),
             (special::OPS, false),
             (bessel::OPS, false),
             (incomplete_gamma::OPS, false),

@@ -4273,6 +4273,71 @@ fn math_and_activation_cases() -> Vec<Case> {
             &[],
         ),
         c("signbit", vec![whole(I64, &[6], 3035, -3, 3)], &[]),
+        c(
+            "nextafter",
+            vec![
+                h(
+                    F32,
+                    &[8],
+                    &[0.0, -0.0, 1.0, 1e-40, -1.4e-45, 3.0e38, f64::INFINITY, -2.0],
+                ),
+                h(
+                    F32,
+                    &[8],
+                    &[-1.0, 1.0, 0.0, 1.0, 1.0, f64::INFINITY, 0.0, -3.0],
+                ),
+            ],
+            &[],
+        ),
+        c(
+            "nextafter",
+            vec![rnd(F64, &[3, 4], 3037), rnd(F64, &[4], 3038)],
+            &[],
+        ),
+        c(
+            "nextafter",
+            vec![
+                h(BF16, &[6], &[0.0, 1.0, -0.5, 3.0e38, 2.0, -1.0]),
+                h(BF16, &[6], &[1.0, 0.0, -1.0, f64::INFINITY, 2.0, 5.0]),
+            ],
+            &[],
+        ),
+        c(
+            "nextafter",
+            vec![
+                h(
+                    F16,
+                    &[7],
+                    &[
+                        0.0,
+                        1.0,
+                        -6e-8,
+                        65504.0,
+                        6.103515625e-5,
+                        f64::NEG_INFINITY,
+                        0.25,
+                    ],
+                ),
+                h(F16, &[7], &[-1.0, 0.0, 1.0, f64::INFINITY, 0.0, 0.0, -1.0]),
+            ],
+            &[],
+        ),
+        c(
+            "frexp",
+            vec![h(
+                F32,
+                &[8],
+                &[1.0, -5.0, 0.0, -0.0, 1e-40, -3e-42, f64::INFINITY, 0.1],
+            )],
+            &[],
+        ),
+        c("frexp", vec![rnd(F64, &[3, 5], 3039)], &[]),
+        c("frexp", vec![rnd(BF16, &[4, 4], 3040)], &[]),
+        c(
+            "frexp",
+            vec![h(F16, &[5], &[6e-8, 1e-5, 65504.0, -3.0, f64::NAN])],
+            &[],
+        ),
         c("signbit", vec![rnd(F16, &[5, 7], 3036)], &[]),
         c(
             "copysign",
@@ -4554,6 +4619,8 @@ fn math_and_activation_cases() -> Vec<Case> {
     cases.push(c("gcd", vec![zi.clone(), zi.clone()], &[]));
     cases.push(c("lcm", vec![zi.clone(), zi], &[]));
     cases.push(c("signbit", vec![z.clone()], &[]));
+    cases.push(c("frexp", vec![z.clone()], &[]));
+    cases.push(c("nextafter", vec![z.clone(), z.clone()], &[]));
     for op in [
         "tan",
         "asin",

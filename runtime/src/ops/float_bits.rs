@@ -22,6 +22,17 @@ struct Layout {
     bias: i64,
 }
 
+impl Layout {
+    /// The sign bit as an integer of the layout's width.
+    fn sign_mask(self) -> i64 {
+        if self.int == DType::I32 {
+            i64::from(i32::MIN)
+        } else {
+            i64::MIN
+        }
+    }
+}
+
 fn layout(float: DType) -> Layout {
     match float {
         DType::F64 => Layout {
@@ -85,21 +96,11 @@ impl Bits<'_> {
     }
     /// The magnitude bits (sign cleared).
     fn magnitude(&mut self, b: ValueId) -> Result<ValueId> {
-        let m = if self.l.int == DType::I32 {
-            i64::from(i32::MAX)
-        } else {
-            i64::MAX
-        };
-        self.op(BinaryOp::And, b, m)
+        self.op(BinaryOp::And, b, !self.l.sign_mask())
     }
     /// The sign bit alone.
     fn sign(&mut self, b: ValueId) -> Result<ValueId> {
-        let s = if self.l.int == DType::I32 {
-            i64::from(i32::MIN)
-        } else {
-            i64::MIN
-        };
-        self.op(BinaryOp::And, b, s)
+        self.op(BinaryOp::And, b, self.l.sign_mask())
     }
     /// The biased exponent field of magnitude bits `a`.
     fn exponent_field(&mut self, a: ValueId) -> Result<ValueId> {
@@ -140,11 +141,7 @@ fn step_bits(e: &mut Emitter, p: ValueId, q: ValueId, step: i64) -> Result<Value
     let zero = b.c(0)?;
     let negative = b.e.compare(CompareOp::Lt, kr, zero)?;
     let mag = b.e.sub(zero, kr)?;
-    let sign = b.c(if l.int == DType::I32 {
-        i64::from(i32::MIN)
-    } else {
-        i64::MIN
-    })?;
+    let sign = b.c(l.sign_mask())?;
     let neg_bits = b.e.binary(BinaryOp::Or, mag, sign)?;
     let rb = b.e.select(negative, neg_bits, kr)?;
     let at_zero = b.e.compare(CompareOp::Eq, kr, zero)?;

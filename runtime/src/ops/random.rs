@@ -431,6 +431,60 @@ fn standard_gamma(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<Value
     Ok(vec![e.select(enough, out, floor)?])
 }
 
+/// One candidate of Hörmann's transformed rejection (PTRS for Poisson,
+/// BTRS for binomial) from rows `row` and `row + 1` of the uniforms `u`:
+/// U = u - 1/2, us = 1/2 - |U|, k = ⌊(2a / us + b) U + shift⌋; the quick
+/// acceptance us ≥ 0.07 and V ≤ v_r; and ln(V α / (a / us² + b)), which the
+/// full test holds against the method's bound.
+struct Candidate {
+    k: ValueId,
+    us: ValueId,
+    v: ValueId,
+    quick: ValueId,
+    log_ratio: ValueId,
+}
+
+/// The per-element constants of a transformed rejection.
+struct Transformed {
+    a: ValueId,
+    two_a: ValueId,
+    b: ValueId,
+    shift: ValueId,
+    vr: ValueId,
+    log_alpha: ValueId,
+}
+
+fn candidate(e: &mut Emitter, u: ValueId, row: u64, t: &Transformed) -> Result<Candidate> {
+    let u1 = draw_row(e, u, row)?;
+    let v = draw_row(e, u, row + 1)?;
+    let uu = e.binary_scalar(BinaryOp::Sub, u1, 0.5)?;
+    let au = e.unary(UnaryOp::Abs, uu)?;
+    let us = e.full_like(t.a, 0.5)?;
+    let us = e.sub(us, au)?;
+    let k = e.div(t.two_a, us)?;
+    let k = e.add(k, t.b)?;
+    let k = e.mul(k, uu)?;
+    let k = e.add(k, t.shift)?;
+    let k = e.unary(UnaryOp::Floor, k)?;
+    let wide = e.compare_scalar(CompareOp::Ge, us, 0.07)?;
+    let low_v = e.compare(CompareOp::Le, v, t.vr)?;
+    let quick = e.binary(BinaryOp::And, wide, low_v)?;
+    let lv = e.unary(UnaryOp::Log, v)?;
+    let us2 = e.mul(us, us)?;
+    let h = e.div(t.a, us2)?;
+    let h = e.add(h, t.b)?;
+    let lh = e.unary(UnaryOp::Log, h)?;
+    let log_ratio = e.add(lv, t.log_alpha)?;
+    let log_ratio = e.sub(log_ratio, lh)?;
+    Ok(Candidate {
+        k,
+        us,
+        v,
+        quick,
+        log_ratio,
+    })
+}
+
 /// poisson(rate, seed, offset): Poisson(rate) counts in rate's dtype
 /// (torch.poisson). Below 10, Knuth's count of the uniforms' prefix
 /// products above e^-rate (POISSON_PRODUCTS of them); from 10, Hörmann's
@@ -483,47 +537,40 @@ fn poisson(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     let vr = e.div(vr, b2)?;
     let vr = e.binary_scalar(BinaryOp::Sub, vr, 0.9277)?;
     let vr = e.unary(UnaryOp::Neg, vr)?;
-    let two_a = e.binary_scalar(BinaryOp::Mul, aa, 2.0)?;
     let zero = e.full_like(lam, 0.0)?;
     let lam43 = e.binary_scalar(BinaryOp::Add, lam, 0.43)?;
     let rounded = e.binary_scalar(BinaryOp::Add, lam, 0.5)?;
     let mut out = e.unary(UnaryOp::Floor, rounded)?;
+    let two_a = e.binary_scalar(BinaryOp::Mul, aa, 2.0)?;
+    let t = Transformed {
+        a: aa,
+        two_a,
+        b,
+        shift: lam43,
+        vr,
+        log_alpha: log_inv_alpha,
+    };
     for r in (0..POISSON_ROUNDS).rev() {
-        let ur = draw_row(e, u, POISSON_PRODUCTS + 2 * r)?;
-        let v = draw_row(e, u, POISSON_PRODUCTS + 2 * r + 1)?;
-        let uu = e.binary_scalar(BinaryOp::Sub, ur, 0.5)?;
-        let au = e.unary(UnaryOp::Abs, uu)?;
-        let us = e.full_like(lam, 0.5)?;
-        let us = e.sub(us, au)?;
-        // k = floor((2a / us + b) U + λ + 0.43)
-        let q = e.div(two_a, us)?;
-        let q = e.add(q, b)?;
-        let q = e.mul(q, uu)?;
-        let q = e.add(q, lam43)?;
-        let k = e.unary(UnaryOp::Floor, q)?;
-        let wide = e.compare_scalar(CompareOp::Ge, us, 0.07)?;
-        let low_v = e.compare(CompareOp::Le, v, vr)?;
-        let quick = e.binary(BinaryOp::And, wide, low_v)?;
+        let Candidate {
+            k,
+            us,
+            v,
+            quick,
+            log_ratio,
+        } = candidate(e, u, POISSON_PRODUCTS + 2 * r, &t)?;
         let negative = e.compare_scalar(CompareOp::Lt, k, 0.0)?;
         let narrow = e.compare_scalar(CompareOp::Lt, us, 0.013)?;
         let high_v = e.compare(CompareOp::Gt, v, us)?;
         let squeeze = e.binary(BinaryOp::And, narrow, high_v)?;
         let reject = e.binary(BinaryOp::Or, negative, squeeze)?;
         // ln V + ln(1/α) - ln(a / us² + b) <= -λ + k ln λ - ln Γ(k + 1)
-        let lv = e.unary(UnaryOp::Log, v)?;
-        let us2 = e.mul(us, us)?;
-        let t = e.div(aa, us2)?;
-        let t = e.add(t, b)?;
-        let lt = e.unary(UnaryOp::Log, t)?;
-        let lhs = e.add(lv, log_inv_alpha)?;
-        let lhs = e.sub(lhs, lt)?;
         let k0 = e.max(k, zero)?;
         let k1 = e.binary_scalar(BinaryOp::Add, k0, 1.0)?;
         let lg = lgamma_half_up(e, k1, e.dtype(lam))?;
         let kl = e.mul(k, loglam)?;
         let rhs = e.add(neg, kl)?;
         let rhs = e.sub(rhs, lg)?;
-        let full = e.compare(CompareOp::Le, lhs, rhs)?;
+        let full = e.compare(CompareOp::Le, log_ratio, rhs)?;
         let keep = e.unary(UnaryOp::Not, reject)?;
         let full = e.binary(BinaryOp::And, keep, full)?;
         let accept = e.binary(BinaryOp::Or, quick, full)?;
@@ -684,34 +731,25 @@ fn binomial(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
     let mode_term = e.add(mode_term, tm)?;
     let mode_term = e.add(mode_term, tnm)?;
 
+    let t = Transformed {
+        a: aa,
+        two_a,
+        b,
+        shift: c,
+        vr,
+        log_alpha,
+    };
     let mut out = m;
     for r in (0..BINOMIAL_ROUNDS).rev() {
-        let u1 = draw_row(e, u, BINOMIAL_WAITS + 2 * r)?;
-        let v = draw_row(e, u, BINOMIAL_WAITS + 2 * r + 1)?;
-        let uu = e.binary_scalar(BinaryOp::Sub, u1, 0.5)?;
-        let au = e.unary(UnaryOp::Abs, uu)?;
-        let us = e.full_like(p, 0.5)?;
-        let us = e.sub(us, au)?;
-        // k = floor((2a / us + b) U + c)
-        let t = e.div(two_a, us)?;
-        let t = e.add(t, b)?;
-        let t = e.mul(t, uu)?;
-        let t = e.add(t, c)?;
-        let k = e.unary(UnaryOp::Floor, t)?;
+        let Candidate {
+            k,
+            quick,
+            log_ratio,
+            ..
+        } = candidate(e, u, BINOMIAL_WAITS + 2 * r, &t)?;
         let below = e.compare_scalar(CompareOp::Lt, k, 0.0)?;
         let above = e.compare(CompareOp::Gt, k, n)?;
         let outside = e.binary(BinaryOp::Or, below, above)?;
-        let wide = e.compare_scalar(CompareOp::Ge, us, 0.07)?;
-        let low_v = e.compare(CompareOp::Le, v, vr)?;
-        let quick = e.binary(BinaryOp::And, wide, low_v)?;
-        // ln(V α / (a / us² + b)) against the bound.
-        let lv = e.unary(UnaryOp::Log, v)?;
-        let us2 = e.mul(us, us)?;
-        let h = e.div(aa, us2)?;
-        let h = e.add(h, b)?;
-        let lh = e.unary(UnaryOp::Log, h)?;
-        let lhs = e.add(lv, log_alpha)?;
-        let lhs = e.sub(lhs, lh)?;
         // (n + 1) ln((n - m + 1) / (n - k + 1)) = (n + 1) ln(1 + (k - m) / (n - k + 1))
         let nk1 = e.sub(n1, k)?;
         let km = e.sub(k, m)?;
@@ -734,7 +772,7 @@ fn binomial(e: &mut Emitter, x: &[ValueId], a: &Attrs) -> Result<Vec<ValueId>> {
         let bound = e.add(bound, t2)?;
         let bound = e.sub(bound, tk)?;
         let bound = e.sub(bound, tnk)?;
-        let full = e.compare(CompareOp::Le, lhs, bound)?;
+        let full = e.compare(CompareOp::Le, log_ratio, bound)?;
         let accept = e.binary(BinaryOp::Or, quick, full)?;
         let inside = e.unary(UnaryOp::Not, outside)?;
         let accept = e.binary(BinaryOp::And, inside, accept)?;
